@@ -1,0 +1,33 @@
+# The two commands of the README, and the checks they build on.
+#   make demo   install what is needed, then run a real agent run on the embedded Temporal server
+#   make test   install what is needed, then lint, type-check and run every test tier
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint check-tests bench
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/agent-runner demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy workflows activities agent_runner worker.py
+
+# The default tier first (fast), then the slow tier (process kills, fault matrices). pytest exits 5 when a tier
+# selects no test; that is not a failure here.
+check-tests: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m slow -q || [ $$? -eq 5 ]
+
+test: lint check-tests
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py

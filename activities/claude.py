@@ -1,0 +1,171 @@
+"""The model call: one Messages API request per activity attempt.
+
+Temporal owns retries, so every attempt is visible in the run's history and survives a worker crash: the client is
+built with ``max_retries=0``, and each API failure becomes an ``ApplicationError`` that says whether retrying can
+help, with the server's ``retry-after`` as the next delay. The rule is the SDK's own (``_base_client._should_retry``):
+408, 409, 429, 5xx (529 overloaded included) and connection errors are retried; ``x-should-retry`` overrides the
+status; other statuses fail the run with the API's own message.
+
+The API key and base URL come only from the worker's environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``):
+nothing secret is ever part of a workflow's input or history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import anthropic
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from workflows.types import (
+    CREATE_MESSAGE_ACTIVITY,
+    THREAD_LOST_ERROR,
+    THREAD_REPLAY_CODES,
+    CreateMessageInput,
+    CreateMessageOutput,
+)
+
+logger = logging.getLogger(__name__)
+
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+class ClaudeActivities:
+    """The model-call activity, holding one Anthropic client per worker.
+
+    Args:
+        client_factory: Builds the client. The default reads ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` from
+            the environment and turns off the SDK's own retries.
+        heartbeat_every: Seconds between heartbeats while a call is in flight.
+    """
+
+    def __init__(
+        self,
+        client_factory: Callable[[], anthropic.AsyncAnthropic] | None = None,
+        *,
+        heartbeat_every: float = 1.0,
+    ) -> None:
+        self._client_factory = client_factory or default_client
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._heartbeat_every = heartbeat_every
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The worker's Anthropic client, built on first use so a worker can start without credentials."""
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    @activity.defn(name=CREATE_MESSAGE_ACTIVITY)
+    async def create_message(self, input: CreateMessageInput) -> CreateMessageOutput:
+        """Send one Messages API request and return the reply as the response body carried it."""
+        info = activity.info()
+        logger.info(
+            "Calling Claude: run=%s iteration=%d attempt=%d model=%s",
+            input.run_id,
+            input.iteration,
+            info.attempt,
+            input.request.get("model"),
+        )
+        call = asyncio.ensure_future(self.client.beta.messages.create(**input.request))
+        try:
+            # A long reply must not look like a dead worker: heartbeat until it arrives, which also lets a
+            # cancellation of the run reach the call.
+            while not call.done():
+                activity.heartbeat()
+                await asyncio.wait({call}, timeout=self._heartbeat_every)
+            message = call.result()
+        except anthropic.APIStatusError as e:
+            raise api_status_error(e) from e
+        except anthropic.APIConnectionError as e:
+            raise ApplicationError(
+                f"Could not reach Claude's API ({type(e).__name__}: {e}); retrying.",
+                type=type(e).__name__,
+            ) from e
+        finally:
+            call.cancel()
+        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        logger.info(
+            "Claude replied: run=%s iteration=%d id=%s stop_reason=%s",
+            input.run_id,
+            input.iteration,
+            body.get("id"),
+            body.get("stop_reason"),
+        )
+        return CreateMessageOutput(message=body)
+
+
+def default_client() -> anthropic.AsyncAnthropic:
+    """The worker's client: credentials and base URL from the environment, no retries of its own."""
+    return anthropic.AsyncAnthropic(max_retries=0)
+
+
+def api_status_error(error: anthropic.APIStatusError) -> ApplicationError:
+    """The ``ApplicationError`` for an API error status: retryable or not, with the server's suggested delay."""
+    status = error.status_code
+    details = _error_details(error.body)
+    error_code = details.get("error_code")
+    if error_code in THREAD_REPLAY_CODES:
+        return ApplicationError(str(error_code), type=THREAD_LOST_ERROR, non_retryable=True)
+    should_retry = error.response.headers.get("x-should-retry")
+    if should_retry == "true":
+        retryable = True
+    elif should_retry == "false":
+        retryable = False
+    else:
+        retryable = status in _RETRYABLE_STATUSES or status >= 500
+    api_message = _error_message(error)
+    if retryable:
+        return ApplicationError(
+            f"Claude's API answered {status} ({api_message}); retrying.",
+            type=type(error).__name__,
+            next_retry_delay=retry_after(error.response.headers),
+        )
+    return ApplicationError(
+        f"Claude's API rejected the request with {status}: {api_message}. Fix the run's input "
+        "(or the worker's ANTHROPIC_API_KEY for 401/403) and start the run again.",
+        {"status_code": status, "body": error.body, "request_id": error.request_id},
+        type="ModelRequestRejected",
+        non_retryable=True,
+    )
+
+
+def retry_after(headers: Any) -> timedelta | None:
+    """The delay the server asked for: ``retry-after-ms``, else ``retry-after`` in seconds or as an HTTP date."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return timedelta(milliseconds=float(value))
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return timedelta(seconds=float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        if parsed is None:
+            return None
+        return timedelta(seconds=max(0.0, email.utils.mktime_tz(parsed) - time.time()))
+
+
+def _error_details(body: object) -> dict[str, Any]:
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    return details if isinstance(details, dict) else {}
+
+
+def _error_message(error: anthropic.APIStatusError) -> str:
+    body = error.body
+    inner = body.get("error") if isinstance(body, dict) else None
+    if isinstance(inner, dict) and inner.get("message"):
+        return f"{inner.get('type', 'error')}: {inner['message']}"
+    return str(error.message)

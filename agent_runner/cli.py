@@ -1,0 +1,955 @@
+"""``agent-runner``: start, follow, inspect and cancel agent runs from a terminal, and a self-contained demo.
+
+Commands (each takes ``--task-queue``, default ``agent-runner``)::
+
+    agent-runner run "What's the weather in Paris?" --tools get_weather    # start a run and follow it
+    agent-runner run --file run.json --detach                              # start a run, print its id
+    agent-runner follow RUN_ID [--from-iteration N]                        # print replies as they come
+    agent-runner transcript RUN_ID [--json]                                # the whole conversation
+    agent-runner list [--status running] [--limit N]                       # a table of runs
+    agent-runner status RUN_ID [--json]                                    # status, turns, token usage
+    agent-runner cancel RUN_ID                                             # stop a run
+    agent-runner demo                                                      # the example agent, end to end
+
+Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
+(``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on
+127.0.0.1:7233, started if need be. A command stops an embedded server it started before it exits, except ``run``,
+whose run needs the server to go on.
+
+Exit codes: 0 success (a run that completed or reached ``max_iterations``), 1 an error or a failed or cancelled
+run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following, not the run).
+
+The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``) are pure
+functions of the Messages API's wire-format dicts, so they can be tested line by line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import traceback
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent_runner.client import AgentRunner, Run
+from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
+from workflows.errors import AgentRunError, AgentRunnerError, ConfigurationError, RunCancelled, RunNotFound
+from workflows.run_input import parse_run_input
+from workflows.types import TASK_QUEUE, RunResult, RunStatus, Usage
+
+MODEL_ENV = "AGENT_RUNNER_MODEL"
+"""Environment variable naming the default model."""
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MAX_TOKENS = 1024
+
+MAX_TOOL_TEXT = 400
+"""The most characters of a tool's input or result that ``follow`` prints; the transcript has them whole."""
+
+MAX_TOOL_LINES = 8
+"""The most lines of a tool's result that ``follow`` prints."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_POLL_MIN = 0.05
+_POLL_MAX = 0.5
+
+_DIM, _RED, _BOLD, _RESET = "\x1b[2m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
+
+LIST_STATUSES: Mapping[str, str] = {
+    "running": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+    "canceled": "Canceled",
+    "terminated": "Terminated",
+    "timed_out": "TimedOut",
+    "continued_as_new": "ContinuedAsNew",
+}
+"""``list --status`` values and the Temporal ``ExecutionStatus`` each one queries."""
+
+NO_KEY_NOTICE = (
+    "ANTHROPIC_API_KEY is not set: using the scripted fake Messages API (the one the tests use). "
+    "Set it to talk to Claude."
+)
+
+DEMO_PROMPT = "What's the weather and the local time in Paris and Tokyo right now?"
+DEMO_TOOLS = ("get_weather", "get_time")
+
+
+def default_model() -> str:
+    """The model a run uses unless told otherwise: ``$AGENT_RUNNER_MODEL``, else ``claude-sonnet-4-5``."""
+    return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering: pure functions of wire-format dicts
+# --------------------------------------------------------------------------------------------
+
+
+def _paint(line: str, style: str, color: bool) -> str:
+    return f"{style}{line}{_RESET}" if color else line
+
+
+def _clip(value: str, limit: int = MAX_TOOL_TEXT) -> str:
+    """``value`` cut at ``limit`` characters, saying how much was left out."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… (+{len(value) - limit} characters)"
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_header(iteration: int, message: Mapping[str, Any], *, color: bool = False) -> str:
+    """The line that opens one of Claude's replies, e.g. ``── turn 2 · stop_reason tool_use ──``.
+
+    Args:
+        iteration: The reply's number in the run, 1 for the first.
+        message: The reply, as the Messages API returns it.
+        color: Whether to add ANSI styles.
+    """
+    return _paint(f"── turn {iteration} · stop_reason {message.get('stop_reason') or 'none'} ──", _BOLD, color)
+
+
+def render_block(block: Mapping[str, Any], *, color: bool = False) -> list[str]:
+    """The lines of one content block of a message.
+
+    Text is printed as is, thinking dimmed and prefixed with ``┆``, a tool call as ``→ name {input}``; other blocks
+    are named in brackets, e.g. ``[image]``.
+
+    Args:
+        block: The content block, in the Messages API's wire shape.
+        color: Whether to add ANSI styles.
+    """
+    kind = block.get("type")
+    if kind == "text":
+        value = str(block.get("text") or "")
+        return value.splitlines() if value else []
+    if kind == "thinking":
+        thought = str(block.get("thinking") or "")
+        return [_paint(f"┆ {line}".rstrip(), _DIM, color) for line in thought.splitlines()]
+    if kind == "redacted_thinking":
+        return [_paint("┆ [redacted thinking]", _DIM, color)]
+    if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+        call = f"→ {block.get('name')} {_clip(_compact_json(block.get('input', {})))}"
+        if kind == "server_tool_use":
+            call += " (server tool)"
+        elif kind == "mcp_tool_use":
+            call += f" (MCP server {block.get('server_name')})"
+        return [call]
+    if isinstance(kind, str) and kind.endswith("_tool_result"):
+        return [f"← [{kind}]"]
+    return [f"[{kind}]"]
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's ``content`` as text: strings as is, other blocks named in brackets."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            parts.append(str(block.get("text") or ""))
+        elif isinstance(block, Mapping):
+            parts.append(f"[{block.get('type')}]")
+        else:
+            parts.append(str(block))
+    return "\n".join(parts)
+
+
+def render_tool_result(name: str, result: Mapping[str, Any], *, color: bool = False) -> list[str]:
+    """The lines of one ``tool_result`` block: ``← name: content``, or ``← ✗ name: content`` for an error.
+
+    Args:
+        name: The tool's name (from the ``tool_use`` block the result answers).
+        result: The ``tool_result`` block.
+        color: Whether to add ANSI styles.
+    """
+    is_error = bool(result.get("is_error"))
+    lines = _clip(_result_text(result.get("content"))).splitlines() or ["(no content)"]
+    more = len(lines) - MAX_TOOL_LINES
+    if more > 0:
+        lines = [*lines[:MAX_TOOL_LINES], f"… (+{more} lines)"]
+    first = f"← {'✗ ' if is_error else ''}{name}: {lines[0]}".rstrip()
+    rendered = [first, *(f"    {line}".rstrip() for line in lines[1:])]
+    return [_paint(line, _RED, color) for line in rendered] if is_error else rendered
+
+
+def tool_results_by_id(transcript: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every ``tool_result`` block of a transcript's user messages, by the ``tool_use_id`` it answers."""
+    results: dict[str, dict[str, Any]] = {}
+    for message in transcript:
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, list):
+            continue
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+                results[str(block.get("tool_use_id"))] = dict(block)
+    return results
+
+
+def client_tool_use_ids(message: Mapping[str, Any]) -> list[str]:
+    """The ids of the reply's ``tool_use`` blocks that the run executes (those of a ``tool_use`` stop only)."""
+    if message.get("stop_reason") != "tool_use":
+        return []
+    return [str(b.get("id")) for b in message.get("content") or [] if b.get("type") == "tool_use"]
+
+
+def render_tool_results(
+    message: Mapping[str, Any], tool_results: Mapping[str, Mapping[str, Any]], *, color: bool = False
+) -> list[str]:
+    """The results of a reply's tool calls, in the order of its ``tool_use`` blocks.
+
+    Args:
+        message: Claude's reply.
+        tool_results: ``tool_result`` blocks by ``tool_use_id`` (see ``tool_results_by_id``); calls without a
+            result (not run, or still running) are left out.
+        color: Whether to add ANSI styles.
+    """
+    lines: list[str] = []
+    for block in message.get("content") or []:
+        if block.get("type") != "tool_use":
+            continue
+        result = tool_results.get(str(block.get("id")))
+        if result is not None:
+            lines.extend(render_tool_result(str(block.get("name")), result, color=color))
+    return lines
+
+
+def render_reply(
+    message: Mapping[str, Any],
+    tool_results: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    iteration: int | None = None,
+    color: bool = False,
+) -> list[str]:
+    """One of Claude's replies as lines for a person: header, content blocks, then its tools' results.
+
+    Example, for ``iteration=1``::
+
+        ── turn 1 · stop_reason tool_use ──
+        Let me check.
+        → get_weather {"city": "Paris"}
+        ← get_weather: sunny, 21C in Paris
+
+    Args:
+        message: The reply, as the Messages API returns it.
+        tool_results: ``tool_result`` blocks by ``tool_use_id``, or ``None`` to leave results out.
+        iteration: The reply's number in the run; ``None`` for no header.
+        color: Whether to add ANSI styles.
+    """
+    lines = [] if iteration is None else [render_header(iteration, message, color=color)]
+    for block in message.get("content") or []:
+        lines.extend(render_block(block, color=color))
+    if tool_results is not None:
+        lines.extend(render_tool_results(message, tool_results, color=color))
+    return lines
+
+
+def render_usage(usage: Usage) -> str:
+    """Token totals, e.g. ``30 input / 15 output tokens`` (plus cache tokens when there are some)."""
+    line = f"{usage.input_tokens} input / {usage.output_tokens} output tokens"
+    if usage.cache_creation_input_tokens or usage.cache_read_input_tokens:
+        line += f" (cache: {usage.cache_creation_input_tokens} written, {usage.cache_read_input_tokens} read)"
+    return line
+
+
+def render_summary(result: RunResult | RunStatus, *, color: bool = False) -> str:
+    """The line that closes a run: status, turns, last stop reason and token usage.
+
+    Example: ``── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──``.
+    """
+    turns = f"{result.iterations} turn{'' if result.iterations == 1 else 's'}"
+    line = (
+        f"── {result.status} · {turns} · stop_reason {result.stop_reason or 'none'} · {render_usage(result.usage)} ──"
+    )
+    return _paint(line, _BOLD, color)
+
+
+def render_transcript(messages: Iterable[Mapping[str, Any]], *, color: bool = False) -> list[str]:
+    """A whole conversation as lines for a person.
+
+    Each message opens with ``── user ──`` or ``── assistant ──``; a user message that only carries tool results
+    is printed as the ``←`` lines of the turn before it.
+
+    Args:
+        messages: The transcript, in the Messages API's wire shape.
+        color: Whether to add ANSI styles.
+    """
+    lines: list[str] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        role = str(message.get("role"))
+        content = message.get("content")
+        blocks: list[Mapping[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        )
+        only_results = bool(blocks) and all(b.get("type") == "tool_result" for b in blocks)
+        if not (role == "user" and only_results):
+            lines.append(_paint(f"── {role} ──", _BOLD, color))
+        for block in blocks:
+            if block.get("type") == "tool_use":
+                names[str(block.get("id"))] = str(block.get("name"))
+            if block.get("type") == "tool_result":
+                tool_use_id = str(block.get("tool_use_id"))
+                lines.extend(render_tool_result(names.get(tool_use_id, tool_use_id), block, color=color))
+            else:
+                lines.extend(render_block(block, color=color))
+    return lines
+
+
+def render_status(run_id: str, status: RunStatus) -> list[str]:
+    """The ``status`` command's lines."""
+    return [
+        f"run          {run_id}",
+        f"status       {status.status}",
+        f"turns        {status.iterations}",
+        f"stop_reason  {status.stop_reason or 'none'}",
+        f"tokens       {render_usage(status.usage)}",
+        f"messages     {status.transcript_length}",
+    ]
+
+
+def render_run_table(rows: Sequence[tuple[str, str, str]]) -> list[str]:
+    """A left-aligned table of ``(id, status, started)`` rows under an ``ID STATUS STARTED`` header."""
+    table = [("ID", "STATUS", "STARTED"), *rows]
+    width_id = max(len(r[0]) for r in table)
+    width_status = max(len(r[1]) for r in table)
+    return [f"{i:<{width_id}}  {s:<{width_status}}  {t}".rstrip() for i, s, t in table]
+
+
+def _local_time(iso: str) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+# --------------------------------------------------------------------------------------------
+# Output and connection helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _out(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(line, flush=True)
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _use_color(stream: TextIO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+@contextlib.asynccontextmanager
+async def connected(*, keep_server: bool = False) -> AsyncIterator[Client]:
+    """A Temporal client from ``connect()``; an embedded server it started is stopped on exit unless kept.
+
+    Args:
+        keep_server: Leave a server this started running (the ``run`` command: its run needs it).
+
+    Raises:
+        ConfigurationError: Temporal cannot be reached or started.
+    """
+    from agent_runner.connection import connect
+
+    try:
+        client, server = await connect()
+    except RuntimeError as e:
+        raise ConfigurationError(
+            f"Cannot reach Temporal: {e}. Set TEMPORAL_ADDRESS to a running server, or leave it unset to use the "
+            "local embedded one."
+        ) from e
+    try:
+        yield client
+    finally:
+        if server is not None:
+            if keep_server:
+                _err(
+                    f"note: no Temporal server was running, so one was started at {server.address} "
+                    f"(pid {server.pid}, data in {server.db_filename}). It keeps running so that a worker "
+                    "(`python worker.py --tools <module>`) can carry the run on."
+                )
+            else:
+                await server.astop()
+
+
+async def _run_is_closed(run: Run) -> bool:
+    try:
+        description = await run.handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"No run with id {run.id!r}. List runs with `agent-runner list`.") from e
+        raise AgentRunError(f"Temporal refused the request for run {run.id}: {e.message}") from e
+    return description.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+
+async def _wait_for_tool_results(run: Run, tool_use_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The transcript's tool results once it holds one for each of ``tool_use_ids``, or once the run ended."""
+    delay = _POLL_MIN
+    while True:
+        closed = await _run_is_closed(run)
+        results = tool_results_by_id(await run.transcript())
+        if closed or all(i in results for i in tool_use_ids):
+            return results
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX)
+
+
+# --------------------------------------------------------------------------------------------
+# Following a run
+# --------------------------------------------------------------------------------------------
+
+
+async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) -> int:
+    """Print each of the run's replies and its tools' results as they come, then a summary line.
+
+    Args:
+        run: The run to follow.
+        from_iteration: The first reply to print (1 is the first).
+        color: Whether to add ANSI styles.
+
+    Returns:
+        The exit code: 0 when the run completed or reached ``max_iterations``, 1 when it failed or was cancelled
+        (the error is printed to stderr as ``error: <message>``).
+    """
+    iteration = from_iteration - 1
+    try:
+        async for reply in run.messages(from_iteration=from_iteration):
+            iteration += 1
+            message = reply.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            _out(render_reply(message, iteration=iteration, color=color))
+            ids = client_tool_use_ids(message)
+            if ids:
+                results = await _wait_for_tool_results(run, ids)
+                _out(render_tool_results(message, results, color=color))
+        result = await run.result()
+    except AgentRunnerError as e:
+        _err(f"error: {e}")
+        return EXIT_ERROR
+    _out([render_summary(result, color=color)])
+    return EXIT_OK if result.status in ("completed", "max_iterations") else EXIT_ERROR
+
+
+async def follow_until_interrupted(
+    run: Run,
+    *,
+    from_iteration: int = 1,
+    color: bool = False,
+    interrupted: asyncio.Event | None = None,
+) -> int:
+    """``follow_run``, stopped by Ctrl-C (SIGINT) or by ``interrupted`` being set; the run itself goes on.
+
+    Args:
+        run: The run to follow.
+        from_iteration: The first reply to print.
+        color: Whether to add ANSI styles.
+        interrupted: An event that stops following when set; by default one that SIGINT sets.
+
+    Returns:
+        ``follow_run``'s exit code, or 130 when interrupted.
+    """
+    loop = asyncio.get_running_loop()
+    stop = interrupted or asyncio.Event()
+    handles_sigint = False
+    if interrupted is None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+            handles_sigint = True
+    following = asyncio.ensure_future(follow_run(run, from_iteration=from_iteration, color=color))
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({following, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if handles_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+        if not following.done():
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+    if following.cancelled():
+        return EXIT_INTERRUPTED
+    return following.result()
+
+
+def _interrupted_note(run_id: str) -> str:
+    return (
+        f"interrupted: stopped following. Run {run_id} keeps going; follow it again with "
+        f"`agent-runner follow {run_id}`, or stop it with `agent-runner cancel {run_id}`."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def _load_run_file(path: str) -> dict[str, Any]:
+    try:
+        raw = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigurationError(f"Cannot read the run input {path}: {e.strerror or e}.") from e
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"The run input {path} is not valid JSON: {e}.") from e
+    if not isinstance(data, dict):
+        raise ConfigurationError(
+            f"The run input {path} must be a JSON object such as "
+            '{"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}.'
+        )
+    return data
+
+
+def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's JSON input from ``run``'s arguments: the ``--file`` input or the prompt, then the flags on top.
+
+    Raises:
+        ConfigurationError: The file cannot be read or is not a JSON object.
+        InvalidRunInput: The result is not a run's valid input (checked before anything starts).
+    """
+    data = _load_run_file(args.file) if args.file is not None else {}
+    if args.prompt is not None:
+        data["messages"] = [{"role": "user", "content": args.prompt}]
+    if args.model is not None or "model" not in data:
+        data["model"] = args.model or default_model()
+    if args.max_tokens is not None or "max_tokens" not in data:
+        data["max_tokens"] = args.max_tokens or DEFAULT_MAX_TOKENS
+    if args.system is not None:
+        data["system"] = args.system
+    if args.tools:
+        data["tools"] = list(args.tools)
+    if args.max_iterations is not None:
+        data["max_iterations"] = args.max_iterations
+    if args.no_thread:
+        data["thread"] = False
+    parse_run_input(data)
+    return data
+
+
+async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: str | None = None) -> Run:
+    """Start a run from its JSON input (as ``temporal workflow start --input`` takes it).
+
+    Raises:
+        AgentRunError: A run with this id exists, or Temporal refused the start.
+    """
+    params = dict(run_input)
+    try:
+        return await runner.start(
+            model=params.pop("model"),
+            max_tokens=params.pop("max_tokens"),
+            messages=params.pop("messages"),
+            tools=params.pop("tools", []),
+            max_iterations=params.pop("max_iterations", None),
+            thread=params.pop("thread", True),
+            id=run_id,
+            **params,
+        )
+    except WorkflowAlreadyStartedError as e:
+        raise AgentRunError(
+            f"A run with id {run_id!r} already exists: pick another --id, or follow it with "
+            f"`agent-runner follow {run_id}`."
+        ) from e
+    except RPCError as e:
+        raise AgentRunError(f"Temporal refused to start the run: {e.message}") from e
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    """``run``: start a run, print its id, then follow it unless ``--detach``."""
+    run_input = build_run_input(args)
+    async with connected(keep_server=True) as client:
+        run = await start_run(AgentRunner(client, task_queue=args.task_queue), run_input, args.id)
+        print(run.id, flush=True)
+        if not args.follow:
+            return EXIT_OK
+        code = await follow_until_interrupted(run, color=_use_color(sys.stdout))
+        if code == EXIT_INTERRUPTED:
+            _err(_interrupted_note(run.id))
+        return code
+
+
+async def cmd_follow(args: argparse.Namespace) -> int:
+    """``follow``: print a run's replies as they come."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        code = await follow_until_interrupted(run, from_iteration=args.from_iteration, color=_use_color(sys.stdout))
+        if code == EXIT_INTERRUPTED:
+            _err(_interrupted_note(run.id))
+        return code
+
+
+async def cmd_transcript(args: argparse.Namespace) -> int:
+    """``transcript``: the whole conversation, readable or as JSON."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        transcript = await run.transcript()
+    if args.json:
+        print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
+    else:
+        _out(render_transcript(transcript, color=_use_color(sys.stdout)))
+    return EXIT_OK
+
+
+def list_query(status: str | None, task_queue: str | None, query: str | None) -> str | None:
+    """The visibility query of ``list``: its filters joined with ``AND``, or ``None`` for every run."""
+    clauses: list[str] = []
+    if status is not None:
+        clauses.append(f"ExecutionStatus = '{LIST_STATUSES[status]}'")
+    if task_queue is not None:
+        escaped = task_queue.replace("'", "\\'")
+        clauses.append(f"TaskQueue = '{escaped}'")
+    if query:
+        clauses.append(f"({query})")
+    return " AND ".join(clauses) or None
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    """``list``: a table of runs, newest first."""
+    async with connected() as client:
+        try:
+            runs = await AgentRunner(client).list(
+                list_query(args.status, args.task_queue, args.query), limit=args.limit
+            )
+        except RPCError as e:
+            raise AgentRunError(f"Temporal refused to list runs: {e.message}") from e
+    if not runs:
+        _err("no runs found")
+        return EXIT_OK
+    _out(render_run_table([(r.id, r.status, _local_time(r.start_time)) for r in runs]))
+    return EXIT_OK
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    """``status``: the run's status, turns, stop reason and token usage."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        status = await run.status()
+    if args.json:
+        print(status.model_dump_json(indent=2), flush=True)
+    else:
+        _out(render_status(run.id, status))
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    """``cancel``: ask the run to stop, then report how it ended (waiting up to ``--wait`` seconds)."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        if await _run_is_closed(run):
+            description = await run.handle.describe()
+            state = description.status.name.lower() if description.status else "closed"
+            print(f"Run {run.id} already ended ({state}); there is nothing to cancel.", flush=True)
+            return EXIT_OK
+        await run.cancel()
+        print(f"Cancellation of run {run.id} requested.", flush=True)
+        try:
+            result = await asyncio.wait_for(run.result(), timeout=args.wait)
+        except TimeoutError:
+            print(
+                f"Run {run.id} has not stopped after {args.wait:g} s: it stops as soon as a worker on its task queue "
+                "handles the request. Check it with `agent-runner status`.",
+                flush=True,
+            )
+            return EXIT_OK
+        except RunCancelled:
+            print(f"Run {run.id} is cancelled: in-flight model calls and tools were stopped.", flush=True)
+            return EXIT_OK
+        print(f"Run {run.id} ended before the cancellation took effect: {result.status}.", flush=True)
+        return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# The demo
+# --------------------------------------------------------------------------------------------
+
+
+class DemoClaude:
+    """The scripted Claude of ``demo`` when no API key is set: a ``FakeMessagesAPI`` responder.
+
+    It answers by what the conversation already holds, whatever the request shape (full history or a thread's new
+    messages): first it calls ``get_weather`` for Paris and Tokyo in parallel, then ``get_time`` for both, then it
+    answers with a summary that quotes the tool results it received.
+    """
+
+    WEATHER = {"toolu_demo_weather_paris": "Paris", "toolu_demo_weather_tokyo": "Tokyo"}
+    TIME = {"toolu_demo_time_paris": "Paris", "toolu_demo_time_tokyo": "Tokyo"}
+
+    def __init__(self) -> None:
+        self.results: dict[str, tuple[str, bool]] = {}
+
+    def __call__(self, body: dict[str, Any]) -> ScriptItem:
+        """The reply to one request body."""
+        for block in tool_results_by_id(body.get("messages") or []).values():
+            self.results[str(block.get("tool_use_id"))] = (
+                _result_text(block.get("content")),
+                bool(block.get("is_error")),
+            )
+        usage = {"input_tokens": 380 + 60 * len(self.results), "output_tokens": 70}
+        if not set(self.WEATHER) <= set(self.results):
+            return Reply(
+                content=[
+                    text("I'll check the weather in both cities first."),
+                    *(tool_use(i, "get_weather", {"city": city}) for i, city in self.WEATHER.items()),
+                ],
+                stop_reason="tool_use",
+                usage=usage,
+            )
+        if not set(self.TIME) <= set(self.results):
+            return Reply(
+                content=[
+                    text("Now the local time in each city."),
+                    *(tool_use(i, "get_time", {"city": city}) for i, city in self.TIME.items()),
+                ],
+                stop_reason="tool_use",
+                usage=usage,
+            )
+        lines = ["Here's the picture right now:"]
+        for (weather_id, city), time_id in zip(self.WEATHER.items(), self.TIME, strict=True):
+            weather = self._quote(weather_id, city, "weather")
+            local_time = self._quote(time_id, city, "local time")
+            lines.append(f"- {city}: {weather}, local time {local_time}.")
+        return Reply(content=[text("\n".join(lines))], stop_reason="end_turn", usage={**usage, "output_tokens": 90})
+
+    def _quote(self, tool_use_id: str, city: str, what: str) -> str:
+        result, is_error = self.results[tool_use_id]
+        if is_error:
+            return f"{what} unavailable ({result})"
+        return result.removesuffix(f" in {city}")
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    """``demo``: the example agent end to end, on an in-process worker and Claude or the scripted fake."""
+    import anthropic
+
+    from activities.claude import ClaudeActivities
+    from worker import build_registry, build_worker
+
+    fake: FakeMessagesAPI | None = None
+    previous_base_url = os.environ.get("ANTHROPIC_BASE_URL")
+    claude_factory: Callable[[], anthropic.AsyncAnthropic] | None = None  # None: the key from the environment
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        _out([NO_KEY_NOTICE])
+        fake = FakeMessagesAPI().start()
+        fake.responder = DemoClaude()
+        os.environ["ANTHROPIC_BASE_URL"] = fake.url
+
+        def fake_claude() -> anthropic.AsyncAnthropic:
+            # The fake accepts any key. It lives only in this worker's client, never in a run's input.
+            return anthropic.AsyncAnthropic(api_key="demo-key-for-the-fake-api", max_retries=0)
+
+        claude_factory = fake_claude
+
+    model = args.model or default_model()
+    code = EXIT_ERROR
+    task_queue = f"demo-{uuid.uuid4()}"  # a stale worker of an earlier demo cannot steal this run's tasks
+    try:
+        async with connected() as client:
+            worker = build_worker(
+                client,
+                registry=build_registry(["agent_runner.example_tools"]),
+                task_queue=task_queue,
+                claude=ClaudeActivities(claude_factory),
+                graceful_shutdown_timeout=timedelta(seconds=5),
+            )
+            async with worker:
+                runner = AgentRunner(client, task_queue=task_queue)
+                run = await runner.start(
+                    model=model,
+                    max_tokens=DEFAULT_MAX_TOKENS,
+                    messages=[{"role": "user", "content": DEMO_PROMPT}],
+                    tools=list(DEMO_TOOLS),
+                    max_iterations=10,
+                )
+                color = _use_color(sys.stdout)
+                _out(
+                    [
+                        f"Run {run.id} · model {model} · Temporal {client.service_client.config.target_host}",
+                        _paint("── user ──", _BOLD, color),
+                        DEMO_PROMPT,
+                    ]
+                )
+                code = await follow_until_interrupted(run, color=color)
+                if code == EXIT_INTERRUPTED:
+                    _err(f"interrupted: cancelling demo run {run.id}")
+                    with contextlib.suppress(AgentRunnerError, TimeoutError):
+                        await run.cancel()
+                        await asyncio.wait_for(run.result(), timeout=5)
+    finally:
+        if fake is not None:
+            fake.stop()
+            if previous_base_url is None:
+                os.environ.pop("ANTHROPIC_BASE_URL", None)
+            else:
+                os.environ["ANTHROPIC_BASE_URL"] = previous_base_url
+    return code
+
+
+# --------------------------------------------------------------------------------------------
+# Argument parsing and entry points
+# --------------------------------------------------------------------------------------------
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``agent-runner`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="agent-runner",
+        description="Durable Claude agent runs on Temporal: start, follow, inspect and cancel them.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own word
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument(
+            "--task-queue",
+            default=TASK_QUEUE,
+            help=f"the task queue runs start on and workers poll (default {TASK_QUEUE})",
+        )
+        return sub
+
+    run = command("run", "Start a run, print its id, and follow it.")
+    run.add_argument("prompt", nargs="?", metavar="PROMPT", help="the user's message")
+    run.add_argument(
+        "--file",
+        metavar="RUN.json",
+        help="the run's JSON input, as `temporal workflow start --input` takes it ('-' reads stdin); "
+        "the other flags override its fields",
+    )
+    run.add_argument("--model", help=f"the model (default ${MODEL_ENV}, else {DEFAULT_MODEL})")
+    run.add_argument(
+        "--max-tokens", type=_positive_int, help=f"the most tokens per reply (default {DEFAULT_MAX_TOKENS})"
+    )
+    run.add_argument("--system", help="the system prompt")
+    run.add_argument(
+        "--tools",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="registered tools Claude may call (replaces the file's tools)",
+    )
+    run.add_argument("--max-iterations", type=_positive_int, help="the most replies to ask for (default: no limit)")
+    run.add_argument(
+        "--no-thread", action="store_true", help="resend the full history every turn instead of using a thread"
+    )
+    run.add_argument("--id", help="the run's id (default agent-<uuid>)")
+    run.add_argument("--follow", dest="follow", action="store_true", default=True, help="follow the run (default)")
+    run.add_argument("--detach", dest="follow", action="store_false", help="print the run's id and exit")
+    run.set_defaults(handler=cmd_run)
+
+    follow = command("follow", "Print a run's replies and tool results as they come.")
+    follow.add_argument("run_id", metavar="RUN_ID")
+    follow.add_argument(
+        "--from-iteration", type=_positive_int, default=1, metavar="N", help="the first reply to print (default 1)"
+    )
+    follow.set_defaults(handler=cmd_follow)
+
+    transcript = command("transcript", "Print a run's whole conversation.")
+    transcript.add_argument("run_id", metavar="RUN_ID")
+    transcript.add_argument("--json", action="store_true", help="the raw transcript, in the Messages API's shape")
+    transcript.set_defaults(handler=cmd_transcript)
+
+    listing = commands.add_parser("list", help="List runs, newest first.", description="List runs, newest first.")
+    listing.add_argument(
+        "--task-queue", default=None, help="only runs on this task queue (default: runs on every task queue)"
+    )
+    listing.add_argument("--status", choices=sorted(LIST_STATUSES), help="only runs in this state")
+    listing.add_argument("--query", help="a further Temporal visibility query, e.g. \"StartTime > '2026-01-01'\"")
+    listing.add_argument("--limit", type=_positive_int, default=50, help="the most runs to list (default 50)")
+    listing.set_defaults(handler=cmd_list)
+
+    status = command("status", "Print a run's status, turns, stop reason and token usage.")
+    status.add_argument("run_id", metavar="RUN_ID")
+    status.add_argument("--json", action="store_true", help="as JSON")
+    status.set_defaults(handler=cmd_status)
+
+    cancel = command("cancel", "Cancel a run: its in-flight model call and tools are stopped.")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument(
+        "--wait", type=float, default=10.0, metavar="SECONDS", help="how long to wait for the run to stop (default 10)"
+    )
+    cancel.set_defaults(handler=cmd_cancel)
+
+    demo = command("demo", "Run the example weather-and-time agent end to end (no API key needed).")
+    demo.add_argument(
+        "--model", help=f"the model when ANTHROPIC_API_KEY is set (default ${MODEL_ENV}, else {DEFAULT_MODEL})"
+    )
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+async def amain(argv: Sequence[str] | None = None) -> int:
+    """Run one ``agent-runner`` command and return its exit code (what ``main`` exits with).
+
+    Args:
+        argv: The arguments after the program name; ``sys.argv[1:]`` by default.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "run" and (args.prompt is None) == (args.file is None):
+            parser.error("run: give either a PROMPT or --file RUN.json")
+    except SystemExit as e:  # argparse has printed the usage or the help
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    handler: Callable[[argparse.Namespace], Any] = args.handler
+    try:
+        code: int = await handler(args)
+    except AgentRunnerError as e:
+        _err(f"error: {e}")
+        return EXIT_ERROR
+    return code
+
+
+def _exit(code: int) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    # temporalio's native threads can crash a finalizing interpreter (sdk-python#300): leave without finalizing.
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``agent-runner`` console script: ``amain`` in a fresh event loop, then exit without finalizing."""
+    try:
+        code = asyncio.run(amain(argv))
+    except KeyboardInterrupt:
+        _err("interrupted")
+        code = EXIT_INTERRUPTED
+    except Exception:  # not one of the runner's errors: a bug, whose traceback helps
+        traceback.print_exc()
+        code = EXIT_ERROR
+    _exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""How the worker, the CLI and the client reach Temporal: the configured server, or the embedded one.
+
+Every client this project builds uses the pydantic data converter, since activity inputs and outputs are pydantic
+models. The stock ``temporal`` CLI needs nothing special: a run's input and result are plain JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from agent_runner.temporal_server import EmbeddedTemporal, connect_client
+
+
+async def connect(**kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:
+    """Connect as Temporal's environment configuration says, or to the embedded dev server.
+
+    Returns:
+        The client, and the embedded server if this call started one (the caller stops it when done).
+    """
+    return await connect_client(data_converter=pydantic_data_converter, **kwargs)

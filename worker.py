@@ -1,0 +1,134 @@
+"""The worker: runs ``AgentRun`` workflows, Claude calls and the tools it registers.
+
+Usage::
+
+    python worker.py --tools my_pkg.my_tools [--tools other.tools] [--task-queue agent-runner]
+
+``AGENT_RUNNER_TOOLS`` (comma-separated module names) registers tools too. The worker connects to the Temporal
+server named by Temporal's standard environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, TLS,
+API key or a profile of its config file); with none configured it starts the embedded dev server. Claude's
+credentials come from ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` in this process's environment only.
+
+This is the only module that builds a ``Worker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.claude import ClaudeActivities
+from activities.tools import Tool, ToolActivities, ToolRegistry
+from workflows.agent_run import AgentRun
+from workflows.types import TASK_QUEUE
+
+TOOLS_ENV = "AGENT_RUNNER_TOOLS"
+"""Comma-separated tool modules to register, in addition to ``--tools``."""
+
+logger = logging.getLogger("agent_runner.worker")
+
+
+def tool_modules(cli_modules: Iterable[str], environ: dict[str, str] | None = None) -> list[str]:
+    """The tool modules to register: ``--tools`` values, then those in ``AGENT_RUNNER_TOOLS``, each once."""
+    environ = dict(os.environ) if environ is None else environ
+    from_env = [m.strip() for m in environ.get(TOOLS_ENV, "").split(",") if m.strip()]
+    return list(dict.fromkeys([*cli_modules, *from_env]))
+
+
+def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
+    """A registry of the tools the modules define, plus ``tools``."""
+    registry = ToolRegistry(tools)
+    for module in modules:
+        registry.add_module(module)
+    return registry
+
+
+def build_worker(
+    client: Client,
+    *,
+    registry: ToolRegistry | None = None,
+    task_queue: str = TASK_QUEUE,
+    claude: ClaudeActivities | None = None,
+    graceful_shutdown_timeout: timedelta = timedelta(seconds=30),
+) -> Worker:
+    """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
+
+    Args:
+        client: A client made with ``agent_runner.connect`` (its data converter must be the pydantic one).
+        registry: The tools to run; none by default.
+        task_queue: The task queue to poll.
+        claude: The model-call activities; by default one Anthropic client from this process's environment.
+        graceful_shutdown_timeout: How long in-flight activities may finish after a shutdown starts.
+    """
+    registry = registry or ToolRegistry()
+    claude = claude or ClaudeActivities()
+    tools = ToolActivities(registry)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentRun],
+        activities=[claude.create_message, tools.run_tool, tools.describe_tools],
+        graceful_shutdown_timeout=graceful_shutdown_timeout,
+    )
+
+
+async def run_worker(modules: Sequence[str], task_queue: str) -> None:
+    """Connect (or start the embedded server), then run a worker until SIGINT or SIGTERM."""
+    from agent_runner.connection import connect
+
+    registry = build_registry(modules)
+    client, server = await connect()
+    worker = build_worker(client, registry=registry, task_queue=task_queue)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    logger.info(
+        "Worker ready: task_queue=%s tools=%s temporal=%s",
+        task_queue,
+        ",".join(registry.names) or "-",
+        client.service_client.config.target_host,
+    )
+    try:
+        async with worker:
+            await stop.wait()
+            # Leaving the block drains: in-flight activities get `graceful_shutdown_timeout` to finish.
+            logger.info("Shutting down: finishing in-flight work")
+    finally:
+        if server is not None:
+            await server.astop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The worker's command line."""
+    parser = argparse.ArgumentParser(description="Run an agent-runner worker.")
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"a module whose @beta_tool functions to register (repeatable; also ${TOOLS_ENV})",
+    )
+    parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"task queue to poll (default {TASK_QUEUE})")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.path.insert(0, os.getcwd())
+    asyncio.run(run_worker(tool_modules(args.tools), args.task_queue))
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # temporalio's native threads can crash a finalizing interpreter (sdk-python#300): leave without finalizing.
+    os._exit(code)

@@ -1,0 +1,76 @@
+"""The runner's one error tree.
+
+Every failure a user can see is one of these, whether it is raised in their own process (the client, the worker's
+start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` is the class name::
+
+    AgentRunnerError
+    ├── ConfigurationError        the developer's mistake, found before anything runs
+    │   └── ToolRegistrationError a tool module or option that cannot be registered
+    └── AgentRunError             a run that failed or cannot go on
+        ├── InvalidRunInput       the run's input was rejected at start; nothing was sent to Claude
+        ├── ToolNotRegistered     the run names a tool no worker registered
+        ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
+        ├── RunCancelled          somebody cancelled the run
+        └── RunNotFound           no run has that id
+
+The workflow fails with ``ApplicationError(type=<class name>, non_retryable=True)`` rather than raising these
+classes, because any other exception would fail only the workflow *task*, which Temporal retries forever. The
+client turns such a failure back into the class of the same name (``error_from_failure``).
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+
+class AgentRunnerError(Exception):
+    """The root of every error this project raises."""
+
+
+class ConfigurationError(AgentRunnerError):
+    """A setup mistake found before any run starts: fix the configuration and start again."""
+
+
+class ToolRegistrationError(ConfigurationError):
+    """A tool module or tool option that a worker cannot register."""
+
+
+class AgentRunError(AgentRunnerError):
+    """A run that failed, or an operation on a run that cannot be done."""
+
+
+class InvalidRunInput(AgentRunError):
+    """The run's input was rejected when the run started. Nothing was sent to Claude."""
+
+
+class ToolNotRegistered(AgentRunError):
+    """The run names a tool that no worker on its task queue registered."""
+
+
+class ModelRequestRejected(AgentRunError):
+    """Claude's API rejected a request with a status that retrying cannot fix."""
+
+
+class RunCancelled(AgentRunError):
+    """The run was cancelled before it finished."""
+
+
+class RunNotFound(AgentRunError):
+    """No run has the given id."""
+
+
+ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
+    cls.__name__: cls
+    for cls in (
+        AgentRunnerError,
+        ConfigurationError,
+        ToolRegistrationError,
+        AgentRunError,
+        InvalidRunInput,
+        ToolNotRegistered,
+        ModelRequestRejected,
+        RunCancelled,
+        RunNotFound,
+    )
+}
+"""Each error class by the ``ApplicationError.type`` a run fails with."""

@@ -1,0 +1,221 @@
+"""The run's input: plain JSON, checked once when the run starts.
+
+A run is started with the Messages API's own create parameters plus a few runner options, so that the stock
+``temporal workflow start --type AgentRun --input '{...}'`` can start one as well as our client. The workflow takes
+that JSON as a dict and checks it here instead of letting the data converter decode a typed class: a decoding error
+would fail the workflow *task*, which Temporal retries forever, while a failed check fails the run at once with
+``InvalidRunInput`` naming every problem.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from workflows.errors import InvalidRunInput
+from workflows.types import ActivityOptions
+
+API_PARAMS: frozenset[str] = frozenset(
+    {
+        # `client.beta.messages.create`'s parameters in anthropic 2.14.0, less `messages`, `tools`, `thread` and
+        # `stream`, which the runner owns, and `compaction`, which is a per-turn request (tests/test_run_input.py
+        # compares this list with the installed SDK, so a new parameter is noticed).
+        "max_tokens",
+        "model",
+        "betas",
+        "billing_policy",
+        "cache_control",
+        "container",
+        "context_management",
+        "diagnostics",
+        "fallback_credit_token",
+        "fallbacks",
+        "inference_geo",
+        "mcp_servers",
+        "metadata",
+        "output_config",
+        "service_tier",
+        "speed",
+        "stop_sequences",
+        "system",
+        "thinking",
+        "tool_choice",
+        "user_profile_id",
+        "workspace_id",
+    }
+)
+"""Messages API parameters a run passes through to every request unchanged."""
+
+EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
+"""Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
+
+RUNNER_OPTIONS: frozenset[str] = frozenset({"tools", "messages", "max_iterations", "thread", "model_activity"})
+
+ROLES = ("user", "assistant", "system")
+
+
+class RunSpec(BaseModel):
+    """A run's input after its check: what the workflow runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    params: dict[str, Any]
+    """Messages API parameters sent with every request (``model``, ``max_tokens``, ``system``, ...)."""
+
+    messages: list[dict[str, Any]]
+    """The conversation so far, in the Messages API's wire shape."""
+
+    tools: list[str | dict[str, Any]] = []
+    """Registered tool names and raw tool definitions, in the order Claude sees them."""
+
+    max_iterations: int | None = None
+    """The most replies the run asks for; ``None`` for no limit."""
+
+    thread: bool = True
+    """Whether turns go on a server-side message thread (the SDK's default) or resend the full history."""
+
+    model_activity: ActivityOptions = ActivityOptions()
+    """How the model call's activity is scheduled and retried."""
+
+
+def parse_run_input(raw: object) -> RunSpec:
+    """Check a run's JSON input and split it into API parameters and runner options.
+
+    Args:
+        raw: The workflow's input as decoded JSON.
+
+    Returns:
+        The checked run.
+
+    Raises:
+        InvalidRunInput: naming every problem found, and what to do about each.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidRunInput(
+            f"A run's input must be a JSON object with at least `model`, `max_tokens` and `messages`; "
+            f"got {type(raw).__name__}."
+        )
+    problems: list[str] = []
+    unknown = sorted(k for k in raw if k not in API_PARAMS | EXTRA_BODY_PARAMS | RUNNER_OPTIONS)
+    for key in unknown:
+        hint = (
+            " Ask for compaction between turns instead of in the run's input."
+            if key == "compaction"
+            else " `stream` is not a run option: follow a run with the client or `agent-runner follow`."
+            if key == "stream"
+            else ""
+        )
+        problems.append(
+            f"Unknown field `{key}`.{hint} Allowed: the Messages API parameters "
+            f"({', '.join(sorted(API_PARAMS | EXTRA_BODY_PARAMS))}) and the runner options "
+            f"({', '.join(sorted(RUNNER_OPTIONS))})."
+        )
+    for key in ("model", "max_tokens", "messages"):
+        if key not in raw:
+            problems.append(f"Missing required field `{key}`.")
+    if "model" in raw and (not isinstance(raw["model"], str) or not raw["model"]):
+        problems.append('`model` must be a non-empty string such as "claude-sonnet-4-5".')
+    max_tokens = raw.get("max_tokens")
+    if "max_tokens" in raw and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        problems.append("`max_tokens` must be a positive integer.")
+    messages = raw.get("messages")
+    if "messages" in raw:
+        problems.extend(_message_problems(messages))
+    tools = raw.get("tools", [])
+    problems.extend(_tool_problems(tools))
+    max_iterations = raw.get("max_iterations")
+    if max_iterations is not None and (
+        not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1
+    ):
+        problems.append("`max_iterations` must be a positive integer, or null for no limit.")
+    thread = raw.get("thread", True)
+    if not isinstance(thread, bool):
+        problems.append("`thread` must be true (server-side message threads) or false (full history every turn).")
+    model_activity = ActivityOptions()
+    if "model_activity" in raw:
+        try:
+            model_activity = ActivityOptions.model_validate(raw["model_activity"])
+        except ValidationError as e:
+            problems.append(f"`model_activity` is invalid: {_pydantic_summary(e)}")
+    if problems:
+        raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
+    return RunSpec(
+        params={k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS},
+        messages=list(messages),  # type: ignore[arg-type]  # checked by _message_problems
+        tools=list(tools),
+        max_iterations=max_iterations,
+        thread=thread,
+        model_activity=model_activity,
+    )
+
+
+def _message_problems(messages: object) -> list[str]:
+    """What makes ``messages`` a conversation the Messages API would reject, or the runner could not continue."""
+    if not isinstance(messages, list) or not messages:
+        return ['`messages` must be a non-empty list of messages such as {"role": "user", "content": "Hi"}.']
+    problems: list[str] = []
+    previous_tool_use_ids: set[str] = set()
+    for i, message in enumerate(messages):
+        where = f"`messages[{i}]`"
+        if not isinstance(message, dict):
+            problems.append(f"{where} must be an object with `role` and `content`.")
+            previous_tool_use_ids = set()
+            continue
+        extra = sorted(set(message) - {"role", "content"})
+        if extra:
+            problems.append(f"{where} has unknown keys {extra}; a message has only `role` and `content`.")
+        role = message.get("role")
+        if role not in ROLES:
+            problems.append(f"{where}.role must be one of {list(ROLES)}, got {role!r}.")
+        content = message.get("content")
+        if isinstance(content, str):
+            blocks: list[Any] = []
+        elif isinstance(content, list):
+            blocks = content
+        else:
+            problems.append(f"{where}.content must be a string or a list of content blocks.")
+            blocks = []
+        tool_use_ids: set[str] = set()
+        for j, block in enumerate(blocks):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                problems.append(f"{where}.content[{j}] must be a content block object with a string `type`.")
+                continue
+            if block["type"] == "tool_use":
+                tool_use_ids.add(str(block.get("id")))
+            if block["type"] == "tool_result":
+                if role != "user":
+                    problems.append(
+                        f"{where}.content[{j}] is a `tool_result` in a {role!r} message; only user "
+                        "messages carry tool results."
+                    )
+                elif block.get("tool_use_id") not in previous_tool_use_ids:
+                    problems.append(
+                        f"{where}.content[{j}] answers `tool_use_id` {block.get('tool_use_id')!r}, which is not a "
+                        "`tool_use` of the assistant message right before it; Claude's API rejects such a history."
+                    )
+        if role != "system":
+            previous_tool_use_ids = tool_use_ids
+    return problems
+
+
+def _tool_problems(tools: object) -> list[str]:
+    if not isinstance(tools, list):
+        return ["`tools` must be a list of registered tool names and/or raw tool definitions."]
+    problems: list[str] = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, str):
+            if not tool:
+                problems.append(f"`tools[{i}]` is an empty name.")
+        elif isinstance(tool, dict):
+            if not isinstance(tool.get("name"), str) and not isinstance(tool.get("type"), str):
+                problems.append(f"`tools[{i}]` is a tool definition without a `name` or `type`.")
+        else:
+            problems.append(f"`tools[{i}]` must be a registered tool's name or a tool definition object.")
+    return problems
+
+
+def _pydantic_summary(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())

@@ -1,0 +1,173 @@
+"""What travels between the client, the workflow and the activities: names, inputs, outputs.
+
+Every model here is part of a durable contract: a running workflow's history holds them serialized, so a field may
+only ever be added, with a default. Messages and content blocks stay plain JSON dicts in the Messages API's own wire
+shape, so that nothing is lost or reshaped between Claude and the transcript.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TASK_QUEUE = "agent-runner"
+"""The default task queue of runs, model calls and tools."""
+
+WORKFLOW_TYPE = "AgentRun"
+"""The workflow type of a run, as the stock ``temporal`` CLI names it."""
+
+CREATE_MESSAGE_ACTIVITY = "agent_runner.create_message"
+RUN_TOOL_ACTIVITY = "agent_runner.run_tool"
+DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
+
+STATUS_QUERY = "status"
+REPLIES_QUERY = "replies"
+TRANSCRIPT_QUERY = "transcript"
+
+MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
+"""The beta a request on a server-side message thread needs, added as the SDK's tool runner adds it."""
+
+THREAD_REPLAY_CODES = ("thread_not_found", "thread_already_continued", "thread_continue_in_flight")
+"""``error.details.error_code`` values after which the turn is replayed with the full history on a new thread."""
+
+THREAD_LOST_ERROR = "ThreadLost"
+"""The ``ApplicationError.type`` of a model call whose thread the server no longer holds: the workflow replays the
+full history on a new thread instead of failing."""
+
+RunStatusName = Literal["running", "completed", "max_iterations", "cancelled", "failed"]
+
+
+class ActivityOptions(BaseModel):
+    """How one kind of activity (the model call, or one tool) is scheduled and retried.
+
+    The defaults suit a production run; tests shorten the heartbeat timeout so that a killed worker's attempt is
+    retried within seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start_to_close_timeout: timedelta = timedelta(minutes=10)
+    """How long one attempt may take."""
+
+    heartbeat_timeout: timedelta | None = timedelta(seconds=30)
+    """How long an attempt may go without a heartbeat before Temporal retries it elsewhere (a crashed worker)."""
+
+    maximum_attempts: int = Field(default=0, ge=0)
+    """Attempts before the call fails for good; 0 means no limit."""
+
+    initial_interval: timedelta = timedelta(seconds=1)
+    """The first retry's delay, doubled on each later retry up to ``maximum_interval``."""
+
+    maximum_interval: timedelta = timedelta(seconds=60)
+    """The longest delay between two retries."""
+
+    task_queue: str | None = None
+    """The task queue the activity runs on; ``None`` is the run's own task queue."""
+
+
+class ToolSpec(BaseModel):
+    """A tool as a worker registered it: the definition sent to Claude and how its activity is scheduled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    definition: dict[str, Any]
+    options: ActivityOptions = ActivityOptions()
+
+
+class DescribeToolsInput(BaseModel):
+    """Input of ``agent_runner.describe_tools``: the registered tools a run names."""
+
+    names: list[str]
+
+
+class DescribeToolsOutput(BaseModel):
+    """The registered tools, in the order asked, and the names no worker registered."""
+
+    tools: list[ToolSpec]
+    missing: list[str] = []
+
+
+class CreateMessageInput(BaseModel):
+    """Input of ``agent_runner.create_message``: one Messages API request body, except ``stream``."""
+
+    request: dict[str, Any]
+    """The keyword arguments of ``client.beta.messages.create``: the wire body, with ``betas`` as a list."""
+
+    run_id: str = ""
+    iteration: int = 0
+
+
+class CreateMessageOutput(BaseModel):
+    """Claude's reply, as the response body carried it."""
+
+    message: dict[str, Any]
+
+
+class RunToolInput(BaseModel):
+    """Input of ``agent_runner.run_tool``: one ``tool_use`` block to execute."""
+
+    name: str
+    tool_use_id: str
+    input: Any
+    run_id: str = ""
+    iteration: int = 0
+
+
+class ToolResult(BaseModel):
+    """What a tool produced, as the ``content`` and ``is_error`` of its ``tool_result`` block."""
+
+    content: str | list[dict[str, Any]] | None
+    is_error: bool = False
+
+
+class Usage(BaseModel):
+    """Token totals over every reply of a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def add(self, usage: dict[str, Any] | None) -> Usage:
+        """These totals plus one reply's ``usage``."""
+        usage = usage or {}
+        return Usage(
+            input_tokens=self.input_tokens + int(usage.get("input_tokens") or 0),
+            output_tokens=self.output_tokens + int(usage.get("output_tokens") or 0),
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + int(usage.get("cache_creation_input_tokens") or 0),
+            cache_read_input_tokens=self.cache_read_input_tokens + int(usage.get("cache_read_input_tokens") or 0),
+        )
+
+
+class RunStatus(BaseModel):
+    """A run's state, as the ``status`` query returns it."""
+
+    status: RunStatusName
+    iterations: int
+    """Replies received so far; ``max_iterations`` counts these."""
+
+    stop_reason: str | None = None
+    """The last reply's stop reason."""
+
+    usage: Usage = Usage()
+    transcript_length: int = 0
+    """How many messages the transcript holds."""
+
+
+class RunResult(BaseModel):
+    """What a finished run returns."""
+
+    status: RunStatusName
+    iterations: int
+    stop_reason: str | None
+    final_message: dict[str, Any] | None
+    """The last reply; after a ``max_iterations`` cut-off, the unanswered ``tool_use`` reply (as the SDK's
+    ``until_done()`` returns it)."""
+
+    usage: Usage = Usage()
