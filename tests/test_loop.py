@@ -447,3 +447,29 @@ async def test_replies_stream_to_an_attached_client_from_any_iteration(
         later = [m.id async for m in runner.attach(run.id).messages(from_iteration=2)]
     assert ids == ["msg_fake_001", "msg_fake_002", "msg_fake_003"]
     assert later == ["msg_fake_002", "msg_fake_003"]
+
+
+async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The activity heartbeats while Claude takes 3 s, so a 1 s heartbeat timeout never fires."""
+    fake_api.script(Reply(content=[text("slow")], delay=3.0))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], model_activity={"heartbeat_timeout": "PT1S"})
+        final = await run.until_done()
+    assert final.id == "msg_fake_001"
+    assert len(fake_api.requests) == 1
+
+
+async def test_cancelling_a_run_ends_it_as_cancelled(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    from workflows.errors import RunCancelled
+
+    fake_api.script(Reply(content=[text("never seen")], delay=5.0))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER])
+        await asyncio.to_thread(fake_api.wait_for_requests, 1)
+        await run.cancel()
+        with pytest.raises(RunCancelled, match="was cancelled"):
+            await run.until_done()

@@ -21,7 +21,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.conversation import Conversation
@@ -187,6 +187,8 @@ class AgentRun:
                     )
                     conversation.start_new_thread()
                     continue
+                if isinstance(cause, CancelledError):
+                    raise  # the run was cancelled: let it end as cancelled, not failed
                 raise _activity_failure(e) from None
 
     async def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +198,12 @@ class AgentRun:
         result: ToolResult
         if spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
+            workflow.logger.warning(
+                "Tool %r not found: it is not registered (available: %s). A raw tool definition is sent to Claude "
+                "but never executed.",
+                name,
+                sorted(self._tools),
+            )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
             options = spec.options

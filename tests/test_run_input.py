@@ -1,0 +1,122 @@
+"""The run's JSON input: what is accepted, and the exact message for what is not."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from anthropic.resources.beta.messages.messages import AsyncMessages
+
+from workflows.errors import InvalidRunInput
+from workflows.run_input import API_PARAMS, parse_run_input
+
+MINIMAL = {"model": "claude-fake-1", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_api_params_are_the_installed_sdks_create_parameters() -> None:
+    """A parameter added to the SDK's `create` must be added here (or to the runner's own) on purpose."""
+    sdk = set(inspect.signature(AsyncMessages.create).parameters) - {"self", "extra_headers", "extra_query"}
+    sdk -= {"extra_body", "timeout", "messages", "tools", "thread", "stream", "compaction"}
+    assert API_PARAMS == sdk
+
+
+def test_api_params_pass_through_and_runner_options_split_off() -> None:
+    spec = parse_run_input(
+        {
+            **MINIMAL,
+            "system": "terse",
+            "temperature": 0.2,
+            "metadata": {"user_id": "u1"},
+            "tools": ["get_weather", {"type": "web_search_20250305", "name": "web_search"}],
+            "max_iterations": 3,
+            "thread": False,
+            "model_activity": {"heartbeat_timeout": "PT2S"},
+        }
+    )
+    assert spec.params == {
+        "model": "claude-fake-1",
+        "max_tokens": 10,
+        "system": "terse",
+        "temperature": 0.2,
+        "metadata": {"user_id": "u1"},
+    }
+    assert spec.tools == ["get_weather", {"type": "web_search_20250305", "name": "web_search"}]
+    assert (spec.max_iterations, spec.thread, spec.model_activity.heartbeat_timeout.total_seconds()) == (3, False, 2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param(
+            [1],
+            "A run's input must be a JSON object with at least `model`, `max_tokens` and `messages`; got list.",
+            id="not_an_object",
+        ),
+        pytest.param(
+            {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+            "The run's input was rejected:\n- Missing required field `model`.",
+            id="missing_model",
+        ),
+        pytest.param(
+            {**MINIMAL, "messages": []},
+            "The run's input was rejected:\n- `messages` must be a non-empty list of messages such as "
+            '{"role": "user", "content": "Hi"}.',
+            id="empty_messages",
+        ),
+        pytest.param(
+            {**MINIMAL, "max_iterations": 0},
+            "The run's input was rejected:\n- `max_iterations` must be a positive integer, or null for no limit.",
+            id="zero_iterations",
+        ),
+        pytest.param(
+            {**MINIMAL, "tools": [3]},
+            "The run's input was rejected:\n- `tools[0]` must be a registered tool's name or a tool definition object.",
+            id="bad_tool",
+        ),
+        pytest.param(
+            {
+                **MINIMAL,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_X", "content": "x"}]},
+                ],
+            },
+            "The run's input was rejected:\n- `messages[1]`.content[0] answers `tool_use_id` 'toolu_X', which is not "
+            "a `tool_use` of the assistant message right before it; Claude's API rejects such a history.",
+            id="orphan_tool_result",
+        ),
+        pytest.param(
+            {**MINIMAL, "thread": "yes"},
+            "The run's input was rejected:\n- `thread` must be true (server-side message threads) or false (full "
+            "history every turn).",
+            id="thread_not_bool",
+        ),
+    ],
+)
+def test_invalid_input_is_rejected_with_a_message_that_says_what_to_do(raw: object, message: str) -> None:
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input(raw)
+    assert str(e.value) == message
+
+
+def test_unknown_fields_are_named_with_the_allowed_ones() -> None:
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input({**MINIMAL, "stream": True})
+    assert str(e.value).startswith(
+        "The run's input was rejected:\n- Unknown field `stream`. `stream` is not a run option: follow a run with "
+        "the client or `agent-runner follow`. Allowed: the Messages API parameters (betas, billing_policy,"
+    )
+
+
+def test_a_tool_result_answering_the_previous_assistant_tool_use_is_accepted() -> None:
+    spec = parse_run_input(
+        {
+            **MINIMAL,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+            ],
+        }
+    )
+    assert len(spec.messages) == 3
