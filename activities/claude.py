@@ -74,7 +74,14 @@ class ClaudeActivities:
             info.attempt,
             input.request.get("model"),
         )
-        call = asyncio.ensure_future(self.client.beta.messages.create(**input.request))
+        # An explicit timeout (the attempt's own) also keeps the SDK from refusing a large `max_tokens` without
+        # streaming: its "streaming is required" guard protects calls that would outlive its 10-minute default.
+        timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
+        try:
+            create = self.client.beta.messages.create(**input.request, timeout=timeout)
+        except (TypeError, ValueError) as e:
+            raise _bad_request(e) from e
+        call = asyncio.ensure_future(create)
         try:
             # A long reply must not look like a dead worker: heartbeat until it arrives, which also lets a
             # cancellation of the run reach the call.
@@ -84,6 +91,8 @@ class ClaudeActivities:
             message = call.result()
         except anthropic.APIStatusError as e:
             raise api_status_error(e) from e
+        except (TypeError, ValueError) as e:
+            raise _bad_request(e) from e
         except anthropic.APIConnectionError as e:
             raise ApplicationError(
                 f"Could not reach Claude's API ({type(e).__name__}: {e}); retrying.",
@@ -100,6 +109,15 @@ class ClaudeActivities:
             body.get("stop_reason"),
         )
         return CreateMessageOutput(message=body)
+
+
+def _bad_request(error: Exception) -> ApplicationError:
+    """A request the SDK refused to build: retrying cannot help, so the run fails with the SDK's words."""
+    return ApplicationError(
+        f"The Anthropic SDK refused to send the request: {error}. Fix the run's input and start it again.",
+        type="ModelRequestRejected",
+        non_retryable=True,
+    )
 
 
 def default_client() -> anthropic.AsyncAnthropic:

@@ -66,6 +66,7 @@ ERROR_TEXT_MAX = 4096
 """The most of an exception's text an ``is_error`` result carries (the SDK's ``FIELD_MAX``)."""
 
 _OPTIONS_ATTRIBUTE = "__agent_runner_options__"
+_APPROVAL_ATTRIBUTE = "__agent_runner_requires_approval__"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ToolT = TypeVar("ToolT", bound=Tool)
@@ -79,6 +80,7 @@ def tool_options(
     initial_interval: timedelta | None = None,
     maximum_interval: timedelta | None = None,
     task_queue: str | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[ToolT], ToolT]:
     """Set how a tool's calls are scheduled and retried. Apply it above ``@beta_tool``.
 
@@ -98,6 +100,7 @@ def tool_options(
         initial_interval: The first retry's delay (default 1 s).
         maximum_interval: The longest retry delay (default 60 s).
         task_queue: Run this tool only on workers polling this task queue (default: the run's queue).
+        requires_approval: Each call waits for a person to approve or deny it before it runs.
 
     Returns:
         A decorator that records the options on the tool and returns it unchanged.
@@ -119,6 +122,7 @@ def tool_options(
                 f"{type(tool).__name__}. Put @tool_options(...) above @beta_tool."
             )
         setattr(tool, _OPTIONS_ATTRIBUTE, ActivityOptions.model_validate(options.model_dump()))
+        setattr(tool, _APPROVAL_ATTRIBUTE, requires_approval)
         return tool
 
     return apply
@@ -190,8 +194,12 @@ class ToolRegistry:
         tool = self._tools.get(name)
         if tool is None:
             return None
-        options = getattr(tool, _OPTIONS_ATTRIBUTE, DEFAULT_TOOL_OPTIONS)
-        return ToolSpec(name=name, definition=dict(tool.to_dict()), options=options)
+        return ToolSpec(
+            name=name,
+            definition=dict(tool.to_dict()),
+            options=getattr(tool, _OPTIONS_ATTRIBUTE, DEFAULT_TOOL_OPTIONS),
+            requires_approval=getattr(tool, _APPROVAL_ATTRIBUTE, False),
+        )
 
 
 class ToolActivities:

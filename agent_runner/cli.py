@@ -1,6 +1,6 @@
 """``agent-runner``: start, follow, inspect and cancel agent runs from a terminal, and a self-contained demo.
 
-Commands (each takes ``--task-queue``, default ``agent-runner``)::
+Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filters by it only when given)::
 
     agent-runner run "What's the weather in Paris?" --tools get_weather    # start a run and follow it
     agent-runner run --file run.json --detach                              # start a run, print its id
@@ -16,8 +16,9 @@ Temporal is reached through ``agent_runner.connection.connect()``: Temporal's st
 127.0.0.1:7233, started if need be. A command stops an embedded server it started before it exits, except ``run``,
 whose run needs the server to go on.
 
-Exit codes: 0 success (a run that completed or reached ``max_iterations``), 1 an error or a failed or cancelled
-run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following, not the run).
+Exit codes: 0 success (a followed run that completed, reached ``max_iterations`` or was stopped), 1 an error or a
+failed or cancelled run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following,
+not the run).
 
 The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``) are pure
 functions of the Messages API's wire-format dicts, so they can be tested line by line.
@@ -39,7 +40,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -52,14 +58,17 @@ from workflows.types import TASK_QUEUE, RunResult, RunStatus, Usage
 MODEL_ENV = "AGENT_RUNNER_MODEL"
 """Environment variable naming the default model."""
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_TOKENS = 1024
 
 MAX_TOOL_TEXT = 400
-"""The most characters of a tool's input or result that ``follow`` prints; the transcript has them whole."""
+"""The most characters of a tool's input or result printed for a person; ``transcript --json`` has them whole."""
 
 MAX_TOOL_LINES = 8
-"""The most lines of a tool's result that ``follow`` prints."""
+"""The most lines of a tool's result printed for a person."""
+
+SUCCESSFUL_STATUSES = frozenset({"completed", "max_iterations", "stopped"})
+"""How a run may end for ``follow`` to exit 0: on its own, at its iteration limit, or stopped by a person."""
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -93,7 +102,7 @@ DEMO_TOOLS = ("get_weather", "get_time")
 
 
 def default_model() -> str:
-    """The model a run uses unless told otherwise: ``$AGENT_RUNNER_MODEL``, else ``claude-sonnet-4-5``."""
+    """The model a run uses unless told otherwise: ``$AGENT_RUNNER_MODEL``, else ``claude-sonnet-5-5``."""
     return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
 
 
@@ -395,14 +404,31 @@ async def connected(*, keep_server: bool = False) -> AsyncIterator[Client]:
                 await server.astop()
 
 
+def _rpc_error(run: Run, error: RPCError) -> AgentRunError:
+    if error.status == RPCStatusCode.NOT_FOUND:
+        return RunNotFound(f"No run with id {run.id!r}. List runs with `agent-runner list`.")
+    return AgentRunError(f"Temporal refused the request for run {run.id}: {error.message}")
+
+
 async def _run_is_closed(run: Run) -> bool:
     try:
         description = await run.handle.describe()
     except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"No run with id {run.id!r}. List runs with `agent-runner list`.") from e
-        raise AgentRunError(f"Temporal refused the request for run {run.id}: {e.message}") from e
+        raise _rpc_error(run, e) from e
     return description.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+
+async def request_cancel(run: Run) -> None:
+    """Ask Temporal to cancel the run: its in-flight model call and tools are cancelled, and it ends as cancelled.
+
+    Raises:
+        RunNotFound: No run has this id.
+        AgentRunError: Temporal refused the request.
+    """
+    try:
+        await run.handle.cancel()
+    except RPCError as e:
+        raise _rpc_error(run, e) from e
 
 
 async def _wait_for_tool_results(run: Run, tool_use_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -431,8 +457,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         color: Whether to add ANSI styles.
 
     Returns:
-        The exit code: 0 when the run completed or reached ``max_iterations``, 1 when it failed or was cancelled
-        (the error is printed to stderr as ``error: <message>``).
+        The exit code: 0 when the run completed, reached ``max_iterations`` or was stopped by a person, 1 when it
+        failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
     iteration = from_iteration - 1
     try:
@@ -449,7 +475,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         _err(f"error: {e}")
         return EXIT_ERROR
     _out([render_summary(result, color=color)])
-    return EXIT_OK if result.status in ("completed", "max_iterations") else EXIT_ERROR
+    return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
 
 
 async def follow_until_interrupted(
@@ -518,7 +544,7 @@ def _load_run_file(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigurationError(
             f"The run input {path} must be a JSON object such as "
-            '{"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}.'
+            '{"model": "claude-sonnet-5-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}.'
         )
     return data
 
@@ -662,7 +688,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
             state = description.status.name.lower() if description.status else "closed"
             print(f"Run {run.id} already ended ({state}); there is nothing to cancel.", flush=True)
             return EXIT_OK
-        await run.cancel()
+        await request_cancel(run)
         print(f"Cancellation of run {run.id} requested.", flush=True)
         try:
             result = await asyncio.wait_for(run.result(), timeout=args.wait)
@@ -785,7 +811,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                 color = _use_color(sys.stdout)
                 _out(
                     [
-                        f"Run {run.id} · model {model} · Temporal {client.service_client.config.target_host}",
+                        f"Run {run.id} · model {model}{' (scripted fake)' if fake else ''} · "
+                        f"Temporal {client.service_client.config.target_host}",
                         _paint("── user ──", _BOLD, color),
                         DEMO_PROMPT,
                     ]
@@ -794,7 +821,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                 if code == EXIT_INTERRUPTED:
                     _err(f"interrupted: cancelling demo run {run.id}")
                     with contextlib.suppress(AgentRunnerError, TimeoutError):
-                        await run.cancel()
+                        await request_cancel(run)
                         await asyncio.wait_for(run.result(), timeout=5)
     finally:
         if fake is not None:
@@ -926,6 +953,11 @@ async def amain(argv: Sequence[str] | None = None) -> int:
         code: int = await handler(args)
     except AgentRunnerError as e:
         _err(f"error: {e}")
+        return EXIT_ERROR
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as e:
+        # The client passes these through: the worker could not answer (a broken deployment, or a workflow that
+        # can no longer replay). Still the user's problem to see, not a bug of this command.
+        _err(f"error: the run's worker could not answer a query: {e}")
         return EXIT_ERROR
     return code
 

@@ -4,7 +4,7 @@ Example::
 
     runner = await AgentRunner.connect()
     run = await runner.start(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-5-5",
         max_tokens=1024,
         messages=[{"role": "user", "content": "What's the weather in Paris?"}],
         tools=[get_weather],          # a @beta_tool a worker registered, or its name, or a raw definition
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from anthropic.types.beta import BetaMessage
 from temporalio.client import (
@@ -27,11 +27,29 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.errors import ERRORS_BY_NAME, AgentRunError, AgentRunnerError, RunCancelled, RunNotFound
+from workflows.errors import ERRORS_BY_NAME, AgentRunError, AgentRunnerError, EditRejected, RunCancelled, RunNotFound
+from workflows.steering import (
+    ADD_TOOLS_UPDATE,
+    ADVANCE_UPDATE,
+    APPROVE_TOOL_UPDATE,
+    DENY_TOOL_UPDATE,
+    EDIT_OUTCOME_QUERY,
+    INJECT_MESSAGE_UPDATE,
+    PENDING_APPROVALS_QUERY,
+    REMOVE_TOOLS_UPDATE,
+    REPLACE_HISTORY_UPDATE,
+    RETRY_TURN_UPDATE,
+    STOP_UPDATE,
+    UPDATE_PARAMS_UPDATE,
+    PendingApproval,
+)
 from workflows.types import (
     REPLIES_QUERY,
     STATUS_QUERY,
@@ -118,11 +136,16 @@ class AgentRunner:
             id=id or f"agent-{uuid.uuid4()}",
             task_queue=self.task_queue,
         )
-        return Run(handle)
+        return Run(handle, step=params.get("step") not in (None, False))
 
-    def attach(self, run_id: str) -> Run:
-        """A handle on an existing run, started here or anywhere else."""
-        return Run(self.client.get_workflow_handle(run_id))
+    def attach(self, run_id: str, *, step: bool = False) -> Run:
+        """A handle on an existing run, started here or anywhere else.
+
+        Args:
+            run_id: The run's workflow id.
+            step: Drive a step-mode run: ``async for`` advances it after each reply. A plain watcher leaves this off.
+        """
+        return Run(self.client.get_workflow_handle(run_id), step=step)
 
     async def list(self, query: str | None = None, *, limit: int = 50) -> list[RunSummary]:
         """Runs, newest first, optionally filtered by a Temporal visibility query."""
@@ -140,6 +163,13 @@ class AgentRunner:
         return summaries
 
 
+class Transcript(NamedTuple):
+    """A run's conversation at one version."""
+
+    version: int
+    messages: list[dict[str, Any]]
+
+
 class RunSummary:
     """One line of ``AgentRunner.list``."""
 
@@ -154,10 +184,15 @@ class RunSummary:
 
 
 class Run:
-    """A handle on one run. ``async for message in run`` yields each of Claude's replies as it arrives."""
+    """A handle on one run. ``async for message in run`` yields each of Claude's replies as it arrives.
 
-    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+    For a step-mode run that this handle drives (started here, or attached with ``step=True``), the same loop is
+    the SDK's loop body: the run waits while the body runs, and the next iteration advances it.
+    """
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], *, step: bool = False) -> None:
         self.handle = handle
+        self.step = step
 
     @property
     def id(self) -> str:
@@ -165,7 +200,7 @@ class Run:
         return self.handle.id
 
     def __aiter__(self) -> AsyncIterator[BetaMessage]:
-        return self.messages()
+        return self.steps() if self.step else self.messages()
 
     async def messages(self, *, from_iteration: int = 1) -> AsyncIterator[BetaMessage]:
         """Claude's replies from iteration ``from_iteration`` (1 is the first) until the run ends.
@@ -215,10 +250,150 @@ class Run:
 
     async def transcript(self) -> list[dict[str, Any]]:
         """The whole conversation so far, in the Messages API's wire shape."""
-        return list(await self._query(TRANSCRIPT_QUERY))
+        return (await self.versioned_transcript()).messages
+
+    async def versioned_transcript(self) -> Transcript:
+        """The conversation and its version, which an edit can name to be refused if the run moved on."""
+        raw = await self._query(TRANSCRIPT_QUERY)
+        return Transcript(version=int(raw["version"]), messages=list(raw["messages"]))
+
+    # --- Steering ----------------------------------------------------------------------------------------------
+    #
+    # An edit is accepted (checked and queued in the run's state, so it can no longer be lost) at once, and applies
+    # at the run's next iteration boundary. With ``wait`` the call returns the transcript version the edit produced
+    # (or raises ``EditRejected`` if it could not apply); without, it returns ``None`` once the run accepted it.
+    # ``wait`` defaults to off for a step-mode run this handle drives, whose boundary only comes after the loop body
+    # advances it.
+
+    async def inject(
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        expected_version: int | None = None,
+        wait: bool | None = None,
+    ) -> int | None:
+        """Add user content before the next turn; it joins the tool results' message when there are any."""
+        payload = {"content": content, "expected_version": expected_version}
+        return await self._edit(INJECT_MESSAGE_UPDATE, payload, wait)
+
+    async def retry(self, *, expected_version: int | None = None, wait: bool | None = None) -> int | None:
+        """Discard Claude's last reply (its tools do not run if they have not yet) and send the turn again."""
+        return await self._edit(RETRY_TURN_UPDATE, {"expected_version": expected_version}, wait)
+
+    async def replace_history(
+        self, messages: list[dict[str, Any]], *, expected_version: int, wait: bool | None = None
+    ) -> int | None:
+        """Replace the whole conversation, if it is still at ``expected_version``."""
+        payload = {"messages": messages, "expected_version": expected_version}
+        return await self._edit(REPLACE_HISTORY_UPDATE, payload, wait)
+
+    async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:
+        """Change request parameters (``max_tokens``, ``tool_choice``, ...) for later turns; ``None`` removes one."""
+        return await self._edit(UPDATE_PARAMS_UPDATE, {"params": params}, wait)
+
+    async def add_tools(self, *tools: Any, wait: bool | None = None) -> int | None:
+        """Make registered tools (or raw definitions) available from the next turn on."""
+        return await self._edit(ADD_TOOLS_UPDATE, {"tools": [_tool_param(t) for t in tools]}, wait)
+
+    async def remove_tools(self, *names: str, wait: bool | None = None) -> int | None:
+        """Take tools away from the next turn on."""
+        return await self._edit(REMOVE_TOOLS_UPDATE, {"names": list(names)}, wait)
+
+    async def stop(self, reason: str = "stopped by a client") -> None:
+        """End the run at its next step (the SDK's ``close``): a reply whose tools have not run yet never runs them."""
+        await self._edit(STOP_UPDATE, {"reason": reason}, True)
+
+    async def approve(self, tool_use_id: str, *, input: dict[str, Any] | None = None) -> None:
+        """Let a tool call that waits for approval run, optionally with edited input."""
+        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": input}, True)
+
+    async def deny(self, tool_use_id: str, reason: str = "The user denied this tool call.") -> None:
+        """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result."""
+        await self._edit(DENY_TOOL_UPDATE, {"tool_use_id": tool_use_id, "reason": reason}, True)
+
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """Tool calls waiting for a person."""
+        return [PendingApproval.model_validate(p) for p in await self._query(PENDING_APPROVALS_QUERY)]
+
+    async def advance(self, *, tool_results: list[dict[str, Any]] | None = None) -> None:
+        """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself."""
+        await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results}, True)
+
+    async def steps(self) -> AsyncIterator[BetaMessage]:
+        """Drive a step-mode run as the SDK's loop: each reply is yielded while the run waits.
+
+        Asking for the next reply advances the run, unless the loop body already did (with
+        ``advance(tool_results=...)``) or stopped it.
+        """
+        seen = 0
+        delay = _POLL_MIN
+        while True:
+            status = await self.status()
+            if status.iterations > seen and status.status == "waiting_for_step":
+                for reply in await self._query(REPLIES_QUERY, seen):
+                    seen += 1
+                    yield BetaMessage.model_validate(reply)
+                after = await self.status()
+                if after.status == "waiting_for_step" and after.iterations == seen:
+                    await self.advance()
+                delay = _POLL_MIN
+                continue
+            if await self._is_closed():
+                for reply in await self._query(REPLIES_QUERY, seen):
+                    seen += 1
+                    yield BetaMessage.model_validate(reply)
+                await self.until_done()
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+
+    async def _edit(self, update: str, payload: dict[str, Any], wait: bool | None) -> int | None:
+        arg = {k: v for k, v in payload.items() if v is not None}
+        try:
+            accepted = await self._execute_update(update, arg)
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
+            raise EditRejected(f"{update} was refused: {message}") from e
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND and "already completed" in e.message:
+                raise EditRejected(
+                    f"{update} was refused: run {self.id} has already ended. Start a new run from its transcript "
+                    "to go on."
+                ) from e
+            raise _rpc_error(self.id, e) from e
+        seq = accepted.get("seq") if isinstance(accepted, dict) else None
+        if seq is None or not (wait if wait is not None else not self.step):
+            return None
+        return await self._edit_applied(update, int(seq))
+
+    async def _execute_update(self, update: str, arg: dict[str, Any]) -> Any:
+        """Send an update, waiting out Temporal's limit of 10 updates in flight per run instead of failing."""
+        delay = _POLL_MIN
+        for _ in range(60):
+            try:
+                return await self.handle.execute_update(update, arg)
+            except RPCError as e:
+                if e.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX)
+        return await self.handle.execute_update(update, arg)
+
+    async def _edit_applied(self, update: str, seq: int) -> int:
+        """Wait for a queued edit to apply at the run's boundary; its version, or ``EditRejected`` with the reason."""
+        delay = _POLL_MIN
+        while True:
+            outcome = await self._query(EDIT_OUTCOME_QUERY, seq)
+            if outcome is not None:
+                if outcome.get("error"):
+                    raise EditRejected(f"{update} could not apply: {outcome['error']}")
+                return int(outcome["version"])
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
 
     async def cancel(self) -> None:
-        """Ask the run to stop. Tools already running are cancelled; the run ends as cancelled."""
+        """Cancel the run: running activities are cancelled and the run ends as cancelled (``RunCancelled``)."""
         try:
             await self.handle.cancel()
         except RPCError as e:
@@ -229,6 +404,8 @@ class Run:
             return await self.handle.query(name, *args)
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as e:
+            raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
 
     async def _is_closed(self) -> bool:
         try:

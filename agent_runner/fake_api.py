@@ -597,6 +597,7 @@ class _Claim:
 
     previous_message_id: str
     base: _Thread
+    generation: int
 
 
 class FakeMessagesAPI:
@@ -630,6 +631,8 @@ class FakeMessagesAPI:
         self._requests: list[RecordedRequest] = []
         self._threads: dict[str, _Thread] = {}
         self._in_flight: set[str] = set()
+        self._generation = 0
+        """Bumped by reset(): a handler still sleeping from before a reset must not touch the new state."""
         self._reply_count = 0
         self._served_count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -778,6 +781,8 @@ class FakeMessagesAPI:
             self._threads.clear()
             self._reply_count = 0
             self._served_count = 0
+            self._in_flight.clear()
+            self._generation += 1
 
     # -- event loop plumbing --------------------------------------------------------------
 
@@ -851,16 +856,18 @@ class FakeMessagesAPI:
             return _json_error(400, error_body(400, parse_error), request_id)
 
         claim: _Claim | None = None
+        generation = self._generation
         try:
             claim = self._validate_and_claim(body, headers)
             item = self._next_item(body)
-            return await self._answer(request, body, item, claim, request_id)
+            return await self._answer(request, body, item, claim, request_id, generation)
         except _RequestError as exc:
             return _json_error(exc.status, exc.body, request_id)
         finally:
             if claim is not None:
                 with self._lock:
-                    self._in_flight.discard(claim.previous_message_id)
+                    if generation == self._generation:
+                        self._in_flight.discard(claim.previous_message_id)
 
     def _validate_and_claim(self, body: dict[str, Any], headers: Mapping[str, str]) -> _Claim | None:
         """Validate ``body``; for a valid ``continue``, mark its thread position in flight."""
@@ -902,7 +909,7 @@ class FakeMessagesAPI:
                 )
             _validate_tool_pairing([*base.messages, *messages], len(base.messages))
             self._in_flight.add(previous_id)
-            return _Claim(previous_id, base)
+            return _Claim(previous_id, base, self._generation)
 
     def _next_item(self, body: dict[str, Any]) -> ScriptItem:
         with self._lock:
@@ -938,6 +945,7 @@ class FakeMessagesAPI:
         item: ScriptItem,
         claim: _Claim | None,
         request_id: str,
+        generation: int,
     ) -> web.StreamResponse:
         stream = body.get("stream") is True
         if isinstance(item, ThreadNotFound):
@@ -959,7 +967,7 @@ class FakeMessagesAPI:
             if isinstance(item, ErrorMidStream):
                 status = next((s for s, t in ERROR_TYPES.items() if t == item.error_type), 500)
                 return _json_error(status, error_body(status, item.message), request_id)
-            self._commit_thread(body, claim, message)
+            self._commit_thread(body, claim, message, generation)
             return web.json_response(message, headers={"request-id": request_id})
 
         event_delay = item.event_delay if isinstance(item, SlowStream) else reply.event_delay
@@ -982,7 +990,7 @@ class FakeMessagesAPI:
                 error["error"]["type"] = item.error_type
                 await response.write(_encode_sse("error", error))
             else:
-                self._commit_thread(body, claim, message)
+                self._commit_thread(body, claim, message, generation)
             await response.write_eof()
         except ConnectionError:
             # The client went away mid-stream; there is nobody left to answer.
@@ -1007,10 +1015,12 @@ class FakeMessagesAPI:
             message["container"] = copy.deepcopy(reply.container)
         return message
 
-    def _commit_thread(self, body: dict[str, Any], claim: _Claim | None, message: dict[str, Any]) -> None:
+    def _commit_thread(
+        self, body: dict[str, Any], claim: _Claim | None, message: dict[str, Any], generation: int
+    ) -> None:
         """Store the conversation up to ``message`` if the request created or continued a thread."""
         thread = body.get("thread")
-        if not isinstance(thread, dict):
+        if not isinstance(thread, dict) or generation != self._generation:
             return
         assistant = {"role": "assistant", "content": copy.deepcopy(message["content"])}
         new_messages = copy.deepcopy(body["messages"])

@@ -473,3 +473,15 @@ async def test_cancelling_a_run_ends_it_as_cancelled(
         await run.cancel()
         with pytest.raises(RunCancelled, match="was cancelled"):
             await run.until_done()
+
+
+async def test_a_large_max_tokens_is_sent_not_refused_by_the_sdks_streaming_guard(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Without an explicit timeout the SDK refuses a non-streaming request with a large `max_tokens` before
+    sending it; as an activity that refusal would be retried for ever."""
+    fake_api.script(end_turn("long answer"))
+    async with worker():
+        run = await runner.start(**{**BASE, "max_tokens": 128000}, messages=[USER])
+        await run.until_done()
+    assert fake_api.bodies()[0]["max_tokens"] == 128000

@@ -11,6 +11,11 @@ SDK's does (``anthropic/lib/tools/_beta_runner.py``, ``_STOP_REASON_STEPS``):
 
 ``max_iterations`` is checked before each request and counts every reply, ``pause_turn`` resumes included; the tools
 of the last reply before the cut-off still run (their results are kept in the transcript, not sent), as in the SDK.
+
+Clients steer a running run with updates (``workflows/steering.py``). Edits wait for the *iteration boundary*, the
+point before the next model call, and apply there one by one in the order the run accepted them. An edit accepted
+while the final reply was being written keeps the run going, as ``append_messages`` in the SDK's last loop body
+does. A reply that a pending retry will discard, or that arrived after a stop, never has its tools run.
 """
 
 from __future__ import annotations
@@ -26,7 +31,36 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from workflows.conversation import Conversation
     from workflows.errors import AgentRunnerError, InvalidRunInput, ToolNotRegistered
-    from workflows.run_input import RunSpec, parse_run_input
+    from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
+    from workflows.steering import (
+        ADD_TOOLS_UPDATE,
+        ADVANCE_UPDATE,
+        APPROVE_TOOL_UPDATE,
+        DENY_TOOL_UPDATE,
+        EDIT_OUTCOME_QUERY,
+        INJECT_MESSAGE_UPDATE,
+        PENDING_APPROVALS_QUERY,
+        REMOVE_TOOLS_UPDATE,
+        REPLACE_HISTORY_UPDATE,
+        RETRY_TURN_UPDATE,
+        STOP_UPDATE,
+        UPDATE_PARAMS_UPDATE,
+        AddTools,
+        Advance,
+        ApproveTool,
+        DenyTool,
+        EditFailed,
+        EditOutcome,
+        InjectMessage,
+        PendingApproval,
+        QueuedEdit,
+        RemoveTools,
+        ReplaceHistory,
+        RetryTurn,
+        Stop,
+        UpdateParams,
+        parse_update,
+    )
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -58,25 +92,37 @@ _STOP_REASON_STEPS = {
 """Stop reasons that continue the loop; every other one, absent and unknown ones included, stops it."""
 
 
-def _retry_policy(options: ActivityOptions, non_retryable: list[str] | None = None) -> RetryPolicy:
+def _retry_policy(options: ActivityOptions) -> RetryPolicy:
     return RetryPolicy(
         initial_interval=options.initial_interval,
         maximum_interval=options.maximum_interval,
         maximum_attempts=options.maximum_attempts,
-        non_retryable_error_types=non_retryable,
     )
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentRun:
-    """One agent run: Claude and its tools in a loop until a stop reason or ``max_iterations`` ends it."""
+    """One agent run: Claude and its tools in a loop until a stop reason, ``max_iterations`` or a stop ends it."""
 
     def __init__(self) -> None:
         self._status: RunStatusName = "running"
+        self._spec: RunSpec | None = None
         self._conversation: Conversation | None = None
         self._replies: list[dict[str, Any]] = []
         self._usage = Usage()
         self._tools: dict[str, ToolSpec] = {}
+        """The tools a ``tool_use`` can run, by name."""
+        self._version = 0
+        self._queue: list[QueuedEdit] = []
+        """Accepted edits waiting for the boundary, in the order accepted."""
+        self._next_seq = 0
+        self._outcomes: dict[int, EditOutcome] = {}
+        self._ended = False
+        self._stop: str | None = None
+        self._pending: dict[str, PendingApproval] = {}
+        self._decisions: dict[str, ApproveTool | DenyTool] = {}
+        self._waiting_for_step = False
+        self._advance: Advance | None = None
 
     @workflow.run
     async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +138,12 @@ class AgentRun:
             spec = parse_run_input(raw_input)
         except InvalidRunInput as e:
             raise _fail(e) from None
-        self._tools = await self._describe_tools(spec)
+        self._spec = spec
+        names = [t for t in spec.tools if isinstance(t, str)]
+        described = await self._describe_tools(names)
+        if described.missing:
+            raise _fail(self._not_registered(described.missing))
+        self._tools = {tool.name: tool for tool in described.tools}
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         self._conversation = Conversation(
             params=spec.params, tools=definitions, messages=spec.messages, threading=spec.thread
@@ -102,11 +153,19 @@ class AgentRun:
         except asyncio.CancelledError:
             self._status = "cancelled"
             raise
+        finally:
+            self._ended = True
+            self._fail_queued_edits()
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
 
     async def _loop(self, spec: RunSpec, conversation: Conversation) -> RunResult:
         stop_reason: str | None = None
         while True:
+            await self._boundary()
+            if self._stop is not None:
+                self._status = "stopped"
+                break
             if spec.max_iterations is not None and len(self._replies) >= spec.max_iterations:
                 self._status = "max_iterations"
                 break
@@ -114,16 +173,29 @@ class AgentRun:
             self._replies.append(reply)
             self._usage = self._usage.add(reply.get("usage"))
             conversation.record_reply(reply)
+            self._version += 1
             stop_reason = reply.get("stop_reason")
             step = _STOP_REASON_STEPS.get(stop_reason or "", "stop")
+            tool_uses = [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
+            advance = await self._wait_for_step() if spec.step is not None else None
+            if self._stop is not None:
+                self._status = "stopped"  # the SDK's close(): this reply's tools do not run
+                break
+            if self._retry_queued:
+                continue  # the boundary discards this reply, so its tools must not run
             if step == "resume":
                 continue
-            tool_uses = [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
             if step == "stop" or not tool_uses:
+                if self._message_queued:
+                    continue  # a message arrived during the final turn: the conversation goes on
                 self._status = "completed"
                 break
-            results = await asyncio.gather(*(self._run_tool(block) for block in tool_uses))
-            conversation.append_user_content(list(results))
+            if advance is not None and advance.tool_results is not None:
+                results = advance.tool_results  # the client built them; no tool runs
+            else:
+                results = list(await asyncio.gather(*(self._run_tool(block) for block in tool_uses)))
+            conversation.append_user_content(results)
+            self._version += 1
         return RunResult(
             status=self._status,
             iterations=len(self._replies),
@@ -132,10 +204,336 @@ class AgentRun:
             usage=self._usage,
         )
 
-    async def _describe_tools(self, spec: RunSpec) -> dict[str, ToolSpec]:
-        names = [t for t in spec.tools if isinstance(t, str)]
+    # --- The iteration boundary -------------------------------------------------------------------------------
+    #
+    # An edit's update only checks it and queues it, then returns its sequence number: Temporal allows 10 updates in
+    # flight per run, so an update must not stay open until the boundary. The queue is workflow state, so an
+    # accepted edit survives crashes; the boundary applies it and records its outcome, which the client reads with
+    # the `edit_outcome` query.
+
+    async def _boundary(self) -> None:
+        """Apply every queued edit, in the order accepted, before the next model call."""
+        while self._queue:
+            edit = self._queue.pop(0)
+            try:
+                await self._apply(edit)
+                self._version += 1
+                self._outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=self._version)
+            except EditFailed as e:
+                self._outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+
+    async def _apply(self, edit: QueuedEdit) -> None:
+        conversation = self._conversation
+        assert conversation is not None
+        expected = edit.payload.get("expected_version")
+        if expected is not None and expected != self._version:
+            raise EditFailed(
+                f"The transcript changed since version {expected} (it is now at {self._version}); nothing was "
+                "changed. Read the transcript again and resend the edit with its version."
+            )
+        if edit.kind == INJECT_MESSAGE_UPDATE:
+            content = InjectMessage.model_validate(edit.payload).content
+            conversation.join_user_content([{"type": "text", "text": content}] if isinstance(content, str) else content)
+        elif edit.kind == RETRY_TURN_UPDATE:
+            if not conversation.drop_last_reply():
+                raise EditFailed("There is no reply to retry.")
+        elif edit.kind == REPLACE_HISTORY_UPDATE:
+            conversation.replace_messages(ReplaceHistory.model_validate(edit.payload).messages)
+        elif edit.kind == UPDATE_PARAMS_UPDATE:
+            for key, value in UpdateParams.model_validate(edit.payload).params.items():
+                if value is None:
+                    conversation.params.pop(key, None)
+                else:
+                    conversation.params[key] = value
+        elif edit.kind == ADD_TOOLS_UPDATE:
+            tools = AddTools.model_validate(edit.payload).tools
+            described = await self._describe_tools([t for t in tools if isinstance(t, str)])
+            if described.missing:
+                raise EditFailed(str(self._not_registered(described.missing)))
+            specs = {tool.name: tool for tool in described.tools}
+            self._tools.update(specs)
+            definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
+            conversation.append_system_content(
+                [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}} for d in definitions]
+            )
+        elif edit.kind == REMOVE_TOOLS_UPDATE:
+            names = RemoveTools.model_validate(edit.payload).names
+            for name in names:
+                self._tools.pop(name, None)
+            conversation.append_system_content(
+                [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
+            )
+
+    def _enqueue(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        self._next_seq += 1
+        self._queue.append(QueuedEdit(seq=self._next_seq, kind=kind, payload=payload))
+        return {"seq": self._next_seq, "version": self._version}
+
+    def _fail_queued_edits(self) -> None:
+        """Edits still queued when the run ends are answered, never silently dropped."""
+        for edit in self._queue:
+            self._outcomes[edit.seq] = EditOutcome(
+                seq=edit.seq,
+                error=f"The run ended ({self._status}) before this edit could apply; nothing was changed. Start a "
+                "new run from its transcript to go on.",
+            )
+        self._queue.clear()
+
+    @property
+    def _retry_queued(self) -> bool:
+        return any(e.kind == RETRY_TURN_UPDATE for e in self._queue)
+
+    @property
+    def _message_queued(self) -> bool:
+        """Whether a queued edit adds to the conversation, which keeps a finished turn going."""
+        return any(e.kind in (INJECT_MESSAGE_UPDATE, RETRY_TURN_UPDATE, REPLACE_HISTORY_UPDATE) for e in self._queue)
+
+    def _check_open(self) -> None:
+        if self._ended or self._conversation is None:
+            raise ValueError(
+                f"The run has {'ended (' + self._status + ')' if self._ended else 'not started yet'}; it takes no "
+                "edits. Start a new run from its transcript to go on."
+            )
+
+    def _check_version(self, expected_version: int | None) -> None:
+        if expected_version is not None and expected_version != self._version:
+            raise ValueError(
+                f"The transcript changed since version {expected_version} (it is now at {self._version}). Read "
+                "the transcript again and resend the edit with its version."
+            )
+
+    # --- Edits ---------------------------------------------------------------------------------------------------
+
+    @workflow.update(name=INJECT_MESSAGE_UPDATE)
+    def inject_message(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue user content; it joins the next user message, beside any tool results."""
+        return self._enqueue(INJECT_MESSAGE_UPDATE, parse_update(InjectMessage, raw).model_dump())
+
+    @inject_message.validator
+    def _validate_inject_message(self, raw: dict[str, Any]) -> None:
+        edit = parse_update(InjectMessage, raw)
+        self._check_open()
+        self._check_version(edit.expected_version)
+        if isinstance(edit.content, list):
+            for i, block in enumerate(edit.content):
+                if not isinstance(block.get("type"), str):
+                    raise ValueError(f"content[{i}] must be a content block with a string `type`.")
+                if block["type"] in ("tool_result", "tool_use"):
+                    raise ValueError(
+                        f"content[{i}] is a `{block['type']}` block: tool results come from the run's tools (or "
+                        "from `advance` in step mode), never from an injected message."
+                    )
+
+    @workflow.update(name=RETRY_TURN_UPDATE)
+    def retry_turn(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue a retry: Claude's last reply (and what followed it) is discarded and the turn sent again."""
+        return self._enqueue(RETRY_TURN_UPDATE, parse_update(RetryTurn, raw or {}).model_dump())
+
+    @retry_turn.validator
+    def _validate_retry_turn(self, raw: dict[str, Any]) -> None:
+        edit = parse_update(RetryTurn, raw or {})
+        self._check_open()
+        self._check_version(edit.expected_version)
+        if not self._replies:
+            raise ValueError("There is no reply to retry yet.")
+
+    @workflow.update(name=REPLACE_HISTORY_UPDATE)
+    def replace_history(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue a new history; one that changes what the server holds starts a new thread."""
+        return self._enqueue(REPLACE_HISTORY_UPDATE, parse_update(ReplaceHistory, raw).model_dump())
+
+    @replace_history.validator
+    def _validate_replace_history(self, raw: dict[str, Any]) -> None:
+        edit = parse_update(ReplaceHistory, raw)
+        self._check_open()
+        self._check_version(edit.expected_version)
+        problems = message_problems(edit.messages)
+        if problems:
+            raise ValueError("The new history was rejected:\n- " + "\n- ".join(problems))
+
+    @workflow.update(name=UPDATE_PARAMS_UPDATE)
+    def update_params(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue new request parameters for every later turn."""
+        return self._enqueue(UPDATE_PARAMS_UPDATE, parse_update(UpdateParams, raw).model_dump())
+
+    @update_params.validator
+    def _validate_update_params(self, raw: dict[str, Any]) -> None:
+        edit = parse_update(UpdateParams, raw)
+        self._check_open()
+        assert self._conversation is not None
+        allowed = API_PARAMS | EXTRA_BODY_PARAMS
+        unknown = sorted(set(edit.params) - allowed)
+        if unknown:
+            raise ValueError(f"Unknown parameters {unknown}; allowed: {', '.join(sorted(allowed))}.")
+        for required in ("model", "max_tokens"):
+            if required in edit.params and edit.params[required] is None:
+                raise ValueError(f"`{required}` cannot be removed.")
+        if (
+            self._conversation.threading
+            and "system" in edit.params
+            and edit.params["system"] != self._conversation.params.get("system")
+        ):
+            raise ValueError(
+                "Cannot change `system` on a thread: the server keeps the one the thread was created with. To change "
+                "it, start a new run with `thread: false` or from this run's transcript."
+            )
+
+    @workflow.update(name=ADD_TOOLS_UPDATE)
+    def add_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue tools to make available from the next turn on, announced in a ``tool_addition`` system message."""
+        return self._enqueue(ADD_TOOLS_UPDATE, parse_update(AddTools, raw).model_dump())
+
+    @add_tools.validator
+    def _validate_add_tools(self, raw: dict[str, Any]) -> None:
+        parse_update(AddTools, raw)
+        self._check_open()
+
+    @workflow.update(name=REMOVE_TOOLS_UPDATE)
+    def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue tools to take away from the next turn on; later calls to them are not executed."""
+        return self._enqueue(REMOVE_TOOLS_UPDATE, parse_update(RemoveTools, raw).model_dump())
+
+    @remove_tools.validator
+    def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
+        parse_update(RemoveTools, raw)
+        self._check_open()
+
+    @workflow.query(name=EDIT_OUTCOME_QUERY)
+    def edit_outcome(self, seq: int) -> dict[str, Any] | None:
+        """What became of the edit queued as ``seq``: its version, its error, or ``None`` while it waits."""
+        outcome = self._outcomes.get(seq)
+        return outcome.model_dump() if outcome is not None else None
+
+    @workflow.update(name=STOP_UPDATE)
+    def stop(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """End the run at the next step: a reply that has not run its tools yet never runs them."""
+        edit = parse_update(Stop, raw or {})
+        if self._stop is None:
+            self._stop = edit.reason
+        return {"version": self._version}
+
+    @stop.validator
+    def _validate_stop(self, raw: dict[str, Any]) -> None:
+        parse_update(Stop, raw or {})
+        if self._ended:
+            raise ValueError(f"The run has already ended ({self._status}).")
+
+    # --- Approvals and step mode -----------------------------------------------------------------------------
+
+    @workflow.update(name=APPROVE_TOOL_UPDATE)
+    def approve_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Let a waiting tool call run, with Claude's input or an edited one."""
+        decision = parse_update(ApproveTool, raw)
+        self._decisions[decision.tool_use_id] = decision
+        return {"version": self._version}
+
+    @approve_tool.validator
+    def _validate_approve_tool(self, raw: dict[str, Any]) -> None:
+        self._check_pending(parse_update(ApproveTool, raw).tool_use_id)
+
+    @workflow.update(name=DENY_TOOL_UPDATE)
+    def deny_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Refuse a waiting tool call: it never runs, and Claude sees the reason."""
+        decision = parse_update(DenyTool, raw)
+        self._decisions[decision.tool_use_id] = decision
+        return {"version": self._version}
+
+    @deny_tool.validator
+    def _validate_deny_tool(self, raw: dict[str, Any]) -> None:
+        self._check_pending(parse_update(DenyTool, raw).tool_use_id)
+
+    def _check_pending(self, tool_use_id: str) -> None:
+        if tool_use_id not in self._pending or tool_use_id in self._decisions:
+            waiting = sorted(t for t in self._pending if t not in self._decisions)
+            raise ValueError(f"Tool call {tool_use_id!r} is not waiting for approval. Waiting: {waiting or 'none'}.")
+
+    @workflow.update(name=ADVANCE_UPDATE)
+    def advance(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """In step mode, let the run go on past the reply it paused after."""
+        self._advance = parse_update(Advance, raw or {})
+        self._waiting_for_step = False
+        return {"version": self._version}
+
+    @advance.validator
+    def _validate_advance(self, raw: dict[str, Any]) -> None:
+        edit = parse_update(Advance, raw or {})
+        if not self._waiting_for_step:
+            raise ValueError(
+                "The run is not paused for a step (it is "
+                f"{self._status}); `advance` applies to a run started with `step` after each reply."
+            )
+        if edit.tool_results is not None:
+            wanted = [b.get("id") for b in self._replies[-1].get("content") or [] if b.get("type") == "tool_use"]
+            given = [b.get("tool_use_id") for b in edit.tool_results]
+            if any(b.get("type") != "tool_result" for b in edit.tool_results):
+                raise ValueError("`tool_results` may hold only `tool_result` blocks.")
+            if sorted(map(str, given)) != sorted(map(str, wanted)):
+                raise ValueError(
+                    f"`tool_results` must answer each `tool_use` of the last reply exactly once: expected "
+                    f"{wanted}, got {given}."
+                )
+
+    async def _wait_for_step(self) -> Advance | None:
+        spec = self._spec
+        assert spec is not None and spec.step is not None
+        self._advance = None
+        self._waiting_for_step = True
+        self._status = "waiting_for_step"
+        try:
+            await workflow.wait_condition(
+                lambda: not self._waiting_for_step or self._stop is not None, timeout=spec.step.timeout
+            )
+        except TimeoutError:
+            if spec.step.on_timeout == "stop":
+                self._stop = f"No client advanced the run within {spec.step.timeout}."
+        finally:
+            self._waiting_for_step = False
+            self._status = "running"
+        return self._advance
+
+    async def _approval(self, block: dict[str, Any], spec: ToolSpec) -> ApproveTool | DenyTool:
+        run_spec = self._spec
+        assert run_spec is not None
+        tool_use_id = str(block.get("id"))
+        self._pending[tool_use_id] = PendingApproval(
+            tool_use_id=tool_use_id,
+            name=spec.name,
+            input=block.get("input"),
+            iteration=len(self._replies),
+            requested_at=workflow.now().isoformat(),
+        )
+        self._status = "waiting_for_approval"
+        policy = run_spec.approval
+        try:
+            await workflow.wait_condition(
+                lambda: tool_use_id in self._decisions or self._stop is not None, timeout=policy.timeout
+            )
+            decision = self._decisions.get(tool_use_id) or DenyTool(
+                tool_use_id=tool_use_id, reason="The run was stopped before this call was approved."
+            )
+        except TimeoutError:
+            decision = (
+                ApproveTool(tool_use_id=tool_use_id)
+                if policy.on_timeout == "approve"
+                else DenyTool(tool_use_id=tool_use_id, reason=f"No approval within {policy.timeout}; not executed.")
+            )
+        finally:
+            del self._pending[tool_use_id]
+            self._decisions.pop(tool_use_id, None)
+            if not self._pending:
+                self._status = "running"
+        return decision
+
+    def _needs_approval(self, spec: ToolSpec) -> bool:
+        assert self._spec is not None
+        tools = self._spec.approval.tools
+        return spec.requires_approval or tools == "all" or spec.name in tools
+
+    # --- Activities ----------------------------------------------------------------------------------------
+
+    async def _describe_tools(self, names: list[str]) -> DescribeToolsOutput:
         if not names:
-            return {}
+            return DescribeToolsOutput(tools=[])
         described: DescribeToolsOutput = await workflow.execute_activity(
             DESCRIBE_TOOLS_ACTIVITY,
             DescribeToolsInput(names=names),
@@ -143,16 +541,16 @@ class AgentRun:
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
-        if described.missing:
-            raise _fail(
-                ToolNotRegistered(
-                    f"No worker on task queue {workflow.info().task_queue!r} registered "
-                    f"{', '.join(repr(n) for n in described.missing)}. Start a worker with "
-                    "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
-                    "JSON object to send it without running it."
-                )
-            )
-        return {tool.name: tool for tool in described.tools}
+        return described
+
+    @staticmethod
+    def _not_registered(missing: list[str]) -> ToolNotRegistered:
+        return ToolNotRegistered(
+            f"No worker on task queue {workflow.info().task_queue!r} registered "
+            f"{', '.join(repr(n) for n in missing)}. Start a worker with "
+            "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
+            "JSON object to send it without running it."
+        )
 
     async def _create_message(self, spec: RunSpec, conversation: Conversation) -> dict[str, Any]:
         options = spec.model_activity
@@ -170,7 +568,7 @@ class AgentRun:
                     heartbeat_timeout=options.heartbeat_timeout,
                     retry_policy=_retry_policy(options),
                     task_queue=options.task_queue,
-                    summary=f"turn {len(self._replies) + 1} · {spec.params['model']}",
+                    summary=f"turn {len(self._replies) + 1} · {conversation.params['model']}",
                 )
                 return output.message
             except ActivityError as e:
@@ -194,6 +592,7 @@ class AgentRun:
     async def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
+        tool_input = block.get("input")
         spec = self._tools.get(name)
         result: ToolResult
         if spec is None:
@@ -206,38 +605,58 @@ class AgentRun:
             )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
-            options = spec.options
-            result = await workflow.execute_activity(
-                RUN_TOOL_ACTIVITY,
-                RunToolInput(
-                    name=name,
-                    tool_use_id=tool_use_id,
-                    input=block.get("input"),
-                    run_id=workflow.info().workflow_id,
-                    iteration=len(self._replies),
-                ),
-                result_type=ToolResult,
-                start_to_close_timeout=options.start_to_close_timeout,
-                heartbeat_timeout=options.heartbeat_timeout,
-                retry_policy=_retry_policy(options),
-                task_queue=options.task_queue,
-                summary=f"turn {len(self._replies)} · {name}",
-            )
+            decision = await self._approval(block, spec) if self._needs_approval(spec) else None
+            if isinstance(decision, DenyTool):
+                result = ToolResult(content=decision.reason, is_error=True)
+            else:
+                if decision is not None and decision.input is not None:
+                    tool_input = decision.input
+                result = await self._execute_tool(spec, tool_use_id, tool_input)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:
             tool_result["is_error"] = True
         return tool_result
 
+    async def _execute_tool(self, spec: ToolSpec, tool_use_id: str, tool_input: Any) -> ToolResult:
+        options = spec.options
+        result: ToolResult = await workflow.execute_activity(
+            RUN_TOOL_ACTIVITY,
+            RunToolInput(
+                name=spec.name,
+                tool_use_id=tool_use_id,
+                input=tool_input,
+                run_id=workflow.info().workflow_id,
+                iteration=len(self._replies),
+            ),
+            result_type=ToolResult,
+            start_to_close_timeout=options.start_to_close_timeout,
+            heartbeat_timeout=options.heartbeat_timeout,
+            retry_policy=_retry_policy(options),
+            task_queue=options.task_queue,
+            summary=f"turn {len(self._replies)} · {spec.name}",
+        )
+        return result
+
+    # --- Queries ---------------------------------------------------------------------------------------------
+
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
-        """The run's state: status, iterations, usage and the last stop reason."""
+        """The run's state: status, iterations, usage, transcript version and pending approvals."""
         return RunStatus(
             status=self._status,
             iterations=len(self._replies),
             stop_reason=self._replies[-1].get("stop_reason") if self._replies else None,
             usage=self._usage,
             transcript_length=len(self._conversation.messages) if self._conversation else 0,
+            version=self._version,
+            pending_approvals=[p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions],
+            stop_reason_detail=self._stop,
         )
+
+    @workflow.query(name=PENDING_APPROVALS_QUERY)
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        """Tool calls waiting for a person."""
+        return [p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions]
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:
@@ -245,9 +664,12 @@ class AgentRun:
         return self._replies[after:]
 
     @workflow.query(name=TRANSCRIPT_QUERY)
-    def transcript(self) -> list[dict[str, Any]]:
-        """The whole conversation in the Messages API's wire shape, tool results included."""
-        return list(self._conversation.messages) if self._conversation else []
+    def transcript(self) -> dict[str, Any]:
+        """The whole conversation in the Messages API's wire shape, tool results included, and its version."""
+        return {
+            "version": self._version,
+            "messages": list(self._conversation.messages) if self._conversation else [],
+        }
 
 
 def _fail(error: AgentRunnerError) -> ApplicationError:

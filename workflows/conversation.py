@@ -105,6 +105,50 @@ class Conversation(BaseModel):
         """Add a user message holding ``blocks`` (such as tool results) after the last reply."""
         self.messages.append({"role": "user", "content": blocks})
 
+    def join_user_content(self, blocks: list[dict[str, Any]]) -> None:
+        """Add ``blocks`` to the next user message: the last message if it is the user's, else a new one.
+
+        This is where an injected message goes, so a history never holds two user messages in a row.
+        """
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.get("role") == "user" and len(self.messages) > self.answered:
+            content = last["content"]
+            existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+            last["content"] = [*existing, *blocks]
+        else:
+            self.messages.append({"role": "user", "content": blocks})
+
+    def append_system_content(self, blocks: list[dict[str, Any]]) -> None:
+        """Add ``tool_addition`` / ``tool_removal`` blocks in a ``system`` message after the last message.
+
+        Changes made before the next turn share one message, as the SDK sends them.
+        """
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.get("role") == "system" and len(self.messages) > self.answered:
+            last["content"] = [*last["content"], *blocks]
+        else:
+            self.messages.append({"role": "system", "content": blocks})
+
+    def replace_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Take ``messages`` as the history. Unless they keep everything the server holds, start a new thread."""
+        held = self.messages[: self.answered]
+        self.messages = copy.deepcopy(messages)
+        if messages[: len(held)] != held:
+            self.answered = 0
+            self.previous_message_id = None
+
+    def drop_last_reply(self) -> bool:
+        """Remove Claude's last reply and everything after it, so the turn is sent again.
+
+        Returns:
+            Whether there was a reply to remove.
+        """
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].get("role") == "assistant":
+                self.replace_messages(self.messages[:i])
+                return True
+        return False
+
     def start_new_thread(self) -> None:
         """Replay the whole history as a ``create`` on the next turn: the server lost or refused the thread."""
         self.previous_message_id = None

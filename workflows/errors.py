@@ -10,6 +10,7 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
         ├── InvalidRunInput       the run's input was rejected at start; nothing was sent to Claude
         ├── ToolNotRegistered     the run names a tool no worker registered
         ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
+        ├── EditRejected          a steering update (inject, retry, approve, ...) was refused; the message says why
         ├── RunCancelled          somebody cancelled the run
         └── RunNotFound           no run has that id
 
@@ -51,6 +52,10 @@ class ModelRequestRejected(AgentRunError):
     """Claude's API rejected a request with a status that retrying cannot fix."""
 
 
+class EditRejected(AgentRunError):
+    """A steering update was refused, before or while it applied; nothing was changed."""
+
+
 class RunCancelled(AgentRunError):
     """The run was cancelled before it finished."""
 
@@ -69,6 +74,7 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         InvalidRunInput,
         ToolNotRegistered,
         ModelRequestRejected,
+        EditRejected,
         RunCancelled,
         RunNotFound,
     )

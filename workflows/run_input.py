@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workflows.errors import InvalidRunInput
+from workflows.steering import ApprovalPolicy, StepPolicy
 from workflows.types import ActivityOptions
 
 API_PARAMS: frozenset[str] = frozenset(
@@ -52,7 +53,9 @@ API_PARAMS: frozenset[str] = frozenset(
 EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 """Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
 
-RUNNER_OPTIONS: frozenset[str] = frozenset({"tools", "messages", "max_iterations", "thread", "model_activity"})
+RUNNER_OPTIONS: frozenset[str] = frozenset(
+    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step"}
+)
 
 ROLES = ("user", "assistant", "system")
 
@@ -79,6 +82,12 @@ class RunSpec(BaseModel):
 
     model_activity: ActivityOptions = ActivityOptions()
     """How the model call's activity is scheduled and retried."""
+
+    approval: ApprovalPolicy = ApprovalPolicy()
+    """Which tool calls wait for a person's approval (besides tools registered with ``requires_approval``)."""
+
+    step: StepPolicy | None = None
+    """Step mode: pause after each reply until a client advances the run; ``None`` runs freely."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -117,13 +126,13 @@ def parse_run_input(raw: object) -> RunSpec:
         if key not in raw:
             problems.append(f"Missing required field `{key}`.")
     if "model" in raw and (not isinstance(raw["model"], str) or not raw["model"]):
-        problems.append('`model` must be a non-empty string such as "claude-sonnet-4-5".')
+        problems.append('`model` must be a non-empty string such as "claude-sonnet-5-5".')
     max_tokens = raw.get("max_tokens")
     if "max_tokens" in raw and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         problems.append("`max_tokens` must be a positive integer.")
     messages = raw.get("messages")
     if "messages" in raw:
-        problems.extend(_message_problems(messages))
+        problems.extend(message_problems(messages))
     tools = raw.get("tools", [])
     problems.extend(_tool_problems(tools))
     max_iterations = raw.get("max_iterations")
@@ -140,19 +149,33 @@ def parse_run_input(raw: object) -> RunSpec:
             model_activity = ActivityOptions.model_validate(raw["model_activity"])
         except ValidationError as e:
             problems.append(f"`model_activity` is invalid: {_pydantic_summary(e)}")
+    approval = ApprovalPolicy()
+    if "approval" in raw:
+        try:
+            approval = ApprovalPolicy.model_validate(raw["approval"])
+        except ValidationError as e:
+            problems.append(f"`approval` is invalid: {_pydantic_summary(e)}")
+    step: StepPolicy | None = None
+    if raw.get("step") not in (None, False):
+        try:
+            step = StepPolicy() if raw["step"] is True else StepPolicy.model_validate(raw["step"])
+        except ValidationError as e:
+            problems.append(f"`step` is invalid: {_pydantic_summary(e)}")
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
         params={k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS},
-        messages=list(messages),  # type: ignore[arg-type]  # checked by _message_problems
+        messages=list(messages),  # type: ignore[arg-type]  # checked by message_problems
         tools=list(tools),
         max_iterations=max_iterations,
         thread=thread,
         model_activity=model_activity,
+        approval=approval,
+        step=step,
     )
 
 
-def _message_problems(messages: object) -> list[str]:
+def message_problems(messages: object) -> list[str]:
     """What makes ``messages`` a conversation the Messages API would reject, or the runner could not continue."""
     if not isinstance(messages, list) or not messages:
         return ['`messages` must be a non-empty list of messages such as {"role": "user", "content": "Hi"}.']

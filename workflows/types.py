@@ -38,7 +38,16 @@ THREAD_LOST_ERROR = "ThreadLost"
 """The ``ApplicationError.type`` of a model call whose thread the server no longer holds: the workflow replays the
 full history on a new thread instead of failing."""
 
-RunStatusName = Literal["running", "completed", "max_iterations", "cancelled", "failed"]
+RunStatusName = Literal[
+    "running",
+    "waiting_for_approval",
+    "waiting_for_step",
+    "completed",
+    "max_iterations",
+    "stopped",
+    "cancelled",
+    "failed",
+]
 
 
 class ActivityOptions(BaseModel):
@@ -77,6 +86,8 @@ class ToolSpec(BaseModel):
     name: str
     definition: dict[str, Any]
     options: ActivityOptions = ActivityOptions()
+    requires_approval: bool = False
+    """Whether each call waits for a person's approval before it runs."""
 
 
 class DescribeToolsInput(BaseModel):
@@ -158,6 +169,15 @@ class RunStatus(BaseModel):
     usage: Usage = Usage()
     transcript_length: int = 0
     """How many messages the transcript holds."""
+
+    version: int = 0
+    """The transcript's version: it goes up with every change (a reply, tool results, an edit)."""
+
+    pending_approvals: list[dict[str, Any]] = []
+    """Tool calls waiting for a person (``tool_use_id``, ``name``, ``input``, ``iteration``, ``requested_at``)."""
+
+    stop_reason_detail: str | None = None
+    """Why a stopped run stopped."""
 
 
 class RunResult(BaseModel):

@@ -1,0 +1,563 @@
+"""The `agent-runner` command line: exact rendered lines, every command against real servers, and the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.lib.tools import ToolError
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from agent_runner import cli
+from agent_runner.cli import (
+    NO_KEY_NOTICE,
+    build_parser,
+    build_run_input,
+    client_tool_use_ids,
+    list_query,
+    render_reply,
+    render_summary,
+    render_tool_result,
+    render_transcript,
+    tool_results_by_id,
+)
+from agent_runner.client import AgentRunner
+from agent_runner.example_tools import get_time as example_get_time
+from agent_runner.example_tools import get_weather as example_get_weather
+from agent_runner.fake_api import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
+from tests.conftest import WorkerFactory
+from tests.tools_for_tests import fail_disk, get_time, get_weather
+from workflows.errors import InvalidRunInput
+from workflows.types import RunResult, RunStatus, Usage
+
+REPO = Path(__file__).resolve().parents[1]
+
+REPLY = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-fake-1",
+    "content": [
+        thinking("The user wants weather.\nTwo cities."),
+        text("Let me check."),
+        tool_use("toolu_1", "get_weather", {"city": "Paris"}),
+        tool_use("toolu_2", "get_weather", {"city": "Atlantis"}),
+    ],
+    "stop_reason": "tool_use",
+    "usage": {"input_tokens": 10, "output_tokens": 5},
+}
+RESULTS = {
+    "toolu_1": {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in Paris"},
+    "toolu_2": {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Unknown city", "is_error": True},
+}
+
+
+# ------------------------------------------------------------------------------------------ renderers
+
+
+def test_render_reply_prints_header_blocks_then_tool_results() -> None:
+    assert render_reply(REPLY, RESULTS, iteration=2) == [
+        "── turn 2 · stop_reason tool_use ──",
+        "┆ The user wants weather.",
+        "┆ Two cities.",
+        "Let me check.",
+        '→ get_weather {"city": "Paris"}',
+        '→ get_weather {"city": "Atlantis"}',
+        "← get_weather: sunny, 21C in Paris",
+        "← ✗ get_weather: Unknown city",
+    ]
+
+
+def test_render_reply_without_iteration_or_results_has_only_the_blocks() -> None:
+    assert render_reply({"content": [text("Hi.\n\nBye.")], "stop_reason": "end_turn"}) == ["Hi.", "", "Bye."]
+
+
+def test_render_reply_in_color_dims_thinking_and_reddens_errors() -> None:
+    lines = render_reply(REPLY, RESULTS, iteration=1, color=True)
+    assert lines[0] == "\x1b[1m── turn 1 · stop_reason tool_use ──\x1b[0m"
+    assert lines[1] == "\x1b[2m┆ The user wants weather.\x1b[0m"
+    assert lines[-1] == "\x1b[31m← ✗ get_weather: Unknown city\x1b[0m"
+
+
+def test_render_reply_names_other_blocks_and_skips_missing_results() -> None:
+    message = {
+        "content": [
+            {"type": "redacted_thinking", "data": "xyz"},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "paris"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+            {"type": "tool_use", "id": "toolu_9", "name": "get_time", "input": {}},
+            {"type": "container_upload", "file_id": "f"},
+        ],
+        "stop_reason": None,
+    }
+    assert render_reply(message, {}, iteration=1) == [
+        "── turn 1 · stop_reason none ──",
+        "┆ [redacted thinking]",
+        '→ web_search {"query": "paris"} (server tool)',
+        "← [web_search_tool_result]",
+        "→ get_time {}",
+        "[container_upload]",
+    ]
+
+
+def test_render_tool_result_flattens_blocks_indents_lines_and_clips() -> None:
+    blocks = {"content": [{"type": "text", "text": "chart\nof sales"}, {"type": "image", "source": {}}]}
+    assert render_tool_result("plot", blocks) == ["← plot: chart", "    of sales", "    [image]"]
+    assert render_tool_result("noop", {"content": None}) == ["← noop: (no content)"]
+    assert render_tool_result("big", {"content": "x" * 450}) == [f"← big: {'x' * 400}… (+50 characters)"]
+    many = render_tool_result("ls", {"content": "\n".join(str(i) for i in range(12))})
+    assert many == ["← ls: 0", *(f"    {i}" for i in range(1, 8)), "    … (+4 lines)"]
+
+
+def test_tool_ids_and_results_come_from_the_reply_and_the_transcript() -> None:
+    assert client_tool_use_ids(REPLY) == ["toolu_1", "toolu_2"]
+    assert client_tool_use_ids({**REPLY, "stop_reason": "end_turn"}) == []
+    transcript = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": REPLY["content"]},
+        {"role": "user", "content": list(RESULTS.values())},
+    ]
+    assert tool_results_by_id(transcript) == RESULTS
+
+
+def test_render_transcript_shows_roles_and_tool_results_under_their_turn() -> None:
+    transcript = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [text("Let me check."), tool_use("toolu_1", "get_weather", {"city": "Paris"})],
+        },
+        {"role": "user", "content": [RESULTS["toolu_1"]]},
+        {"role": "assistant", "content": [text("Sunny.")]},
+        {"role": "user", "content": [text("Thanks!"), {"type": "image", "source": {}}]},
+    ]
+    assert render_transcript(transcript) == [
+        "── user ──",
+        "Weather in Paris?",
+        "── assistant ──",
+        "Let me check.",
+        '→ get_weather {"city": "Paris"}',
+        "← get_weather: sunny, 21C in Paris",
+        "── assistant ──",
+        "Sunny.",
+        "── user ──",
+        "Thanks!",
+        "[image]",
+    ]
+
+
+def test_render_summary_has_status_turns_stop_reason_and_usage() -> None:
+    result = RunResult(
+        status="completed",
+        iterations=2,
+        stop_reason="end_turn",
+        final_message=None,
+        usage=Usage(input_tokens=20, output_tokens=10),
+    )
+    assert render_summary(result) == "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──"
+    status = RunStatus(
+        status="max_iterations",
+        iterations=1,
+        stop_reason=None,
+        usage=Usage(input_tokens=5, output_tokens=1, cache_creation_input_tokens=3, cache_read_input_tokens=4),
+    )
+    assert render_summary(status) == (
+        "── max_iterations · 1 turn · stop_reason none · 5 input / 1 output tokens (cache: 3 written, 4 read) ──"
+    )
+
+
+def test_list_query_joins_its_filters() -> None:
+    assert list_query(None, None, None) is None
+    assert list_query("cancelled", "q'1", "StartTime > '2026-01-01'") == (
+        "ExecutionStatus = 'Canceled' AND TaskQueue = 'q\\'1' AND (StartTime > '2026-01-01')"
+    )
+
+
+# ------------------------------------------------------------------------------------------ arguments
+
+
+def test_run_input_from_a_prompt_has_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_RUNNER_MODEL", raising=False)
+    args = build_parser().parse_args(["run", "Hi"])
+    assert build_run_input(args) == {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+    monkeypatch.setenv("AGENT_RUNNER_MODEL", "claude-from-env")
+    assert build_run_input(args)["model"] == "claude-from-env"
+
+
+def test_run_input_from_a_file_with_flags_on_top(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model": "claude-file",
+                "max_tokens": 77,
+                "system": "Be terse.",
+                "messages": [{"role": "user", "content": "Hi"}],
+                "tools": ["get_time", {"type": "web_search_20250305", "name": "web_search"}],
+                "temperature": 0.5,
+            }
+        )
+    )
+    args = build_parser().parse_args(
+        ["run", "--file", str(path), "--model", "claude-flag", "--tools", "get_weather", "--max-iterations", "3"]
+    )
+    assert build_run_input(args) == {
+        "model": "claude-flag",
+        "max_tokens": 77,
+        "system": "Be terse.",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": ["get_weather"],
+        "temperature": 0.5,
+        "max_iterations": 3,
+    }
+
+
+def test_invalid_run_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"messages": [], "temperture": 1}))
+    with pytest.raises(InvalidRunInput) as e:
+        build_run_input(build_parser().parse_args(["run", "--file", str(path)]))
+    assert "Unknown field `temperture`" in str(e.value) and "`messages` must be a non-empty list" in str(e.value)
+
+
+async def test_usage_errors_exit_2_and_input_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert await cli.amain(["run"]) == 2
+    assert "give either a PROMPT or --file" in capsys.readouterr().err
+    assert await cli.amain(["follow", "x", "--from-iteration", "0"]) == 2
+    assert "expected a positive integer, got '0'" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[1]")
+    assert await cli.amain(["run", "--file", str(tmp_path / "bad.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: The run input") and "must be a JSON object" in err and "Traceback" not in err
+
+
+async def test_a_query_the_worker_cannot_answer_is_an_error_without_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def failing(_args: Any) -> int:
+        raise WorkflowQueryFailedError("cannot import name 'x' from 'workflows.run_input'")
+
+    monkeypatch.setattr(cli, "cmd_status", failing)
+    assert await cli.amain(["status", "some-run"]) == 1
+    assert capsys.readouterr().err == (
+        "error: the run's worker could not answer a query: cannot import name 'x' from 'workflows.run_input'\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------ example tools
+
+
+def test_example_tools_answer_from_fixed_data_and_explain_unknown_cities() -> None:
+    assert example_get_weather.call({"city": "paris"}) == "sunny, 21C in Paris"
+    assert example_get_weather.call({"city": "Tokyo", "unit": "f"}) == "light rain, 64F in Tokyo"
+    assert example_get_time.call({"city": " new  york "}) == "08:05 in New York"
+    with pytest.raises(ToolError) as e:
+        example_get_time.call({"city": "Atlantis"})
+    assert "Unknown city 'Atlantis'" in str(e.value.content) and "Paris" in str(e.value.content)
+    with pytest.raises(ToolError):
+        example_get_weather.call({"city": "Paris", "unit": "k"})
+    definition = example_get_weather.to_dict()
+    assert definition["description"] == "Get the current weather for a city."
+    assert definition["input_schema"]["properties"]["city"]["description"] == "The city name in English, e.g. Paris."
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+
+@pytest.fixture
+def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point `connect()`, hence the CLI, at the session's test server."""
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    return address
+
+
+def _lines(out: str) -> list[str]:
+    return out.splitlines()
+
+
+USER = {"role": "user", "content": "Weather in Paris?"}
+
+
+def _weather_reply() -> Reply:
+    return Reply(
+        content=[
+            text("Let me check."),
+            tool_use("toolu_W", "get_weather", {"city": "Paris"}),
+            tool_use("toolu_F", "fail_disk", {"path": "/data"}),
+        ],
+        stop_reason="tool_use",
+    )
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_run_starts_and_follows_with_tool_results(
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(_weather_reply(), end_turn("Sunny, 21C."))
+    run_id = f"cli-{uuid.uuid4()}"
+    argv = ["run", "Weather in Paris?", "--tools", "get_weather", "fail_disk", "--model", "claude-fake-1"]
+    async with worker(get_weather, fail_disk):
+        code = await cli.amain([*argv, "--task-queue", task_queue, "--id", run_id])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert _lines(captured.out) == [
+        run_id,
+        "── turn 1 · stop_reason tool_use ──",
+        "Let me check.",
+        '→ get_weather {"city": "Paris"}',
+        '→ fail_disk {"path": "/data"}',
+        "← get_weather: sunny, 21C in Paris",
+        "← ✗ fail_disk: ValueError('boom: disk full at /data')",
+        "── turn 2 · stop_reason end_turn ──",
+        "Sunny, 21C.",
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+    ]
+    first = fake_api.bodies()[0]
+    assert first["model"] == "claude-fake-1" and first["max_tokens"] == 1024 and first["messages"] == [USER]
+    assert [t["name"] for t in first["tools"]] == ["get_weather", "fail_disk"]
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_follow_transcript_status_and_list_of_a_finished_run(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(_weather_reply(), end_turn("Sunny, 21C."))
+    async with worker(get_weather, fail_disk):
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER], tools=[get_weather, fail_disk])
+        await run.until_done()
+        transcript = await run.transcript()
+
+        assert await cli.amain(["follow", run.id, "--from-iteration", "2"]) == 0
+        assert _lines(capsys.readouterr().out) == [
+            "── turn 2 · stop_reason end_turn ──",
+            "Sunny, 21C.",
+            "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+        ]
+
+        assert await cli.amain(["transcript", run.id, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == transcript
+
+        assert await cli.amain(["transcript", run.id]) == 0
+        assert _lines(capsys.readouterr().out) == [
+            "── user ──",
+            "Weather in Paris?",
+            "── assistant ──",
+            "Let me check.",
+            '→ get_weather {"city": "Paris"}',
+            '→ fail_disk {"path": "/data"}',
+            "← get_weather: sunny, 21C in Paris",
+            "← ✗ fail_disk: ValueError('boom: disk full at /data')",
+            "── assistant ──",
+            "Sunny, 21C.",
+        ]
+
+        assert await cli.amain(["status", run.id, "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert {k: status[k] for k in ("status", "iterations", "stop_reason", "usage", "transcript_length")} == {
+            "status": "completed",
+            "iterations": 2,
+            "stop_reason": "end_turn",
+            "usage": {
+                "input_tokens": 20,
+                "output_tokens": 10,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+            "transcript_length": 4,
+        }
+        assert await cli.amain(["status", run.id]) == 0
+        assert _lines(capsys.readouterr().out)[:3] == [
+            f"run          {run.id}",
+            "status       completed",
+            "turns        2",
+        ]
+
+    # Visibility is eventually consistent: the run shows up in the list within moments.
+    out = ""
+    async with asyncio.timeout(10):
+        while run.id not in out:
+            assert await cli.amain(["list", "--task-queue", task_queue, "--status", "completed"]) == 0
+            out = capsys.readouterr().out
+            await asyncio.sleep(0.1)
+    header, row = _lines(out)
+    assert header.split() == ["ID", "STATUS", "STARTED"]
+    assert row.split()[:2] == [run.id, "completed"]
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_run_from_a_file_detached_with_overrides(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"model": "claude-file", "max_tokens": 9, "system": "Be terse.", "messages": [USER]}))
+    fake_api.script(end_turn("ok"))
+    argv = ["run", "--file", str(path), "--max-tokens", "99", "--no-thread", "--detach", "--system", "Be kind."]
+    async with worker():
+        assert await cli.amain([*argv, "--task-queue", task_queue]) == 0
+        run_id = capsys.readouterr().out.strip()
+        assert run_id.startswith("agent-")
+        await runner.attach(run_id).until_done()
+    assert fake_api.bodies() == [{"model": "claude-file", "max_tokens": 99, "system": "Be kind.", "messages": [USER]}]
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_a_failed_run_prints_its_error_and_exits_1(
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(bad_request("max_tokens: 9999 > 8192, the maximum for this model"))
+    async with worker():
+        argv = ["run", "Hi", "--max-tokens", "9999", "--model", "claude-fake-1", "--task-queue", task_queue]
+        code = await cli.amain(argv)
+    captured = capsys.readouterr()
+    assert code == 1
+    assert len(_lines(captured.out)) == 1  # the run's id, and no reply
+    assert captured.err.startswith("error: ") and "max_tokens: 9999 > 8192" in captured.err
+    assert "Traceback" not in captured.err
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_unknown_run_is_an_error_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["follow", "no-such-run"], ["cancel", "no-such-run"]):
+        assert await cli.amain(command) == 1
+        assert capsys.readouterr().err == "error: No run with id 'no-such-run'. List runs with `agent-runner list`.\n"
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_cancel_stops_a_waiting_run(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(Reply(content=[text("too late")], delay=30))
+    async with worker(graceful_shutdown_timeout=timedelta(seconds=1)):
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+        await asyncio.to_thread(fake_api.wait_for_requests, 1)
+        assert await cli.amain(["cancel", run.id]) == 0
+        assert _lines(capsys.readouterr().out) == [
+            f"Cancellation of run {run.id} requested.",
+            f"Run {run.id} is cancelled: in-flight model calls and tools were stopped.",
+        ]
+        assert await cli.amain(["follow", run.id]) == 1
+        assert capsys.readouterr().err == f"error: Run {run.id} was cancelled.\n"
+        assert await cli.amain(["cancel", run.id]) == 0
+        assert capsys.readouterr().out == f"Run {run.id} already ended (canceled); there is nothing to cancel.\n"
+
+
+def _subprocess_env(address: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    env["TEMPORAL_ADDRESS"] = address
+    env.pop("AGENT_RUNNER_MODEL", None)
+    return env
+
+
+async def test_ctrl_c_stops_following_but_not_the_run(
+    temporal_address: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "get_time", {"city": "Paris"})], stop_reason="tool_use"),
+        Reply(content=[text("too late")], delay=30),
+    )
+    async with worker(get_time, graceful_shutdown_timeout=timedelta(seconds=1)):
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER], tools=[get_time])
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agent_runner.cli",
+            "follow",
+            run.id,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=_subprocess_env(temporal_address),
+            cwd=REPO,
+        )
+        assert proc.stdout is not None
+        lines: list[str] = []
+        async with asyncio.timeout(30):
+            while not lines or not lines[-1].startswith("←"):
+                line = await proc.stdout.readline()
+                assert line, f"follow exited early: {lines}"
+                lines.append(line.decode().rstrip("\n"))
+            proc.send_signal(signal.SIGINT)
+            out, err = await proc.communicate()
+        assert proc.returncode == 130
+        assert lines == [
+            "── turn 1 · stop_reason tool_use ──",
+            '→ get_time {"city": "Paris"}',
+            "← get_time: 14:05 in Paris",
+        ]
+        assert out == b""
+        assert err.decode() == (
+            f"interrupted: stopped following. Run {run.id} keeps going; follow it again with "
+            f"`agent-runner follow {run.id}`, or stop it with `agent-runner cancel {run.id}`.\n"
+        )
+        assert (await run.status()).status == "running"
+        await run.handle.cancel()
+
+
+def test_demo_runs_the_example_agent_on_the_fake_api(temporal_env: WorkflowEnvironment) -> None:
+    address = temporal_env.client.service_client.config.target_host
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_runner.cli", "demo"],
+        env=_subprocess_env(address),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = _lines(proc.stdout)
+    assert lines[0] == NO_KEY_NOTICE
+    assert lines[1].startswith("Run agent-") and f"Temporal {address}" in lines[1]
+    body: list[Any] = lines[2:]
+    assert body == [
+        "── user ──",
+        "What's the weather and the local time in Paris and Tokyo right now?",
+        "── turn 1 · stop_reason tool_use ──",
+        "I'll check the weather in both cities first.",
+        '→ get_weather {"city": "Paris"}',
+        '→ get_weather {"city": "Tokyo"}',
+        "← get_weather: sunny, 21C in Paris",
+        "← get_weather: light rain, 18C in Tokyo",
+        "── turn 2 · stop_reason tool_use ──",
+        "Now the local time in each city.",
+        '→ get_time {"city": "Paris"}',
+        '→ get_time {"city": "Tokyo"}',
+        "← get_time: 14:05 in Paris",
+        "← get_time: 21:05 in Tokyo",
+        "── turn 3 · stop_reason end_turn ──",
+        "Here's the picture right now:",
+        "- Paris: sunny, 21C, local time 14:05.",
+        "- Tokyo: light rain, 18C, local time 21:05.",
+        "── completed · 3 turns · stop_reason end_turn · 1500 input / 230 output tokens ──",
+    ]

@@ -1,0 +1,371 @@
+"""Steering a live run: each control reaches the run as an update, applies at the iteration boundary, and the
+exact next request shows it. Each of the SDK's verified pitfalls has a test proving it does not happen here."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from anthropic import beta_async_tool
+
+from agent_runner.client import AgentRunner, Run
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.tools_for_tests import get_time, get_weather
+from workflows.errors import EditRejected
+
+USER = {"role": "user", "content": "Weather in Paris?"}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+CALLS: list[str] = []
+GATE = asyncio.Event()
+
+
+@beta_async_tool
+async def gated(city: str) -> str:
+    """Report on a city once the test opens the gate.
+
+    Args:
+        city: The city.
+    """
+    CALLS.append(city)
+    await GATE.wait()
+    return f"report for {city}"
+
+
+@beta_async_tool
+async def delete_file(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: The file.
+    """
+    CALLS.append(f"delete {path}")
+    return f"deleted {path}"
+
+
+@pytest.fixture(autouse=True)
+def fresh_tools() -> None:
+    CALLS.clear()
+    GATE.clear()
+
+
+def weather_call(tool_id: str = "toolu_A1", city: str = "Paris") -> Reply:
+    return Reply([text("Checking."), tool_use(tool_id, "get_weather", {"city": city})], "tool_use")
+
+
+async def wait_status(run: Run, status: str, iterations: int | None = None) -> None:
+    async with asyncio.timeout(20):
+        while True:
+            current = await run.status()
+            if current.status == status and (iterations is None or current.iterations == iterations):
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_injected_message_joins_the_tool_results_and_no_tool_runs_twice(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The SDK's documented pattern ran every tool twice (pitfall g2); here the tool runs once."""
+    fake_api.script(Reply([tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"), end_turn("Ensoleillé."))
+    async with worker(gated):
+        run = await runner.start(**BASE, tools=[gated], thread=False)
+        async with asyncio.timeout(20):
+            while not CALLS:
+                await asyncio.sleep(0.02)
+        inject = asyncio.create_task(run.inject("Also answer in French."))
+        await asyncio.sleep(0.3)
+        GATE.set()
+        version = await inject
+        await run.until_done()
+    assert CALLS == ["Paris"]
+    assert fake_api.bodies()[1]["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_G", "content": "report for Paris"},
+            {"type": "text", "text": "Also answer in French."},
+        ],
+    }
+    assert version == 3  # reply 1, tool results, then the injection
+
+
+async def test_a_message_injected_after_the_final_reply_continues_the_conversation(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """In step mode the run waits after `end_turn`; an injection then goes out as a new user turn, never as
+    `[user, user]` (pitfall g1)."""
+    fake_api.script(end_turn("Sunny."), end_turn("Ensoleillé."))
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.inject("In French, please.")
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    assert result.iterations == 2 and result.status == "completed"
+    assert fake_api.bodies()[1] == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "In French, please."}]}],
+        "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
+    }
+
+
+async def test_retry_resends_the_turn_on_a_new_thread_and_the_discarded_replys_tools_never_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Pitfall g3: the SDK's retry still ran the dropped reply's tools."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Sorry."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        assert await run.retry() is None  # accepted; it applies at the boundary after `advance`
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert CALLS == []
+    first, second = fake_api.bodies()
+    assert second["messages"] == first["messages"] == [USER]
+    assert second["thread"] == {"type": "create"}
+
+
+async def test_replace_history_needs_the_current_version_and_starts_a_new_thread(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Sunny."), end_turn("Short answer."))
+    trimmed = [{"role": "user", "content": "Just say hi."}]
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        snapshot = await run.versioned_transcript()
+        with pytest.raises(EditRejected, match=r"changed since version 0 \(it is now at 1\)"):
+            await run.replace_history(trimmed, expected_version=0)
+        accepted = await run.replace_history(trimmed, expected_version=snapshot.version)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert accepted is None
+    assert fake_api.bodies()[1]["messages"] == trimmed
+    assert fake_api.bodies()[1]["thread"] == {"type": "create"}
+
+
+async def test_history_with_an_orphan_tool_result_is_refused_before_anything_is_written(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Pitfall g9: an orphan `tool_result` the real API rejects."""
+    fake_api.script(end_turn("Sunny."))
+    orphan = [USER, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_Z", "content": "x"}]}]
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected, match="answers `tool_use_id` 'toolu_Z'"):
+            await run.replace_history(orphan, expected_version=1)
+        with pytest.raises(EditRejected, match="tool results come from the run's tools"):
+            await run.inject([{"type": "tool_result", "tool_use_id": "toolu_Z", "content": "x"}])
+        history = await run.handle.fetch_history()
+        await run.stop()
+        await run.result()
+    assert "toolu_Z" not in str(history.to_json())
+
+
+async def test_update_params_apply_to_later_turns_and_system_cannot_change_on_a_thread(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(weather_call(), end_turn("ok"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], step=True, system="terse")
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected, match="Cannot change `system` on a thread"):
+            await run.update_params(system="verbose")
+        await run.update_params(max_tokens=77, tool_choice={"type": "none"})
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    second = fake_api.bodies()[1]
+    assert (second["max_tokens"], second["tool_choice"]) == (77, {"type": "none"})
+
+
+async def test_added_and_removed_tools_are_announced_in_one_system_message_after_the_results(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        weather_call("toolu_1"),
+        Reply([tool_use("toolu_2", "get_weather", {"city": "Oslo"})], "tool_use"),
+        end_turn("ok"),
+    )
+    async with worker(get_weather, get_time):
+        run = await runner.start(**BASE, tools=[get_weather], step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(get_time)
+        await run.remove_tools("get_weather")
+        await run.advance()
+        for iteration in (2, 3):
+            await wait_status(run, "waiting_for_step", iteration)
+            await run.advance()
+        await run.until_done()
+    second, third = fake_api.bodies()[1:]
+    assert second["tools"] == fake_api.bodies()[0]["tools"]  # unchanged, to keep the prompt cache
+    assert second["messages"][-1] == {
+        "role": "system",
+        "content": [
+            {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": get_time.to_dict()}},
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "get_weather"}},
+        ],
+    }
+    assert third["messages"][-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_2",
+            "content": "Error: Tool 'get_weather' not found",
+            "is_error": True,
+        }
+    ]
+
+
+async def test_stop_ends_the_run_and_the_current_replys_tools_never_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.stop("the user closed the tab")
+        result = await run.result()
+        status = await run.status()
+        with pytest.raises(EditRejected, match="has already ended"):
+            await run.inject("hello?")
+    assert CALLS == []
+    assert result.status == "stopped" and status.stop_reason_detail == "the user closed the tab"
+    assert len(fake_api.requests) == 1
+
+
+async def test_a_denied_tool_never_runs_and_claude_sees_the_reason(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Pitfall h2: denying by appending a result still executed the tool in the SDK."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Understood."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        pending = await run.pending_approvals()
+        status = await run.status()
+        await run.deny("toolu_D", "Never touch /etc.")
+        await run.until_done()
+    assert [(p.tool_use_id, p.name, p.input) for p in pending] == [("toolu_D", "delete_file", {"path": "/etc"})]
+    assert status.pending_approvals[0]["tool_use_id"] == "toolu_D"
+    assert CALLS == []
+    assert fake_api.bodies()[1]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_D", "content": "Never touch /etc.", "is_error": True}
+            ],
+        }
+    ]
+
+
+async def test_approval_with_edited_input_runs_the_tool_with_that_input(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Done."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        await wait_status(run, "waiting_for_approval")
+        with pytest.raises(EditRejected, match="'toolu_nope' is not waiting for approval. Waiting: \\['toolu_D'\\]"):
+            await run.approve("toolu_nope")
+        await run.approve("toolu_D", input={"path": "/tmp/scratch"})
+        await run.until_done()
+    assert CALLS == ["delete /tmp/scratch"]
+
+
+async def test_an_unanswered_approval_times_out_as_denied(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("ok"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all", "timeout": "PT1S"})
+        await run.until_done()
+    assert CALLS == []
+    assert fake_api.bodies()[1]["messages"][0]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_D",
+            "content": "No approval within 0:00:01; not executed.",
+            "is_error": True,
+        }
+    ]
+
+
+async def test_step_mode_takes_tool_results_the_client_built_and_runs_no_tool(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("ok"))
+    mine = [{"type": "tool_result", "tool_use_id": "toolu_D", "content": "Refused by policy.", "is_error": True}]
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected, match="must answer each `tool_use` of the last reply exactly once"):
+            await run.advance(tool_results=[])
+        await run.advance(tool_results=mine)
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert CALLS == []
+    assert fake_api.bodies()[1]["messages"] == [{"role": "user", "content": mine}]
+
+
+async def test_the_step_loop_reads_like_the_sdks_loop_body(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """`async for message in run` on a step-mode run: each iteration of the loop advances the run."""
+    fake_api.script(weather_call("toolu_1"), weather_call("toolu_2", "Oslo"), end_turn("done"))
+    seen: list[str] = []
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], step=True)
+        async for message in run:
+            seen.append(message.id)
+            if message.id == "msg_fake_002":
+                await run.inject("Keep it short.")
+    assert seen == ["msg_fake_001", "msg_fake_002", "msg_fake_003"]
+    assert fake_api.bodies()[2]["messages"][0]["content"][-1] == {"type": "text", "text": "Keep it short."}
+
+
+async def test_a_step_that_nobody_advances_stops_the_run_after_its_timeout(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step={"timeout": "PT1S"})
+        result = await run.result()
+        status = await run.status()
+    assert result.status == "stopped" and CALLS == []
+    assert status.stop_reason_detail == "No client advanced the run within 0:00:01."
+
+
+async def test_many_injections_from_several_clients_each_appear_once_in_order(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Every accepted injection lands exactly once, in the order the run accepted it; none is lost, even when more
+    arrive at once than Temporal's 10 updates in flight."""
+    fake_api.responder = lambda _body: Reply([text("ok")], "end_turn")
+    async with worker():
+        run = await runner.start(**BASE, step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        clients = [runner.attach(run.id) for _ in range(3)]
+        for i in range(6):  # one after another from three clients: the order is known
+            await clients[i % 3].inject(f"note {i}", wait=False)
+        burst = [clients[i % 3].inject(f"burst {i}", wait=False) for i in range(15)]
+        assert await asyncio.gather(*burst) == [None] * 15  # each accepted
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        status = await run.status()
+        await run.stop()
+        await run.result()
+    notes = [b["text"] for b in fake_api.bodies()[1]["messages"][-1]["content"]]
+    assert notes[:6] == [f"note {i}" for i in range(6)]
+    assert sorted(notes[6:]) == sorted(f"burst {i}" for i in range(15))
+    assert status.version == 1 + 21 + 1  # the first reply, 21 edits, the second reply

@@ -1,0 +1,70 @@
+"""A run started and read with the stock `temporal` CLI and plain JSON, as the README documents it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+from temporalio.client import Client
+
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import TEMPORAL_BIN, WorkerFactory
+from tests.tools_for_tests import get_weather
+
+
+def temporal(client: Client, *args: str) -> str:
+    address = client.service_client.config.target_host
+    done = subprocess.run(
+        [TEMPORAL_BIN, *args, "--address", address, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+async def test_the_stock_temporal_cli_starts_a_run_with_plain_json(
+    client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[text("Checking."), tool_use("toolu_1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"
+        ),
+        end_turn("Sunny in Paris."),
+    )
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 256,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": ["get_weather"],
+        "max_iterations": 5,
+    }
+    async with worker(get_weather):
+        await asyncio.to_thread(
+            temporal,
+            client,
+            "workflow",
+            "start",
+            "--type",
+            "AgentRun",
+            "--task-queue",
+            task_queue,
+            "--workflow-id",
+            f"cli-{task_queue}",
+            "--input",
+            json.dumps(run_input),
+        )
+        out = await asyncio.to_thread(temporal, client, "workflow", "result", "--workflow-id", f"cli-{task_queue}")
+    result = json.loads(out)["result"]
+    assert result["status"] == "completed"
+    assert result["iterations"] == 2
+    assert result["stop_reason"] == "end_turn"
+    assert result["final_message"]["content"] == [{"type": "text", "text": "Sunny in Paris."}]
+    assert fake_api.bodies()[1]["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in Paris"}],
+        }
+    ]

@@ -1,0 +1,183 @@
+"""Steering a live run: the updates a client sends, and how each is checked before it is accepted.
+
+Each update carries plain JSON (so the stock ``temporal workflow update execute --input '{...}'`` can send it) and is
+checked by the update's validator: a rejected update never reaches the run's history, and the client is told why.
+An accepted edit applies at the next iteration boundary (before the next model call), in the order the run
+accepted it, and returns the transcript version it produced.
+
+These are the SDK tool runner's loop-body controls (``append_messages``, ``set_messages_params``, ``add_tools``,
+``remove_tools``, ``close``), without its pitfalls: a reply that a retry discards never has its tools run; a denied
+tool never runs; an injected message joins the next user message instead of making a ``[user, user]`` history; a
+``tool_result`` without its ``tool_use`` is refused.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+INJECT_MESSAGE_UPDATE = "inject_message"
+RETRY_TURN_UPDATE = "retry_turn"
+REPLACE_HISTORY_UPDATE = "replace_history"
+UPDATE_PARAMS_UPDATE = "update_params"
+ADD_TOOLS_UPDATE = "add_tools"
+REMOVE_TOOLS_UPDATE = "remove_tools"
+STOP_UPDATE = "stop"
+APPROVE_TOOL_UPDATE = "approve_tool"
+DENY_TOOL_UPDATE = "deny_tool"
+ADVANCE_UPDATE = "advance"
+PENDING_APPROVALS_QUERY = "pending_approvals"
+EDIT_OUTCOME_QUERY = "edit_outcome"
+
+INLINE_TOOLS_BETA = "inline-tools-2026-09-15"
+"""The beta that ``tool_addition`` / ``tool_removal`` system messages need. As in the SDK, the run does not add it:
+give it in the run's ``betas``."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+_StrictT = TypeVar("_StrictT", bound=_Strict)
+
+
+class InjectMessage(_Strict):
+    """Add user content to the conversation: it joins the next user message, beside any tool results."""
+
+    content: str | list[dict[str, Any]]
+    """Text, or content blocks (text, image, document, ...)."""
+
+    expected_version: int | None = None
+    """The transcript version the sender saw; if the run has moved on since, the edit is rejected."""
+
+
+class RetryTurn(_Strict):
+    """Discard Claude's last reply (and what followed it) and send the turn again. Its tools never run."""
+
+    expected_version: int | None = None
+
+
+class ReplaceHistory(_Strict):
+    """Replace the whole conversation (the SDK's ``set_messages_params`` with new ``messages``)."""
+
+    messages: list[dict[str, Any]]
+    expected_version: int
+    """Required: the version of the transcript the new history was made from, so a concurrent change is rejected
+    instead of silently lost."""
+
+
+class UpdateParams(_Strict):
+    """Change request parameters for every later turn (``max_tokens``, ``tool_choice``, ``system``, ...)."""
+
+    params: dict[str, Any]
+    """Parameters to set; a ``null`` value removes the parameter."""
+
+
+class AddTools(_Strict):
+    """Make tools available from the next turn on: registered names and/or raw definitions."""
+
+    tools: list[str | dict[str, Any]] = Field(min_length=1)
+
+
+class RemoveTools(_Strict):
+    """Take tools away: Claude is told in a ``tool_removal`` system message and calls to them are not executed."""
+
+    names: list[str] = Field(min_length=1)
+
+
+class Stop(_Strict):
+    """End the run (the SDK's ``close``): the current reply's tools do not run."""
+
+    reason: str = "stopped by a client"
+
+
+class ApproveTool(_Strict):
+    """Let a tool call that waits for approval run, optionally with edited input."""
+
+    tool_use_id: str
+    input: dict[str, Any] | None = None
+    """Input to run the tool with instead of Claude's; ``None`` keeps Claude's."""
+
+
+class DenyTool(_Strict):
+    """Refuse a tool call that waits for approval: it never runs, and Claude sees the reason as an error result."""
+
+    tool_use_id: str
+    reason: str = "The user denied this tool call."
+
+
+class Advance(_Strict):
+    """In step mode, let the run go on past the reply it paused after."""
+
+    tool_results: list[dict[str, Any]] | None = None
+    """``tool_result`` blocks the client built itself for the reply's ``tool_use`` blocks; then no tool runs. Each
+    ``tool_use`` block of the reply needs exactly one result."""
+
+
+class ApprovalPolicy(_Strict):
+    """Which tool calls wait for a person's approval, and what happens if nobody answers."""
+
+    tools: list[str] | Literal["all"] = []
+    """Tool names whose calls need approval, or ``"all"``."""
+
+    timeout: timedelta | None = None
+    """How long a call waits; ``None`` waits for ever (the run holds no worker while it waits)."""
+
+    on_timeout: Literal["deny", "approve"] = "deny"
+    """What an unanswered call becomes when the timeout passes."""
+
+
+class StepPolicy(_Strict):
+    """Step mode: the run pauses after each reply until a client advances it."""
+
+    timeout: timedelta | None = None
+    """How long the run waits for a client; ``None`` waits for ever."""
+
+    on_timeout: Literal["continue", "stop"] = "stop"
+    """What the run does when nobody advanced it in time."""
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person."""
+
+    tool_use_id: str
+    name: str
+    input: Any
+    iteration: int
+    requested_at: str
+    """When the call started waiting (ISO 8601, workflow time)."""
+
+
+class QueuedEdit(BaseModel):
+    """An accepted edit waiting for the iteration boundary."""
+
+    seq: int
+    """Its place in the order of acceptance, from 1."""
+    kind: str
+    """The update that carried it (``inject_message``, ``retry_turn``, ...)."""
+    payload: dict[str, Any]
+
+
+class EditOutcome(BaseModel):
+    """What became of an accepted edit: the version it produced, or why it could not apply."""
+
+    seq: int
+    version: int | None = None
+    error: str | None = None
+
+
+class EditFailed(Exception):
+    """An accepted edit that cannot apply at the boundary (a stale version, an unregistered tool, ...)."""
+
+
+def parse_update(model: type[_StrictT], raw: object) -> _StrictT:
+    """``raw`` checked as ``model``, or a ``ValueError`` that names each problem (the update is then rejected)."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"Invalid {model.__name__} update: {problems}.") from None
