@@ -27,6 +27,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.claude import ClaudeActivities
+from activities.hooks import HookActivities
 from activities.tools import Tool, ToolActivities, ToolRegistry
 from workflows.agent_run import AgentRun
 from workflows.types import TASK_QUEUE
@@ -72,11 +73,12 @@ def build_worker(
     registry = registry or ToolRegistry()
     claude = claude or ClaudeActivities()
     tools = ToolActivities(registry)
+    hooks = HookActivities(registry.hooks)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentRun],
-        activities=[claude.create_message, tools.run_tool, tools.describe_tools],
+        activities=[claude.create_message, tools.run_tool, tools.describe_tools, hooks.process_results],
         graceful_shutdown_timeout=graceful_shutdown_timeout,
     )
 

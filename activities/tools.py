@@ -37,6 +37,7 @@ from anthropic.lib.tools import (
 )
 from temporalio import activity
 
+from activities.hooks import BUILTIN_HOOKS, ResultHook
 from workflows.errors import ToolRegistrationError
 from workflows.types import (
     DESCRIBE_TOOLS_ACTIVITY,
@@ -131,9 +132,11 @@ def tool_options(
 class ToolRegistry:
     """The tools one worker can run, by name."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), hooks: Iterable[ResultHook] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._origins: dict[str, str] = {}
+        self.hooks: dict[str, ResultHook] = {hook.name: hook for hook in [*BUILTIN_HOOKS, *hooks]}
+        """Result hooks by name: the built-in ones and those of the registered modules."""
         for tool in tools:
             self.add(tool)
 
@@ -166,11 +169,11 @@ class ToolRegistry:
                 f"Cannot import tool module {module_name!r}: {e}. Pass a module importable from the worker's "
                 "working directory or PYTHONPATH, such as `my_package.tools`."
             ) from e
-        names = [name for name in self._add_tools_of(module)]
+        names = list(self._add_tools_of(module))
         if not names:
             raise ToolRegistrationError(
-                f"Tool module {module_name!r} defines no tool. Decorate its functions with anthropic's "
-                "@beta_tool or @beta_async_tool."
+                f"Tool module {module_name!r} defines no tool or result hook. Decorate its functions with "
+                "anthropic's @beta_tool or @beta_async_tool (or agent_runner's @result_hook)."
             )
         return names
 
@@ -178,6 +181,9 @@ class ToolRegistry:
         for value in vars(module).values():
             if isinstance(value, TOOL_TYPES):
                 self.add(value, origin=module.__name__)
+                yield value.name
+            elif isinstance(value, ResultHook):
+                self.hooks[value.name] = value
                 yield value.name
 
     def get(self, name: str) -> Tool | None:
@@ -221,6 +227,7 @@ class ToolActivities:
         return DescribeToolsOutput(
             tools=[spec for spec in specs if spec is not None],
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
+            missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
         )
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)

@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from activities.hooks import HookContext, StopRun, result_hook
     from activities.tools import tool_options
     from agent_runner.client import AgentRunner, Run
     from workflows.errors import (
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "tool_options": "activities.tools",
+    "result_hook": "activities.hooks",
+    "HookContext": "activities.hooks",
+    "StopRun": "activities.hooks",
     "AgentRunner": "agent_runner.client",
     "Run": "agent_runner.client",
     **dict.fromkeys(
@@ -46,6 +50,9 @@ _HOMES = {
 }
 
 __all__ = [
+    "HookContext",
+    "StopRun",
+    "result_hook",
     "AgentRunError",
     "AgentRunner",
     "AgentRunnerError",

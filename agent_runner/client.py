@@ -39,6 +39,7 @@ from workflows.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
     APPROVE_TOOL_UPDATE,
+    COMPACT_UPDATE,
     DENY_TOOL_UPDATE,
     EDIT_OUTCOME_QUERY,
     INJECT_MESSAGE_UPDATE,
@@ -298,6 +299,10 @@ class Run:
     async def remove_tools(self, *names: str, wait: bool | None = None) -> int | None:
         """Take tools away from the next turn on."""
         return await self._edit(REMOVE_TOOLS_UPDATE, {"names": list(names)}, wait)
+
+    async def compact(self, compaction: dict[str, Any] | None = None, *, wait: bool | None = None) -> int | None:
+        """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``)."""
+        return await self._edit(COMPACT_UPDATE, {"compaction": compaction}, wait)
 
     async def stop(self, reason: str = "stopped by a client") -> None:
         """End the run at its next step (the SDK's ``close``): a reply whose tools have not run yet never runs them."""

@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.claude import ClaudeActivities
+from activities.hooks import ResultHook
 from activities.tools import Tool, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI
@@ -89,10 +90,10 @@ def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> Worker
     """`async with worker(tool, ...)`: a worker on the test's task queue whose Claude is the fake API."""
 
     @asynccontextmanager
-    async def start(*tools: Tool, **kwargs: Any) -> AsyncIterator[Worker]:
+    async def start(*tools: Tool, hooks: tuple[ResultHook, ...] = (), **kwargs: Any) -> AsyncIterator[Worker]:
         w = build_worker(
             client,
-            registry=ToolRegistry(tools),
+            registry=ToolRegistry(tools, hooks),
             task_queue=task_queue,
             claude=ClaudeActivities(anthropic_client_factory(fake_api)),
             **kwargs,

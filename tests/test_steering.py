@@ -369,3 +369,47 @@ async def test_many_injections_from_several_clients_each_appear_once_in_order(
     assert notes[:6] == [f"note {i}" for i in range(6)]
     assert sorted(notes[6:]) == sorted(f"burst {i}" for i in range(15))
     assert status.version == 1 + 21 + 1  # the first reply, 21 edits, the second reply
+
+
+async def test_compaction_summarizes_the_history_on_a_new_thread_and_does_not_count_as_an_iteration(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The SDK's `compact_before_next_turn`: one request with the full history and `compaction`, without the
+    parameters it cannot carry; the next turn continues from the summary alone."""
+    summary = {"type": "compaction", "content": "Summary: Paris is sunny."}
+    fake_api.script(weather_call(), Reply([summary], "compaction"), end_turn("Anything else?"))
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE,
+            tools=[get_weather],
+            step=True,
+            max_iterations=2,
+            betas=["compact-2026-09-04"],
+            stop_sequences=["END"],
+            tool_choice={"type": "any"},
+        )
+        await wait_status(run, "waiting_for_step", 1)
+        await run.compact()
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    first, compaction, after = fake_api.bodies()
+    assert {k: v for k, v in compaction.items() if k != "messages"} == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "tools": first["tools"],
+        "thread": {"type": "create"},
+        "compaction": {"type": "summarize"},
+    }
+    assert compaction["messages"] == [
+        USER,
+        {"role": "assistant", "content": [text("Checking."), tool_use("toolu_A1", "get_weather", {"city": "Paris"})]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": "sunny, 21C in Paris"}],
+        },
+    ]
+    assert after["messages"] == [{"role": "assistant", "content": [summary]}]
+    assert after["thread"] == {"type": "create"}
+    assert result.iterations == 2 and result.status == "completed"  # 3 requests within max_iterations=2

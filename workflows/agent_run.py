@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
         APPROVE_TOOL_UPDATE,
+        COMPACT_UPDATE,
         DENY_TOOL_UPDATE,
         EDIT_OUTCOME_QUERY,
         INJECT_MESSAGE_UPDATE,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         AddTools,
         Advance,
         ApproveTool,
+        Compact,
         DenyTool,
         EditFailed,
         EditOutcome,
@@ -64,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
+        PROCESS_RESULTS_ACTIVITY,
         REPLIES_QUERY,
         RUN_TOOL_ACTIVITY,
         STATUS_QUERY,
@@ -75,6 +78,8 @@ with workflow.unsafe.imports_passed_through():
         CreateMessageOutput,
         DescribeToolsInput,
         DescribeToolsOutput,
+        ProcessResultsInput,
+        ProcessResultsOutput,
         RunResult,
         RunStatus,
         RunStatusName,
@@ -123,6 +128,8 @@ class AgentRun:
         self._decisions: dict[str, ApproveTool | DenyTool] = {}
         self._waiting_for_step = False
         self._advance: Advance | None = None
+        self._compactions = 0
+        """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
 
     @workflow.run
     async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
@@ -140,9 +147,9 @@ class AgentRun:
             raise _fail(e) from None
         self._spec = spec
         names = [t for t in spec.tools if isinstance(t, str)]
-        described = await self._describe_tools(names)
-        if described.missing:
-            raise _fail(self._not_registered(described.missing))
+        described = await self._describe_tools(names, spec.result_hooks)
+        if described.missing or described.missing_hooks:
+            raise _fail(self._not_registered(described.missing + described.missing_hooks))
         self._tools = {tool.name: tool for tool in described.tools}
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         self._conversation = Conversation(
@@ -166,7 +173,7 @@ class AgentRun:
             if self._stop is not None:
                 self._status = "stopped"
                 break
-            if spec.max_iterations is not None and len(self._replies) >= spec.max_iterations:
+            if spec.max_iterations is not None and self._iterations >= spec.max_iterations:
                 self._status = "max_iterations"
                 break
             reply = await self._create_message(spec, conversation)
@@ -194,11 +201,13 @@ class AgentRun:
                 results = advance.tool_results  # the client built them; no tool runs
             else:
                 results = list(await asyncio.gather(*(self._run_tool(block) for block in tool_uses)))
+                if spec.result_hooks:
+                    results = await self._process_results(spec, results, tool_uses)
             conversation.append_user_content(results)
             self._version += 1
         return RunResult(
             status=self._status,
-            iterations=len(self._replies),
+            iterations=self._iterations,
             stop_reason=stop_reason,
             final_message=self._replies[-1] if self._replies else None,
             usage=self._usage,
@@ -256,6 +265,22 @@ class AgentRun:
             conversation.append_system_content(
                 [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}} for d in definitions]
             )
+        elif edit.kind == COMPACT_UPDATE:
+            last = conversation.messages[-1] if conversation.messages else {}
+            if last.get("role") == "assistant" and any(
+                isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []
+            ):
+                raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
+            assert self._spec is not None
+            reply = await self._create_message(
+                self._spec,
+                conversation,
+                conversation.compaction_request(Compact.model_validate(edit.payload).compaction),
+            )
+            self._replies.append(reply)
+            self._compactions += 1
+            self._usage = self._usage.add(reply.get("usage"))
+            conversation.record_compaction(reply)
         elif edit.kind == REMOVE_TOOLS_UPDATE:
             names = RemoveTools.model_validate(edit.payload).names
             for name in names:
@@ -404,6 +429,20 @@ class AgentRun:
         outcome = self._outcomes.get(seq)
         return outcome.model_dump() if outcome is not None else None
 
+    @property
+    def _iterations(self) -> int:
+        return len(self._replies) - self._compactions
+
+    @workflow.update(name=COMPACT_UPDATE)
+    def compact(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Queue a compaction: the whole history is summarized before the next turn, which continues from it."""
+        return self._enqueue(COMPACT_UPDATE, parse_update(Compact, raw or {}).model_dump())
+
+    @compact.validator
+    def _validate_compact(self, raw: dict[str, Any]) -> None:
+        parse_update(Compact, raw or {})
+        self._check_open()
+
     @workflow.update(name=STOP_UPDATE)
     def stop(self, raw: dict[str, Any]) -> dict[str, Any]:
         """End the run at the next step: a reply that has not run its tools yet never runs them."""
@@ -531,12 +570,12 @@ class AgentRun:
 
     # --- Activities ----------------------------------------------------------------------------------------
 
-    async def _describe_tools(self, names: list[str]) -> DescribeToolsOutput:
-        if not names:
+    async def _describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
+        if not names and not hooks:
             return DescribeToolsOutput(tools=[])
         described: DescribeToolsOutput = await workflow.execute_activity(
             DESCRIBE_TOOLS_ACTIVITY,
-            DescribeToolsInput(names=names),
+            DescribeToolsInput(names=names, hooks=hooks or []),
             result_type=DescribeToolsOutput,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
@@ -552,14 +591,16 @@ class AgentRun:
             "JSON object to send it without running it."
         )
 
-    async def _create_message(self, spec: RunSpec, conversation: Conversation) -> dict[str, Any]:
+    async def _create_message(
+        self, spec: RunSpec, conversation: Conversation, request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         options = spec.model_activity
         while True:
             try:
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
                     CreateMessageInput(
-                        request=conversation.request(),
+                        request=request if request is not None else conversation.request(),
                         run_id=workflow.info().workflow_id,
                         iteration=len(self._replies) + 1,
                     ),
@@ -576,6 +617,7 @@ class AgentRun:
                 if (
                     isinstance(cause, ApplicationError)
                     and cause.type == THREAD_LOST_ERROR
+                    and request is None
                     and conversation.previous_message_id is not None
                 ):
                     workflow.logger.info(
@@ -617,6 +659,33 @@ class AgentRun:
             tool_result["is_error"] = True
         return tool_result
 
+    async def _process_results(
+        self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Run the run's result hooks over the reply's tool results; a hook may end the run after them."""
+        try:
+            output: ProcessResultsOutput = await workflow.execute_activity(
+                PROCESS_RESULTS_ACTIVITY,
+                ProcessResultsInput(
+                    hooks=spec.result_hooks,
+                    results=results,
+                    tool_uses=tool_uses,
+                    run_id=workflow.info().workflow_id,
+                    iteration=len(self._replies),
+                ),
+                result_type=ProcessResultsOutput,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                summary=f"turn {len(self._replies)} · result hooks",
+            )
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                raise
+            raise _activity_failure(e) from None
+        if output.stop is not None and self._stop is None:
+            self._stop = output.stop
+        return output.results
+
     async def _execute_tool(self, spec: ToolSpec, tool_use_id: str, tool_input: Any) -> ToolResult:
         options = spec.options
         result: ToolResult = await workflow.execute_activity(
@@ -644,7 +713,7 @@ class AgentRun:
         """The run's state: status, iterations, usage, transcript version and pending approvals."""
         return RunStatus(
             status=self._status,
-            iterations=len(self._replies),
+            iterations=self._iterations,
             stop_reason=self._replies[-1].get("stop_reason") if self._replies else None,
             usage=self._usage,
             transcript_length=len(self._conversation.messages) if self._conversation else 0,

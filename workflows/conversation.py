@@ -79,6 +79,33 @@ class Conversation(BaseModel):
             request["messages"] = [*answered, *copy.deepcopy(self.messages[self.answered :])]
         return request
 
+    def compaction_request(self, compaction: dict[str, Any]) -> dict[str, Any]:
+        """The request that summarizes the whole history (the SDK's ``compact_before_next_turn``).
+
+        It goes out on a new thread with the full history, without the parameters a compaction request cannot
+        carry: ``context_management``, ``stop_sequences``, ``output_format``, a ``tool_choice`` that forces a tool,
+        and ``output_config.format``.
+        """
+        params = {
+            k: copy.deepcopy(v)
+            for k, v in self.params.items()
+            if k not in ("context_management", "stop_sequences", "output_format")
+        }
+        if isinstance(params.get("tool_choice"), dict) and params["tool_choice"].get("type") in ("any", "tool"):
+            del params["tool_choice"]
+        if isinstance(params.get("output_config"), dict):
+            params["output_config"] = {k: v for k, v in params["output_config"].items() if k != "format"}
+            if not params["output_config"]:
+                del params["output_config"]
+        fork = self.model_copy(update={"params": params, "previous_message_id": None}, deep=True)
+        return {**fork.request(), "compaction": copy.deepcopy(compaction)}
+
+    def record_compaction(self, message: dict[str, Any]) -> None:
+        """Replace the history by the compaction reply; the next turn starts a new thread from it."""
+        self.replace_messages([{"role": "assistant", "content": message.get("content") or []}])
+        self.answered = 0
+        self.previous_message_id = None
+
     def record_reply(self, message: dict[str, Any]) -> None:
         """Add Claude's reply to the history and continue the thread from it.
 

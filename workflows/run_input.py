@@ -54,7 +54,7 @@ EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 """Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
 
 RUNNER_OPTIONS: frozenset[str] = frozenset(
-    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step"}
+    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step", "result_hooks"}
 )
 
 ROLES = ("user", "assistant", "system")
@@ -88,6 +88,9 @@ class RunSpec(BaseModel):
 
     step: StepPolicy | None = None
     """Step mode: pause after each reply until a client advances the run; ``None`` runs freely."""
+
+    result_hooks: list[str] = []
+    """Registered result hooks to run, in order, over each reply's tool results before Claude sees them."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -161,6 +164,9 @@ def parse_run_input(raw: object) -> RunSpec:
             step = StepPolicy() if raw["step"] is True else StepPolicy.model_validate(raw["step"])
         except ValidationError as e:
             problems.append(f"`step` is invalid: {_pydantic_summary(e)}")
+    result_hooks = raw.get("result_hooks", [])
+    if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
+        problems.append("`result_hooks` must be a list of registered result hook names.")
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -172,6 +178,7 @@ def parse_run_input(raw: object) -> RunSpec:
         model_activity=model_activity,
         approval=approval,
         step=step,
+        result_hooks=result_hooks,
     )
 
 

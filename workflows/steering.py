@@ -27,6 +27,7 @@ UPDATE_PARAMS_UPDATE = "update_params"
 ADD_TOOLS_UPDATE = "add_tools"
 REMOVE_TOOLS_UPDATE = "remove_tools"
 STOP_UPDATE = "stop"
+COMPACT_UPDATE = "compact"
 APPROVE_TOOL_UPDATE = "approve_tool"
 DENY_TOOL_UPDATE = "deny_tool"
 ADVANCE_UPDATE = "advance"
@@ -87,6 +88,13 @@ class RemoveTools(_Strict):
     """Take tools away: Claude is told in a ``tool_removal`` system message and calls to them are not executed."""
 
     names: list[str] = Field(min_length=1)
+
+
+class Compact(_Strict):
+    """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``)."""
+
+    compaction: dict[str, Any] = {"type": "summarize"}
+    """The ``compaction`` parameter of the summarizing request. Give the compaction beta in the run's ``betas``."""
 
 
 class Stop(_Strict):

@@ -23,6 +23,7 @@ WORKFLOW_TYPE = "AgentRun"
 CREATE_MESSAGE_ACTIVITY = "agent_runner.create_message"
 RUN_TOOL_ACTIVITY = "agent_runner.run_tool"
 DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
+PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
 
 STATUS_QUERY = "status"
 REPLIES_QUERY = "replies"
@@ -91,9 +92,10 @@ class ToolSpec(BaseModel):
 
 
 class DescribeToolsInput(BaseModel):
-    """Input of ``agent_runner.describe_tools``: the registered tools a run names."""
+    """Input of ``agent_runner.describe_tools``: the registered tools and result hooks a run names."""
 
     names: list[str]
+    hooks: list[str] = []
 
 
 class DescribeToolsOutput(BaseModel):
@@ -101,6 +103,7 @@ class DescribeToolsOutput(BaseModel):
 
     tools: list[ToolSpec]
     missing: list[str] = []
+    missing_hooks: list[str] = []
 
 
 class CreateMessageInput(BaseModel):
@@ -127,6 +130,23 @@ class RunToolInput(BaseModel):
     input: Any
     run_id: str = ""
     iteration: int = 0
+
+
+class ProcessResultsInput(BaseModel):
+    """Input of ``agent_runner.process_results``: one reply's tool results and the hooks to run over them."""
+
+    hooks: list[str]
+    results: list[dict[str, Any]]
+    tool_uses: list[dict[str, Any]]
+    run_id: str = ""
+    iteration: int = 0
+
+
+class ProcessResultsOutput(BaseModel):
+    """The results to send, and a reason to end the run if a hook asked for it."""
+
+    results: list[dict[str, Any]]
+    stop: str | None = None
 
 
 class ToolResult(BaseModel):
