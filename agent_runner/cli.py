@@ -11,6 +11,23 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner cancel RUN_ID                                             # stop a run
     agent-runner demo                                                      # the example agent, end to end
 
+Steering a live run (each edit is accepted at once and applies before the run's next model call)::
+
+    agent-runner inject RUN_ID TEXT | --file BLOCKS.json [--expected-version N]
+    agent-runner retry RUN_ID [--expected-version N]                       # discard the last reply, resend
+    agent-runner replace-history RUN_ID --file MESSAGES.json --expected-version N
+    agent-runner params RUN_ID KEY=JSON_VALUE...                           # e.g. max_tokens=2048; KEY=null removes
+    agent-runner add-tools RUN_ID NAME... / remove-tools RUN_ID NAME...
+    agent-runner stop RUN_ID [--reason TEXT] [--no-wait]                   # the SDK's close()
+    agent-runner approvals RUN_ID [--json]                                 # tool calls waiting for a person
+    agent-runner approve RUN_ID TOOL_USE_ID [--input JSON]
+    agent-runner deny RUN_ID TOOL_USE_ID [--reason TEXT]
+    agent-runner advance RUN_ID [--tool-results RESULTS.json]              # step mode: let the run go on
+
+An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
+produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced), it prints
+``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and exits 1.
+
 Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on
 127.0.0.1:7233, started if need be. A command stops an embedded server it started before it exits, except ``run``,
@@ -20,8 +37,9 @@ Exit codes: 0 success (a followed run that completed, reached ``max_iterations``
 failed or cancelled run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following,
 not the run).
 
-The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``) are pure
-functions of the Messages API's wire-format dicts, so they can be tested line by line.
+The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``,
+``render_approvals``, ``waiting_notices``, ...) are pure functions of the Messages API's wire-format dicts and the
+run's status, so they can be tested line by line.
 """
 
 from __future__ import annotations
@@ -31,15 +49,17 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from anthropic.types.beta import BetaMessage
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -67,6 +87,12 @@ MAX_TOOL_TEXT = 400
 MAX_TOOL_LINES = 8
 """The most lines of a tool's result printed for a person."""
 
+MAX_CELL_TEXT = 60
+"""The most characters of a tool's input in a table cell (``approvals``; ``--json`` has it whole)."""
+
+EDIT_ACCEPTED = "accepted; it applies before the next turn"
+"""What an edit command prints when it does not wait for the edit to apply."""
+
 SUCCESSFUL_STATUSES = frozenset({"completed", "max_iterations", "stopped"})
 """How a run may end for ``follow`` to exit 0: on its own, at its iteration limit, or stopped by a person."""
 
@@ -77,8 +103,10 @@ EXIT_INTERRUPTED = 130
 
 _POLL_MIN = 0.05
 _POLL_MAX = 0.5
+_NOTICE_POLL = 0.5
+"""How often ``follow`` asks, between replies, whether the run waits for a person."""
 
-_DIM, _RED, _BOLD, _RESET = "\x1b[2m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
+_DIM, _RED, _YELLOW, _BOLD, _RESET = "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[1m", "\x1b[0m"
 
 LIST_STATUSES: Mapping[str, str] = {
     "running": "Running",
@@ -327,30 +355,128 @@ def render_transcript(messages: Iterable[Mapping[str, Any]], *, color: bool = Fa
 
 
 def render_status(run_id: str, status: RunStatus) -> list[str]:
-    """The ``status`` command's lines."""
-    return [
+    """The ``status`` command's lines.
+
+    ``version`` is the transcript's version, which ``--expected-version`` names; a stopped run also says why.
+    """
+    lines = [
         f"run          {run_id}",
         f"status       {status.status}",
         f"turns        {status.iterations}",
         f"stop_reason  {status.stop_reason or 'none'}",
         f"tokens       {render_usage(status.usage)}",
         f"messages     {status.transcript_length}",
+        f"version      {status.version}",
+    ]
+    if status.pending_approvals:
+        lines.append(f"approvals    {len(status.pending_approvals)} waiting (agent-runner approvals {shlex.quote(run_id)})")
+    if status.stop_reason_detail:
+        lines.append(f"stopped      {status.stop_reason_detail}")
+    return lines
+
+
+def _render_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as left-aligned columns two spaces apart (the first row is the header); the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(f"{cell:<{width}}" for cell, width in zip(row[:-1], widths, strict=True)), row[-1]]).rstrip()
+        for row in rows
     ]
 
 
 def render_run_table(rows: Sequence[tuple[str, str, str]]) -> list[str]:
     """A left-aligned table of ``(id, status, started)`` rows under an ``ID STATUS STARTED`` header."""
-    table = [("ID", "STATUS", "STARTED"), *rows]
-    width_id = max(len(r[0]) for r in table)
-    width_status = max(len(r[1]) for r in table)
-    return [f"{i:<{width_id}}  {s:<{width_status}}  {t}".rstrip() for i, s, t in table]
+    return _render_table([("ID", "STATUS", "STARTED"), *rows])
 
 
-def _local_time(iso: str) -> str:
+def _local_time(iso: str, tz: tzinfo | None = None) -> str:
     try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return datetime.fromisoformat(iso).astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
     except ValueError:
         return iso
+
+
+def _clip_cell(value: str, limit: int = MAX_CELL_TEXT) -> str:
+    """``value`` cut to ``limit`` characters for a table cell, ending in ``…`` when cut."""
+    return value if len(value) <= limit else f"{value[: limit - 1]}…"
+
+
+def render_approvals(approvals: Iterable[Mapping[str, Any]], *, tz: tzinfo | None = None) -> list[str]:
+    """The ``approvals`` table: one row per tool call waiting for a person, oldest first.
+
+    Example::
+
+        TOOL_USE_ID  TOOL         INPUT             TURN  WAITING SINCE
+        toolu_D      delete_file  {"path": "/etc"}  1     2026-05-04 10:15:00
+
+    Args:
+        approvals: Pending approvals as the run's ``pending_approvals`` query returns them (``tool_use_id``,
+            ``name``, ``input``, ``iteration``, ``requested_at``).
+        tz: The time zone of ``WAITING SINCE``; the local one by default.
+    """
+    rows = [("TOOL_USE_ID", "TOOL", "INPUT", "TURN", "WAITING SINCE")]
+    for approval in approvals:
+        rows.append(
+            (
+                str(approval.get("tool_use_id")),
+                str(approval.get("name")),
+                _clip_cell(_compact_json(approval.get("input"))),
+                str(approval.get("iteration")),
+                _local_time(str(approval.get("requested_at")), tz),
+            )
+        )
+    return _render_table(rows)
+
+
+def render_pending_approval(run_id: str, approval: Mapping[str, Any], *, color: bool = False) -> str:
+    """The line ``follow`` prints for a tool call waiting for approval, with the command that approves it.
+
+    Example: ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D``.
+
+    Args:
+        run_id: The run's id.
+        approval: One pending approval (``tool_use_id``, ``name``, ``input``, ...).
+        color: Whether to add ANSI styles.
+    """
+    tool_use_id = str(approval.get("tool_use_id"))
+    call = f"{approval.get('name')} {_clip(_compact_json(approval.get('input', {})))}"
+    command = f"agent-runner approve {shlex.quote(run_id)} {shlex.quote(tool_use_id)}"
+    return _paint(f"⏸ waiting for approval: {call} ({tool_use_id}) — {command}", _YELLOW, color)
+
+
+def render_step_pause(run_id: str, turn: int, *, color: bool = False) -> str:
+    """The line ``follow`` prints when a step-mode run pauses, e.g. ``⏸ paused after turn 2 — agent-runner advance
+    RUN``."""
+    return _paint(f"⏸ paused after turn {turn} — agent-runner advance {shlex.quote(run_id)}", _YELLOW, color)
+
+
+def waiting_notices(
+    run_id: str, status: RunStatus, *, turns_shown: int, color: bool = False
+) -> list[tuple[str, str]]:
+    """What the run waits for a person about, as ``(key, line)`` pairs: each pending approval, then a step pause.
+
+    Only what follows a reply already printed is included, so that a notice never comes before its turn; the key
+    names the notice, so that a follower prints each one once.
+
+    Args:
+        run_id: The run's id, for the commands the lines suggest.
+        status: The run's status (its ``pending_approvals``, and ``waiting_for_step``).
+        turns_shown: The last turn printed so far.
+        color: Whether to add ANSI styles.
+    """
+    notices: list[tuple[str, str]] = []
+    for approval in status.pending_approvals:
+        if int(approval.get("iteration") or 0) <= turns_shown:
+            key = f"approval {approval.get('tool_use_id')}"
+            notices.append((key, render_pending_approval(run_id, approval, color=color)))
+    if status.status == "waiting_for_step" and status.iterations <= turns_shown:
+        notices.append((f"step {status.iterations}", render_step_pause(run_id, status.iterations, color=color)))
+    return notices
+
+
+def render_edit_outcome(version: int | None) -> str:
+    """What an edit prints: ``applied at version N`` once it applied, or that it was accepted (``None``)."""
+    return EDIT_ACCEPTED if version is None else f"applied at version {version}"
 
 
 # --------------------------------------------------------------------------------------------

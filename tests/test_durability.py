@@ -240,3 +240,40 @@ async def test_temporal_server_killed_mid_run_and_restarted_on_its_database(
         "msg_turn_1",
         "msg_turn_2",
     ]
+
+
+async def test_injections_from_several_clients_survive_a_worker_kill_each_exactly_once_in_order(
+    tmp_path: Path, fake_api: FakeMessagesAPI
+) -> None:
+    """Every accepted edit is in the workflow's state before the update returns: a worker killed with edits queued
+    loses none of them, and none applies twice. An edit sent after the run ended is refused, with the reason."""
+    from workflows.errors import EditRejected
+
+    fake_api.responder = conversation_responder(slow_turns=set())
+    marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"
+    async with server(tmp_path) as temporal:
+        runner = AgentRunner(await connect(temporal.address), task_queue=f"kill-edits-{uuid.uuid4()}")
+        with worker_process(temporal.address, runner.task_queue, fake_api, marks, log) as first:
+            run = await runner.start(**RUN)
+            clients = [runner.attach(run.id) for _ in range(3)]
+            await wait_for(lambda: marks.exists() and "start step1" in marks.read_text(), "step1 starting")
+            for i in range(6):
+                await clients[i % 3].inject(f"note {i}", wait=False)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        with worker_process(temporal.address, runner.task_queue, fake_api, marks, log):
+            await wait_for(lambda: "start step2" in marks.read_text(), "step2 starting")
+            for i in range(6, 12):
+                await clients[i % 3].inject(f"note {i}", wait=False)
+            await run.until_done()
+            transcript = await run.transcript()
+            with pytest.raises(EditRejected, match="has already ended"):
+                await clients[0].inject("too late")
+    notes = [
+        block["text"]
+        for message in transcript
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "text"
+    ]
+    assert notes == [f"note {i}" for i in range(12)]
