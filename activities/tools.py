@@ -66,6 +66,9 @@ DEFAULT_TOOL_OPTIONS = ActivityOptions(
 ERROR_TEXT_MAX = 4096
 """The most of an exception's text an ``is_error`` result carries (the SDK's ``FIELD_MAX``)."""
 
+MAX_RESULT_BYTES = 1_500_000
+"""The largest tool result a run carries: below Temporal's 2 MiB payload limit, with room for the envelope."""
+
 _OPTIONS_ATTRIBUTE = "__agent_runner_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_requires_approval__"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -254,7 +257,7 @@ class ToolActivities:
             return self._error_result(input, e)
         except Exception as e:
             return self._error_result(input, e)
-        return _checked_result(input.name, content)
+        return _within_payload_limit(input.name, _checked_result(input.name, content))
 
     async def _call(self, tool: Tool, tool_input: Any) -> Any:
         if isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool)):
@@ -284,6 +287,22 @@ class ToolActivities:
             exc_info=error,
         )
         return ToolResult(content=_error_text(error), is_error=True)
+
+
+def _within_payload_limit(name: str, result: ToolResult) -> ToolResult:
+    """The result, or an ``is_error`` one if it is too large to travel through Temporal.
+
+    An activity result over Temporal's payload limit (2 MiB) fails the activity, and a retry fails the same way:
+    the run would be stuck. The model gets a clear error instead, and can ask for less.
+    """
+    size = len(result.model_dump_json())
+    if size <= MAX_RESULT_BYTES:
+        return result
+    return ToolResult(
+        content=f"Error: Tool '{name}' returned {size / 1_000_000:.1f} MB, more than a run can carry in one tool "
+        f"result ({MAX_RESULT_BYTES / 1_000_000:.1f} MB). Ask for a smaller part of the data.",
+        is_error=True,
+    )
 
 
 def _error_text(error: BaseException) -> str:

@@ -369,7 +369,9 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         f"version      {status.version}",
     ]
     if status.pending_approvals:
-        lines.append(f"approvals    {len(status.pending_approvals)} waiting (agent-runner approvals {shlex.quote(run_id)})")
+        lines.append(
+            f"approvals    {len(status.pending_approvals)} waiting (agent-runner approvals {shlex.quote(run_id)})"
+        )
     if status.stop_reason_detail:
         lines.append(f"stopped      {status.stop_reason_detail}")
     return lines
@@ -445,14 +447,14 @@ def render_pending_approval(run_id: str, approval: Mapping[str, Any], *, color: 
 
 
 def render_step_pause(run_id: str, turn: int, *, color: bool = False) -> str:
-    """The line ``follow`` prints when a step-mode run pauses, e.g. ``⏸ paused after turn 2 — agent-runner advance
-    RUN``."""
+    """The line ``follow`` prints when a step-mode run pauses after a reply, with the command that advances it.
+
+    Example: ``⏸ paused after turn 2 — agent-runner advance RUN``.
+    """
     return _paint(f"⏸ paused after turn {turn} — agent-runner advance {shlex.quote(run_id)}", _YELLOW, color)
 
 
-def waiting_notices(
-    run_id: str, status: RunStatus, *, turns_shown: int, color: bool = False
-) -> list[tuple[str, str]]:
+def waiting_notices(run_id: str, status: RunStatus, *, turns_shown: int, color: bool = False) -> list[tuple[str, str]]:
     """What the run waits for a person about, as ``(key, line)`` pairs: each pending approval, then a step pause.
 
     Only what follows a reply already printed is included, so that a notice never comes before its turn; the key
@@ -557,16 +559,47 @@ async def request_cancel(run: Run) -> None:
         raise _rpc_error(run, e) from e
 
 
-async def _wait_for_tool_results(run: Run, tool_use_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The transcript's tool results once it holds one for each of ``tool_use_ids``, or once the run ended."""
+def _show_notices(run: Run, status: RunStatus, *, turns_shown: int, shown: set[str], color: bool) -> None:
+    """Print what the run waits for a person about, each notice once (``shown`` holds the keys printed)."""
+    for key, line in waiting_notices(run.id, status, turns_shown=turns_shown, color=color):
+        if key not in shown:
+            shown.add(key)
+            _out([line])
+
+
+async def _wait_for_tool_results(
+    run: Run, tool_use_ids: Sequence[str], *, turn: int, shown: set[str], color: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The transcript's tool results once it holds one for each of ``tool_use_ids`` (the calls of reply ``turn``).
+
+    Also returns once the run ended or moved past ``turn`` (a retry discarded the reply, so its tools never ran).
+    Meanwhile, prints what the run waits for: approvals of these calls, or a client to advance it.
+    """
     delay = _POLL_MIN
     while True:
         closed = await _run_is_closed(run)
+        status = await run.status()
         results = tool_results_by_id(await run.transcript())
-        if closed or all(i in results for i in tool_use_ids):
+        if closed or status.iterations > turn or all(i in results for i in tool_use_ids):
             return results
+        _show_notices(run, status, turns_shown=turn, shown=shown, color=color)
         await asyncio.sleep(delay)
         delay = min(delay * 2, _POLL_MAX)
+
+
+async def _next_reply(
+    run: Run, replies: AsyncIterator[BetaMessage], *, turns_shown: int, shown: set[str], color: bool
+) -> BetaMessage | None:
+    """The run's next reply, or ``None`` once it ended; while it waits for a person, prints what for."""
+    pending = asyncio.ensure_future(anext(replies, None))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=_NOTICE_POLL)
+            if done:
+                return pending.result()
+            _show_notices(run, await run.status(), turns_shown=turns_shown, shown=shown, color=color)
+    finally:
+        pending.cancel()  # only when following stops early (an error, Ctrl-C)
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,19 +615,25 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         from_iteration: The first reply to print (1 is the first).
         color: Whether to add ANSI styles.
 
+    While the run waits for a person, it says so once with the command to use, and leaves the decision to them:
+    ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
+    pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause.
+
     Returns:
         The exit code: 0 when the run completed, reached ``max_iterations`` or was stopped by a person, 1 when it
         failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
     iteration = from_iteration - 1
+    shown: set[str] = set()
+    replies = run.messages(from_iteration=from_iteration)
     try:
-        async for reply in run.messages(from_iteration=from_iteration):
+        while (reply := await _next_reply(run, replies, turns_shown=iteration, shown=shown, color=color)) is not None:
             iteration += 1
             message = reply.model_dump(mode="json", by_alias=True, exclude_unset=True)
             _out(render_reply(message, iteration=iteration, color=color))
             ids = client_tool_use_ids(message)
             if ids:
-                results = await _wait_for_tool_results(run, ids)
+                results = await _wait_for_tool_results(run, ids, turn=iteration, shown=shown, color=color)
                 _out(render_tool_results(message, results, color=color))
         result = await run.result()
     except AgentRunnerError as e:
@@ -658,15 +697,30 @@ def _interrupted_note(run_id: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _load_run_file(path: str) -> dict[str, Any]:
+def _load_json(path: str, what: str) -> Any:
+    """The JSON in file ``path`` (``-`` reads stdin); ``what`` names it in errors, e.g. ``the run input``."""
     try:
         raw = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigurationError(f"Cannot read the run input {path}: {e.strerror or e}.") from e
+        raise ConfigurationError(f"Cannot read {what} {path}: {e.strerror or e}.") from e
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ConfigurationError(f"The run input {path} is not valid JSON: {e}.") from e
+        raise ConfigurationError(f"{what[:1].upper()}{what[1:]} {path} is not valid JSON: {e}.") from e
+
+
+def _load_json_list(path: str, what: str, example: str) -> list[dict[str, Any]]:
+    """A file's JSON list of objects (content blocks, messages, tool results); ``example`` shows one in errors."""
+    data = _load_json(path, what)
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ConfigurationError(
+            f"{what[:1].upper()}{what[1:]} {path} must be a JSON list of objects, such as {example}."
+        )
+    return data
+
+
+def _load_run_file(path: str) -> dict[str, Any]:
+    data = _load_json(path, "the run input")
     if not isinstance(data, dict):
         raise ConfigurationError(
             f"The run input {path} must be a JSON object such as "
@@ -833,6 +887,162 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# Steering
+# --------------------------------------------------------------------------------------------
+
+BLOCKS_EXAMPLE = '[{"type": "text", "text": "Answer in French."}]'
+MESSAGES_EXAMPLE = '[{"role": "user", "content": "Just say hi."}]'
+TOOL_RESULTS_EXAMPLE = '[{"type": "tool_result", "tool_use_id": "toolu_01", "content": "done"}]'
+
+
+async def started_in_step_mode(client: Client, run: Run) -> bool:
+    """Whether the run was started with ``step``: then its edits apply only once a client advances it.
+
+    Read from the run's start input (the first event of its history), since a step-mode run that is busy with a
+    model call does not look paused yet.
+
+    Raises:
+        RunNotFound: No run has this id.
+    """
+    try:
+        async for event in run.handle.fetch_history_events(page_size=1):
+            if not event.HasField("workflow_execution_started_event_attributes"):
+                return False
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            values = await client.data_converter.decode(payloads) if payloads else []
+            raw = values[0] if values else None
+            return isinstance(raw, Mapping) and raw.get("step") not in (None, False)
+    except RPCError as e:
+        raise _rpc_error(run, e) from e
+    return False
+
+
+EditCall = Callable[[Run, bool], Awaitable[int | None]]
+"""An edit of a run: ``(run, wait) -> version``, the version being ``None`` when not waited for."""
+
+
+async def _edit(args: argparse.Namespace, edit: EditCall) -> int:
+    """Send an edit that applies at the run's boundary; print the version it produced, or that it was accepted.
+
+    ``args.wait`` is ``True`` (``--wait``), ``False`` (``--no-wait``) or ``None``: wait unless the run is in step
+    mode, whose boundary only comes once somebody advances it.
+    """
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        step = args.wait is None and await started_in_step_mode(client, run)
+        wait = not step if args.wait is None else bool(args.wait)
+        version = await edit(run, wait)
+    print(render_edit_outcome(version), flush=True)
+    if step:
+        _err(
+            f"note: run {run.id} is in step mode: the edit applies when it is advanced "
+            f"(`agent-runner advance {shlex.quote(run.id)}`)."
+        )
+    return EXIT_OK
+
+
+async def cmd_inject(args: argparse.Namespace) -> int:
+    """``inject``: user content for the next turn; it joins the tool results' message when there are any."""
+    content: str | list[dict[str, Any]] = (
+        args.text if args.file is None else _load_json_list(args.file, "the content blocks", BLOCKS_EXAMPLE)
+    )
+    return await _edit(args, lambda run, wait: run.inject(content, expected_version=args.expected_version, wait=wait))
+
+
+async def cmd_retry(args: argparse.Namespace) -> int:
+    """``retry``: discard Claude's last reply (its tools do not run if they have not yet) and send the turn again."""
+    return await _edit(args, lambda run, wait: run.retry(expected_version=args.expected_version, wait=wait))
+
+
+async def cmd_replace_history(args: argparse.Namespace) -> int:
+    """``replace-history``: the whole conversation replaced, if it is still at ``--expected-version``."""
+    messages = _load_json_list(args.file, "the messages", MESSAGES_EXAMPLE)
+    return await _edit(
+        args, lambda run, wait: run.replace_history(messages, expected_version=args.expected_version, wait=wait)
+    )
+
+
+async def cmd_params(args: argparse.Namespace) -> int:
+    """``params``: request parameters changed for every later turn; ``KEY=null`` removes one."""
+    params = dict(args.params)
+    return await _edit(args, lambda run, wait: run.update_params(wait=wait, **params))
+
+
+async def cmd_add_tools(args: argparse.Namespace) -> int:
+    """``add-tools``: registered tools (or raw JSON definitions) available from the next turn on."""
+    return await _edit(args, lambda run, wait: run.add_tools(*args.tools, wait=wait))
+
+
+async def cmd_remove_tools(args: argparse.Namespace) -> int:
+    """``remove-tools``: tools taken away from the next turn on."""
+    return await _edit(args, lambda run, wait: run.remove_tools(*args.names, wait=wait))
+
+
+async def cmd_stop(args: argparse.Namespace) -> int:
+    """``stop``: end the run at its next step (the SDK's ``close()``); then wait for it to end, unless told not to."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        await (run.stop(args.reason) if args.reason is not None else run.stop())
+        if not args.wait:
+            print("accepted; the run stops at its next step (a reply's tools that have not run never run)", flush=True)
+            return EXIT_OK
+        result = await run.result()
+    _out([render_summary(result, color=_use_color(sys.stdout))])
+    return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
+
+
+async def cmd_approvals(args: argparse.Namespace) -> int:
+    """``approvals``: the run's tool calls waiting for a person."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        pending = [p.model_dump(mode="json") for p in await run.pending_approvals()]
+    if args.json:
+        print(json.dumps(pending, indent=2, ensure_ascii=False), flush=True)
+    elif not pending:
+        _err(f"no tool call of run {run.id} waits for approval")
+    else:
+        _out(render_approvals(pending))
+    return EXIT_OK
+
+
+async def cmd_approve(args: argparse.Namespace) -> int:
+    """``approve``: let a waiting tool call run, with Claude's input or ``--input``."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        await run.approve(args.tool_use_id, input=args.input)
+    edited = "" if args.input is None else " with the given input"
+    print(f"approved {args.tool_use_id}{edited}: it runs now", flush=True)
+    return EXIT_OK
+
+
+async def cmd_deny(args: argparse.Namespace) -> int:
+    """``deny``: refuse a waiting tool call: it never runs, and Claude sees the reason as an error result."""
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        await (run.deny(args.tool_use_id, args.reason) if args.reason is not None else run.deny(args.tool_use_id))
+    print(f"denied {args.tool_use_id}: it does not run, and Claude is told why", flush=True)
+    return EXIT_OK
+
+
+async def cmd_advance(args: argparse.Namespace) -> int:
+    """``advance``: let a step-mode run go on past the reply it paused after."""
+    tool_results = (
+        None
+        if args.tool_results is None
+        else _load_json_list(args.tool_results, "the tool results", TOOL_RESULTS_EXAMPLE)
+    )
+    async with connected() as client:
+        run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
+        await run.advance(tool_results=tool_results)
+    if tool_results is None:
+        print("advanced", flush=True)
+    else:
+        count = f"{len(tool_results)} tool result{'' if len(tool_results) == 1 else 's'}"
+        print(f"advanced with your {count}: no tool runs", flush=True)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
 # The demo
 # --------------------------------------------------------------------------------------------
 
@@ -974,11 +1184,71 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _version(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a transcript version (0 or more), got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a transcript version (0 or more), got {value!r}")
+    return number
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r} ({e})") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(f'expected a JSON object such as \'{{"path": "/tmp/x"}}\', got {value!r}')
+    return data
+
+
+def _tool_arg(value: str) -> str | dict[str, Any]:
+    """A registered tool's name, or a raw tool definition given as a JSON object."""
+    return _json_object(value) if value.lstrip().startswith("{") else value
+
+
+def parse_param(assignment: str) -> tuple[str, Any]:
+    """``KEY=JSON_VALUE`` as ``(key, value)``; a value that is not valid JSON is taken as a string.
+
+    ``max_tokens=2048`` gives ``2048``, ``tool_choice={"type": "auto"}`` a dict, ``system=Be brief.`` the string,
+    ``system="42"`` the string ``"42"``, and ``KEY=null`` ``None``, which removes the parameter.
+
+    Raises:
+        argparse.ArgumentTypeError: ``assignment`` has no ``=`` or no key.
+    """
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=JSON_VALUE, e.g. max_tokens=2048, got {assignment!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The usage rules argparse cannot express; a broken one exits 2 with the usage."""
+    if args.command == "run" and (args.prompt is None) == (args.file is None):
+        parser.error("run: give either a PROMPT or --file RUN.json")
+    if args.command == "inject" and (args.text is None) == (args.file is None):
+        parser.error("inject: give either TEXT or --file BLOCKS.json")
+    if args.command == "params":
+        keys = [key for key, _ in args.params]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            parser.error(f"params: {', '.join(repeated)} given more than once")
+        if "wait" in keys:
+            parser.error("params: `wait` is not a request parameter")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``agent-runner`` argument parser."""
     parser = argparse.ArgumentParser(
         prog="agent-runner",
-        description="Durable Claude agent runs on Temporal: start, follow, inspect and cancel them.",
+        description="Durable Claude agent runs on Temporal: start, follow, inspect, steer and cancel them.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -990,6 +1260,40 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"the task queue runs start on and workers poll (default {TASK_QUEUE})",
         )
         return sub
+
+    def steering(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own word
+        sub = command(name, help)
+        sub.add_argument("run_id", metavar="RUN_ID")
+        return sub
+
+    def edit(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own word
+        sub = steering(name, help)
+        waiting = sub.add_mutually_exclusive_group()
+        waiting.add_argument(
+            "--wait",
+            dest="wait",
+            action="store_true",
+            default=None,
+            help="wait for the edit to apply and print the transcript version it produced (the default, except for "
+            "a run in step mode, whose edits apply only once it is advanced)",
+        )
+        waiting.add_argument(
+            "--no-wait",
+            dest="wait",
+            action="store_false",
+            help="return once the run accepted the edit; it applies before the next turn",
+        )
+        return sub
+
+    def expected_version(sub: argparse.ArgumentParser, *, required: bool = False) -> None:
+        sub.add_argument(
+            "--expected-version",
+            type=_version,
+            required=required,
+            metavar="N",
+            help="the transcript version this edit was made from (`agent-runner status` shows it; read it before "
+            "the transcript): if the run has moved on, the edit is refused",
+        )
 
     run = command("run", "Start a run, print its id, and follow it.")
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="the user's message")
@@ -1053,6 +1357,81 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cancel.set_defaults(handler=cmd_cancel)
 
+    inject = edit("inject", "Add user content before the next turn (it joins the tool results' message).")
+    inject.add_argument("text", nargs="?", metavar="TEXT", help="the text to add")
+    inject.add_argument(
+        "--file", metavar="BLOCKS.json", help=f"a JSON list of content blocks instead of TEXT, e.g. {BLOCKS_EXAMPLE}"
+    )
+    expected_version(inject)
+    inject.set_defaults(handler=cmd_inject)
+
+    retry = edit("retry", "Discard Claude's last reply (its tools never run) and send the turn again.")
+    expected_version(retry)
+    retry.set_defaults(handler=cmd_retry)
+
+    replace = edit("replace-history", "Replace the whole conversation.")
+    replace.add_argument(
+        "--file",
+        required=True,
+        metavar="MESSAGES.json",
+        help="the new messages, a JSON list as `agent-runner transcript --json` prints it ('-' reads stdin)",
+    )
+    expected_version(replace, required=True)
+    replace.set_defaults(handler=cmd_replace_history)
+
+    params = edit("params", "Change request parameters for every later turn.")
+    params.add_argument(
+        "params",
+        nargs="+",
+        type=parse_param,
+        metavar="KEY=JSON_VALUE",
+        help='e.g. max_tokens=2048 \'tool_choice={"type": "auto"}\'; a value that is not valid JSON is a '
+        "string; KEY=null removes the parameter",
+    )
+    params.set_defaults(handler=cmd_params)
+
+    add_tools = edit("add-tools", "Make tools available from the next turn on.")
+    add_tools.add_argument(
+        "tools", nargs="+", type=_tool_arg, metavar="NAME", help="registered tools, or raw definitions as JSON objects"
+    )
+    add_tools.set_defaults(handler=cmd_add_tools)
+
+    remove_tools = edit("remove-tools", "Take tools away from the next turn on.")
+    remove_tools.add_argument("names", nargs="+", metavar="NAME", help="the tools' names")
+    remove_tools.set_defaults(handler=cmd_remove_tools)
+
+    stop = steering("stop", "End a run at its next step; a reply's tools that have not run never run.")
+    stop.add_argument("--reason", help="why, kept in the run's status")
+    stop.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="return at once instead of waiting for the run to end"
+    )
+    stop.set_defaults(handler=cmd_stop)
+
+    approvals = steering("approvals", "List a run's tool calls that wait for approval.")
+    approvals.add_argument("--json", action="store_true", help="as JSON, inputs whole")
+    approvals.set_defaults(handler=cmd_approvals)
+
+    approve = steering("approve", "Let a tool call that waits for approval run.")
+    approve.add_argument("tool_use_id", metavar="TOOL_USE_ID")
+    approve.add_argument(
+        "--input", type=_json_object, metavar="JSON", help="run it with this input instead of Claude's"
+    )
+    approve.set_defaults(handler=cmd_approve)
+
+    deny = steering("deny", "Refuse a tool call that waits for approval: it never runs and Claude sees the reason.")
+    deny.add_argument("tool_use_id", metavar="TOOL_USE_ID")
+    deny.add_argument("--reason", help="what Claude is told (default: The user denied this tool call.)")
+    deny.set_defaults(handler=cmd_deny)
+
+    advance = steering("advance", "Let a step-mode run go on past the reply it paused after.")
+    advance.add_argument(
+        "--tool-results",
+        metavar="RESULTS.json",
+        help="answer the reply's tool calls yourself (then no tool runs): a JSON list of tool_result blocks, e.g. "
+        f"{TOOL_RESULTS_EXAMPLE}",
+    )
+    advance.set_defaults(handler=cmd_advance)
+
     demo = command("demo", "Run the example weather-and-time agent end to end (no API key needed).")
     demo.add_argument(
         "--model", help=f"the model when ANTHROPIC_API_KEY is set (default ${MODEL_ENV}, else {DEFAULT_MODEL})"
@@ -1070,8 +1449,7 @@ async def amain(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.command == "run" and (args.prompt is None) == (args.file is None):
-            parser.error("run: give either a PROMPT or --file RUN.json")
+        _check_args(parser, args)
     except SystemExit as e:  # argparse has printed the usage or the help
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     handler: Callable[[argparse.Namespace], Any] = args.handler

@@ -30,6 +30,8 @@ from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import EmbeddedTemporal
 from workflows.types import RunResult
 
+pytestmark = pytest.mark.slow  # real processes killed and restarted: the slow tier, after the default one
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"heartbeat_timeout": "PT2S", "initial_interval": "PT0.2S", "maximum_interval": "PT1S"}
 RUN = {
