@@ -610,14 +610,15 @@ async def _next_reply(
 async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) -> int:
     """Print each of the run's replies and its tools' results as they come, then a summary line.
 
+    While the run waits for a person, it says so once with the command to use, and leaves the decision to them:
+    ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
+    pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
+    or advances anything itself.
+
     Args:
         run: The run to follow.
         from_iteration: The first reply to print (1 is the first).
         color: Whether to add ANSI styles.
-
-    While the run waits for a person, it says so once with the command to use, and leaves the decision to them:
-    ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
-    pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause.
 
     Returns:
         The exit code: 0 when the run completed, reached ``max_iterations`` or was stopped by a person, 1 when it

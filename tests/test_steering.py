@@ -413,3 +413,30 @@ async def test_compaction_summarizes_the_history_on_a_new_thread_and_does_not_co
     assert after["messages"] == [{"role": "assistant", "content": [summary]}]
     assert after["thread"] == {"type": "create"}
     assert result.iterations == 2 and result.status == "completed"  # 3 requests within max_iterations=2
+
+
+async def test_step_mode_review_shows_tool_results_and_takes_changed_ones(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The SDK's "modify tool results", without running the tool twice: the run pauses with the results."""
+    fake_api.script(weather_call("toolu_R"), end_turn("ok"))
+    changed = [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_R",
+            "content": "sunny, 21C in Paris",
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], step={"review_results": True})
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_review", 1)
+        review = (await run.status()).tool_results_under_review
+        await run.advance(tool_results=changed)
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert review == [{"type": "tool_result", "tool_use_id": "toolu_R", "content": "sunny, 21C in Paris"}]
+    assert fake_api.bodies()[1]["messages"] == [{"role": "user", "content": changed}]

@@ -128,6 +128,8 @@ class AgentRun:
         self._decisions: dict[str, ApproveTool | DenyTool] = {}
         self._waiting_for_step = False
         self._advance: Advance | None = None
+        self._under_review: list[dict[str, Any]] | None = None
+        """Tool results a step-mode client reviews before Claude sees them."""
         self._compactions = 0
         """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
 
@@ -184,7 +186,7 @@ class AgentRun:
             stop_reason = reply.get("stop_reason")
             step = _STOP_REASON_STEPS.get(stop_reason or "", "stop")
             tool_uses = [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
-            advance = await self._wait_for_step() if spec.step is not None else None
+            advance = await self._wait_for_step("waiting_for_step") if spec.step is not None else None
             if self._stop is not None:
                 self._status = "stopped"  # the SDK's close(): this reply's tools do not run
                 break
@@ -203,6 +205,8 @@ class AgentRun:
                 results = list(await asyncio.gather(*(self._run_tool(block) for block in tool_uses)))
                 if spec.result_hooks:
                     results = await self._process_results(spec, results, tool_uses)
+                if spec.step is not None and spec.step.review_results and self._stop is None:
+                    results = await self._review(results)
             conversation.append_user_content(results)
             self._version += 1
         return RunResult(
@@ -499,7 +503,8 @@ class AgentRun:
         if not self._waiting_for_step:
             raise ValueError(
                 "The run is not paused for a step (it is "
-                f"{self._status}); `advance` applies to a run started with `step` after each reply."
+                f"{self._status}); `advance` applies to a run started with `step`, after each reply (and after its "
+                "tool results with `review_results`)."
             )
         if edit.tool_results is not None:
             wanted = [b.get("id") for b in self._replies[-1].get("content") or [] if b.get("type") == "tool_use"]
@@ -512,12 +517,23 @@ class AgentRun:
                     f"{wanted}, got {given}."
                 )
 
-    async def _wait_for_step(self) -> Advance | None:
+    async def _review(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Pause with the tool results before Claude sees them; ``advance`` may send changed ones instead."""
+        self._under_review = results
+        try:
+            advance = await self._wait_for_step("waiting_for_review")
+        finally:
+            self._under_review = None
+        if advance is not None and advance.tool_results is not None:
+            return advance.tool_results
+        return results
+
+    async def _wait_for_step(self, status: RunStatusName) -> Advance | None:
         spec = self._spec
         assert spec is not None and spec.step is not None
         self._advance = None
         self._waiting_for_step = True
-        self._status = "waiting_for_step"
+        self._status = status
         try:
             await workflow.wait_condition(
                 lambda: not self._waiting_for_step or self._stop is not None, timeout=spec.step.timeout
@@ -720,6 +736,7 @@ class AgentRun:
             version=self._version,
             pending_approvals=[p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions],
             stop_reason_detail=self._stop,
+            tool_results_under_review=self._under_review,
         )
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)

@@ -148,6 +148,10 @@ class StepPolicy(_Strict):
     on_timeout: Literal["continue", "stop"] = "stop"
     """What the run does when nobody advanced it in time."""
 
+    review_results: bool = False
+    """Also pause after the tools ran, so a client can read and change their results before Claude sees them
+    (the SDK's "modify tool results")."""
+
 
 class PendingApproval(BaseModel):
     """A tool call waiting for a person."""

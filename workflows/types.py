@@ -43,6 +43,7 @@ RunStatusName = Literal[
     "running",
     "waiting_for_approval",
     "waiting_for_step",
+    "waiting_for_review",
     "completed",
     "max_iterations",
     "stopped",
@@ -198,6 +199,9 @@ class RunStatus(BaseModel):
 
     stop_reason_detail: str | None = None
     """Why a stopped run stopped."""
+
+    tool_results_under_review: list[dict[str, Any]] | None = None
+    """In step mode with ``review_results``: the results waiting for a client's ``advance``."""
 
 
 class RunResult(BaseModel):
