@@ -72,6 +72,19 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 7233
+
+FAST_DISPATCH_ARGS = (
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=200",
+    "--dynamic-config-value",
+    "history.timerProcessorMaxPollRPS=200",
+    "--dynamic-config-value",
+    "history.visibilityProcessorMaxPollRPS=200",
+)
+"""Dev-server settings that dispatch tasks at once instead of every 50 ms (usable by any ``start-dev``)."""
+
+SQLITE_ARGS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
+"""WAL with ``synchronous=normal``: about twice the throughput of sqlite's default journal on these machines."""
 """Port of the shared embedded server used by :func:`connect_client`.
 
 It is Temporal's conventional port, so the ``temporal`` CLI and SDK defaults
@@ -324,16 +337,8 @@ class EmbeddedTemporal:
             "--db-filename",
             str(self.db_filename),
             # See the module docstring for the measurements behind these.
-            "--sqlite-pragma",
-            "journal_mode=wal",
-            "--sqlite-pragma",
-            "synchronous=normal",
-            "--dynamic-config-value",
-            "history.transferProcessorMaxPollRPS=200",
-            "--dynamic-config-value",
-            "history.timerProcessorMaxPollRPS=200",
-            "--dynamic-config-value",
-            "history.visibilityProcessorMaxPollRPS=200",
+            *SQLITE_ARGS,
+            *FAST_DISPATCH_ARGS,
             "--log-level",
             "warn",
         ]

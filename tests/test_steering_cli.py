@@ -7,9 +7,11 @@ shows: in the exact next request Claude receives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.tools_for_tests import get_time, get_weather
 
@@ -90,6 +92,19 @@ class Output:
                 await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def following(run_id: str) -> AsyncIterator[asyncio.Task[int]]:
+    """`agent-runner follow RUN_ID` running beside the test's commands; stopped if the test fails first."""
+    task = asyncio.create_task(cli.amain(["follow", run_id]))
+    try:
+        yield task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def wait_status(run: Run, status: str, iterations: int | None = None) -> None:
     async with asyncio.timeout(20):
         while True:
@@ -121,14 +136,14 @@ async def test_inject_in_step_mode_then_advance_while_follow_shows_each_pause(
     output = Output(capsys)
     async with worker():
         run = await runner.start(**BASE, step=True)
-        follow = asyncio.create_task(cli.amain(["follow", run.id]))
-        await output.until(f"⏸ paused after turn 1 — agent-runner advance {run.id}")
-        assert await cli.amain(["inject", run.id, "--file", str(blocks), "--expected-version", "1"]) == 0
-        assert await cli.amain(["inject", run.id, "In French, please."]) == 0
-        assert await cli.amain(["advance", run.id]) == 0
-        await output.until(f"⏸ paused after turn 2 — agent-runner advance {run.id}")
-        assert await cli.amain(["advance", run.id]) == 0
-        assert await follow == 0
+        async with following(run.id) as follow:
+            await output.until(f"⏸ paused after turn 1 — agent-runner advance {run.id}")
+            assert await cli.amain(["inject", run.id, "--file", str(blocks), "--expected-version", "1"]) == 0
+            assert await cli.amain(["inject", run.id, "In French, please."]) == 0
+            assert await cli.amain(["advance", run.id]) == 0
+            await output.until(f"⏸ paused after turn 2 — agent-runner advance {run.id}")
+            assert await cli.amain(["advance", run.id]) == 0
+            assert await follow == 0
     assert output.lines() == [
         "── turn 1 · stop_reason end_turn ──",
         "Sunny.",
@@ -156,6 +171,11 @@ async def test_inject_in_step_mode_then_advance_while_follow_shows_each_pause(
     }
 
 
+def waiting_line(run_id: str, tool_use_id: str, path: str) -> str:
+    call = f'delete_file {{"path": "{path}"}}'
+    return f"⏸ waiting for approval: {call} ({tool_use_id}) — agent-runner approve {run_id} {tool_use_id}"
+
+
 def _timeless(line: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", "<time>", line)
 
@@ -176,20 +196,18 @@ async def test_approvals_table_then_deny_and_approve_with_edited_input_while_fol
     output = Output(capsys)
     async with worker(delete_file):
         run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
-        follow = asyncio.create_task(cli.amain(["follow", run.id]))
-        await output.until(
-            f'⏸ waiting for approval: delete_file {{"path": "/tmp/x"}} (toolu_E) — agent-runner approve {run.id} toolu_E'
-        )
-        assert await cli.amain(["approvals", run.id]) == 0
-        assert await cli.amain(["deny", run.id, "toolu_D", "--reason", "Never touch /etc."]) == 0
-        assert await cli.amain(["approve", run.id, "toolu_E", "--input", '{"path": "/tmp/scratch"}']) == 0
-        assert await follow == 0
+        async with following(run.id) as follow:
+            await output.until(waiting_line(run.id, "toolu_E", "/tmp/x"))
+            assert await cli.amain(["approvals", run.id]) == 0
+            assert await cli.amain(["deny", run.id, "toolu_D", "--reason", "Never touch /etc."]) == 0
+            assert await cli.amain(["approve", run.id, "toolu_E", "--input", '{"path": "/tmp/scratch"}']) == 0
+            assert await follow == 0
     assert [_timeless(line) for line in output.lines()] == [
         "── turn 1 · stop_reason tool_use ──",
         '→ delete_file {"path": "/etc"}',
         '→ delete_file {"path": "/tmp/x"}',
-        f'⏸ waiting for approval: delete_file {{"path": "/etc"}} (toolu_D) — agent-runner approve {run.id} toolu_D',
-        f'⏸ waiting for approval: delete_file {{"path": "/tmp/x"}} (toolu_E) — agent-runner approve {run.id} toolu_E',
+        waiting_line(run.id, "toolu_D", "/etc"),
+        waiting_line(run.id, "toolu_E", "/tmp/x"),
         "TOOL_USE_ID  TOOL         INPUT               TURN  WAITING SINCE",
         'toolu_D      delete_file  {"path": "/etc"}    1     <time>',
         'toolu_E      delete_file  {"path": "/tmp/x"}  1     <time>',
@@ -212,6 +230,36 @@ async def test_approvals_table_then_deny_and_approve_with_edited_input_while_fol
             ],
         }
     ]
+
+
+async def test_follow_goes_on_past_a_reply_that_a_retry_discarded(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The discarded reply's tools never run, so `follow` must not wait for their results."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Sorry."))
+    output = Output(capsys)
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True)
+        async with following(run.id) as follow:
+            await output.until(f"⏸ paused after turn 1 — agent-runner advance {run.id}")
+            assert await cli.amain(["retry", run.id]) == 0
+            assert await cli.amain(["advance", run.id]) == 0
+            await output.until(f"⏸ paused after turn 2 — agent-runner advance {run.id}")
+            assert await cli.amain(["advance", run.id]) == 0
+            assert await follow == 0
+    assert output.lines() == [
+        "── turn 1 · stop_reason tool_use ──",
+        '→ delete_file {"path": "/etc"}',
+        f"⏸ paused after turn 1 — agent-runner advance {run.id}",
+        ACCEPTED,
+        "advanced",
+        "── turn 2 · stop_reason end_turn ──",
+        "Sorry.",
+        f"⏸ paused after turn 2 — agent-runner advance {run.id}",
+        "advanced",
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+    ]
+    assert CALLS == []
 
 
 async def test_stop_waits_for_the_end_and_the_replys_tools_never_run(
@@ -380,26 +428,21 @@ async def test_the_stock_temporal_cli_injects_denies_and_queries_with_plain_json
     async with worker(delete_file):
         run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
         await wait_status(run, "waiting_for_approval")
-        workflow = ("workflow", "--workflow-id", run.id)
-
-        def update(name: str, payload: dict[str, Any]) -> Any:
-            return temporal(
-                client,
-                *workflow[:1],
-                "update",
-                "execute",
-                *workflow[1:],
-                "--name",
-                name,
-                "--input",
-                json.dumps(payload),
-            )
-
-        status = await asyncio.to_thread(temporal, client, *workflow[:1], "query", *workflow[1:], "--name", "status")
-        injected = await asyncio.to_thread(update, "inject_message", {"content": "Explain why instead."})
-        denied = await asyncio.to_thread(update, "deny_tool", {"tool_use_id": "toolu_D", "reason": "Not /etc."})
+        query = ("workflow", "query", "--workflow-id", run.id, "--name", "status")
+        update = ("workflow", "update", "execute", "--workflow-id", run.id, "--name")
+        status = await asyncio.to_thread(temporal, client, *query)
+        inject = {"content": "Explain why instead."}
+        injected = await asyncio.to_thread(temporal, client, *update, "inject_message", "--input", json.dumps(inject))
+        deny = {"tool_use_id": "toolu_D", "reason": "Not /etc."}
+        denied = await asyncio.to_thread(temporal, client, *update, "deny_tool", "--input", json.dumps(deny))
         await run.until_done()
-    print(status, injected, denied)
+    [state] = status["queryResult"]
+    assert (state["status"], state["version"]) == ("waiting_for_approval", 1)
+    assert [(p["tool_use_id"], p["name"], p["input"]) for p in state["pending_approvals"]] == [
+        ("toolu_D", "delete_file", {"path": "/etc"})
+    ]
+    assert injected["result"] == {"seq": 1, "version": 1}  # queued: it joins the next user message
+    assert denied["result"] == {"version": 1}
     assert CALLS == []
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",

@@ -11,7 +11,7 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -58,6 +58,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
 )
 
 ROLES = ("user", "assistant", "system")
+
+_OptionT = TypeVar("_OptionT", bound=BaseModel)
 
 
 class RunSpec(BaseModel):
@@ -146,24 +148,9 @@ def parse_run_input(raw: object) -> RunSpec:
     thread = raw.get("thread", True)
     if not isinstance(thread, bool):
         problems.append("`thread` must be true (server-side message threads) or false (full history every turn).")
-    model_activity = ActivityOptions()
-    if "model_activity" in raw:
-        try:
-            model_activity = ActivityOptions.model_validate(raw["model_activity"])
-        except ValidationError as e:
-            problems.append(f"`model_activity` is invalid: {_pydantic_summary(e)}")
-    approval = ApprovalPolicy()
-    if "approval" in raw:
-        try:
-            approval = ApprovalPolicy.model_validate(raw["approval"])
-        except ValidationError as e:
-            problems.append(f"`approval` is invalid: {_pydantic_summary(e)}")
-    step: StepPolicy | None = None
-    if raw.get("step") not in (None, False):
-        try:
-            step = StepPolicy() if raw["step"] is True else StepPolicy.model_validate(raw["step"])
-        except ValidationError as e:
-            problems.append(f"`step` is invalid: {_pydantic_summary(e)}")
+    model_activity = _option(raw, "model_activity", ActivityOptions, problems) or ActivityOptions()
+    approval = _option(raw, "approval", ApprovalPolicy, problems) or ApprovalPolicy()
+    step = _option({"step": {} if raw.get("step") is True else raw.get("step")}, "step", StepPolicy, problems)
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -245,6 +232,17 @@ def _tool_problems(tools: object) -> list[str]:
         else:
             problems.append(f"`tools[{i}]` must be a registered tool's name or a tool definition object.")
     return problems
+
+
+def _option(raw: dict[str, Any], key: str, model: type[_OptionT], problems: list[str]) -> _OptionT | None:
+    """``raw[key]`` checked as ``model``; ``None`` when absent (or ``null``/``false``), or a problem noted."""
+    if raw.get(key) in (None, False):
+        return None
+    try:
+        return model.model_validate(raw[key])
+    except ValidationError as e:
+        problems.append(f"`{key}` is invalid: {_pydantic_summary(e)}")
+        return None
 
 
 def _pydantic_summary(error: ValidationError) -> str:
