@@ -1,4 +1,4 @@
-"""``agent-runner``: start, follow, inspect and cancel agent runs from a terminal, and a self-contained demo.
+"""``agent-runner``: start, follow, inspect, steer and cancel agent runs from a terminal, and a self-contained demo.
 
 Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filters by it only when given)::
 
@@ -25,8 +25,10 @@ Steering a live run (each edit is accepted at once and applies before the run's 
     agent-runner advance RUN_ID [--tool-results RESULTS.json]              # step mode: let the run go on
 
 An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
-produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced), it prints
-``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and exits 1.
+produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced; ``--wait``
+waits anyway), it prints ``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and
+exits 1. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``) with the
+command that answers it, and never answers it itself.
 
 Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on

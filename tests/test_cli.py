@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,24 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.cli import (
+    EDIT_ACCEPTED,
     NO_KEY_NOTICE,
     build_parser,
     build_run_input,
     client_tool_use_ids,
     list_query,
+    parse_param,
+    render_approvals,
+    render_edit_outcome,
+    render_pending_approval,
     render_reply,
+    render_status,
+    render_step_pause,
     render_summary,
     render_tool_result,
     render_transcript,
     tool_results_by_id,
+    waiting_notices,
 )
 from agent_runner.client import AgentRunner
 from agent_runner.example_tools import get_time as example_get_time
@@ -173,6 +182,106 @@ def test_render_summary_has_status_turns_stop_reason_and_usage() -> None:
     )
     assert render_summary(status) == (
         "── max_iterations · 1 turn · stop_reason none · 5 input / 1 output tokens (cache: 3 written, 4 read) ──"
+    )
+
+
+APPROVAL = {
+    "tool_use_id": "toolu_D",
+    "name": "delete_file",
+    "input": {"path": "/etc"},
+    "iteration": 2,
+    "requested_at": "2026-05-04T10:15:00.123456+00:00",
+}
+
+
+def test_follow_notices_name_the_command_that_answers_them() -> None:
+    assert render_pending_approval("run-1", APPROVAL) == (
+        '⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve run-1 toolu_D'
+    )
+    assert render_step_pause("my run", 3) == "⏸ paused after turn 3 — agent-runner advance 'my run'"
+    assert render_step_pause("r", 1, color=True) == "\x1b[33m⏸ paused after turn 1 — agent-runner advance r\x1b[0m"
+    huge = render_pending_approval("r", {**APPROVAL, "input": {"text": "x" * 500}})
+    assert "… (+" in huge and huge.endswith("characters) (toolu_D) — agent-runner approve r toolu_D")
+
+
+def test_waiting_notices_come_only_after_their_turn_was_printed() -> None:
+    waiting = RunStatus(status="waiting_for_approval", iterations=2, pending_approvals=[APPROVAL])
+    assert waiting_notices("r", waiting, turns_shown=1) == []
+    assert waiting_notices("r", waiting, turns_shown=2) == [
+        ("approval toolu_D", render_pending_approval("r", APPROVAL))
+    ]
+    paused = RunStatus(status="waiting_for_step", iterations=2)
+    assert waiting_notices("r", paused, turns_shown=1) == []
+    assert waiting_notices("r", paused, turns_shown=2) == [("step 2", "⏸ paused after turn 2 — agent-runner advance r")]
+    assert waiting_notices("r", RunStatus(status="running", iterations=2), turns_shown=2) == []
+
+
+def test_render_approvals_is_a_table_with_clipped_input() -> None:
+    long = {**APPROVAL, "tool_use_id": "toolu_E", "input": {"text": "x" * 100}, "iteration": 3}
+    etc = '{"path": "/etc"}'
+    clipped = '{"text": "' + "x" * 49 + "…"
+    assert len(clipped) == 60
+    assert render_approvals([APPROVAL, long], tz=UTC) == [
+        f"TOOL_USE_ID  TOOL         {'INPUT':<60}  TURN  WAITING SINCE",
+        f"toolu_D      delete_file  {etc:<60}  2     2026-05-04 10:15:00",
+        f"toolu_E      delete_file  {clipped}  3     2026-05-04 10:15:00",
+    ]
+
+
+def test_render_status_shows_the_version_waiting_approvals_and_why_it_stopped() -> None:
+    status = RunStatus(
+        status="stopped", iterations=1, version=3, pending_approvals=[APPROVAL], stop_reason_detail="closed the tab"
+    )
+    assert render_status("r", status)[-3:] == [
+        "version      3",
+        "approvals    1 waiting (agent-runner approvals r)",
+        "stopped      closed the tab",
+    ]
+    assert render_status("r", RunStatus(status="running", iterations=0))[-1] == "version      0"
+
+
+def test_edit_outcomes_and_params() -> None:
+    assert render_edit_outcome(4) == "applied at version 4"
+    assert render_edit_outcome(None) == EDIT_ACCEPTED == "accepted; it applies before the next turn"
+    assert parse_param("max_tokens=2048") == ("max_tokens", 2048)
+    assert parse_param('tool_choice={"type": "auto"}') == ("tool_choice", {"type": "auto"})
+    assert parse_param("system=Be brief.") == ("system", "Be brief.")
+    assert parse_param("system=a=b") == ("system", "a=b")
+    assert parse_param('system="42"') == ("system", "42")
+    assert parse_param('stop_sequences=["END"]') == ("stop_sequences", ["END"])
+    assert parse_param("metadata=null") == ("metadata", None)
+    for bad in ("max_tokens", "=3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=JSON_VALUE"):
+            parse_param(bad)
+
+
+async def test_steering_usage_errors_exit_2_and_bad_files_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    usage_errors = {
+        ("inject", "r"): "inject: give either TEXT or --file BLOCKS.json",
+        ("inject", "r", "hi", "--file", "b.json"): "inject: give either TEXT or --file BLOCKS.json",
+        ("inject", "r", "hi", "--wait", "--no-wait"): "argument --no-wait: not allowed with argument --wait",
+        ("params", "r", "max_tokens"): "expected KEY=JSON_VALUE, e.g. max_tokens=2048, got 'max_tokens'",
+        ("params", "r", "top_k=1", "top_k=2"): "params: top_k given more than once",
+        ("approve", "r", "toolu_1", "--input", "[1]"): "expected a JSON object such as",
+        ("replace-history", "r", "--file", "m.json"): "the following arguments are required: --expected-version",
+        ("retry", "r", "--expected-version", "-1"): "expected a transcript version (0 or more), got '-1'",
+        ("add-tools", "r", "{oops"): "expected a JSON object, got '{oops'",
+    }
+    for argv, message in usage_errors.items():
+        assert await cli.amain(list(argv)) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    blocks = tmp_path / "blocks.json"
+    blocks.write_text('{"type": "text", "text": "hi"}')
+    assert await cli.amain(["inject", "r", "--file", str(blocks)]) == 1
+    assert capsys.readouterr().err == (
+        f"error: The content blocks {blocks} must be a JSON list of objects, such as "
+        '[{"type": "text", "text": "Answer in French."}].\n'
+    )
+    assert await cli.amain(["advance", "r", "--tool-results", str(tmp_path / "missing.json")]) == 1
+    assert capsys.readouterr().err == (
+        f"error: Cannot read the tool results {tmp_path / 'missing.json'}: No such file or directory.\n"
     )
 
 
