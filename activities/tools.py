@@ -231,6 +231,7 @@ class ToolActivities:
             tools=[spec for spec in specs if spec is not None],
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
+            registered=self._registry.names,
         )
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)

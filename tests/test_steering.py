@@ -440,3 +440,20 @@ async def test_step_mode_review_shows_tool_results_and_takes_changed_ones(
         await run.until_done()
     assert review == [{"type": "tool_result", "tool_use_id": "toolu_R", "content": "sunny, 21C in Paris"}]
     assert fake_api.bodies()[1]["messages"] == [{"role": "user", "content": changed}]
+
+
+async def test_tool_edits_naming_unknown_tools_are_refused_up_front(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("ok"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(
+            EditRejected, match=r"No worker registered \['launch_rocket'\]; registered: \['get_weather'\]"
+        ):
+            await run.add_tools("launch_rocket")
+        with pytest.raises(EditRejected, match=r"The run has no tools named \['get_time'\]; it has \['get_weather'\]"):
+            await run.remove_tools("get_time")
+        await run.stop()
+        await run.result()

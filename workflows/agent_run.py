@@ -130,6 +130,8 @@ class AgentRun:
         self._advance: Advance | None = None
         self._under_review: list[dict[str, Any]] | None = None
         """Tool results a step-mode client reviews before Claude sees them."""
+        self._registered: set[str] | None = None
+        """The tools the workers registered, if the run asked them (it does when it names any)."""
         self._compactions = 0
         """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
 
@@ -153,6 +155,7 @@ class AgentRun:
         if described.missing or described.missing_hooks:
             raise _fail(self._not_registered(described.missing + described.missing_hooks))
         self._tools = {tool.name: tool for tool in described.tools}
+        self._registered = set(described.registered) if described.registered is not None else None
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         self._conversation = Conversation(
             params=spec.params, tools=definitions, messages=spec.messages, threading=spec.thread
@@ -414,8 +417,16 @@ class AgentRun:
 
     @add_tools.validator
     def _validate_add_tools(self, raw: dict[str, Any]) -> None:
-        parse_update(AddTools, raw)
+        edit = parse_update(AddTools, raw)
         self._check_open()
+        unknown = [
+            t for t in edit.tools if isinstance(t, str) and self._registered is not None and t not in self._registered
+        ]
+        if unknown:
+            raise ValueError(
+                f"No worker registered {unknown}; registered: {sorted(self._registered or [])}. Register the tool with "
+                "`python worker.py --tools <module>`, or add its definition as a JSON object."
+            )
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
     def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -424,8 +435,13 @@ class AgentRun:
 
     @remove_tools.validator
     def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
-        parse_update(RemoveTools, raw)
+        edit = parse_update(RemoveTools, raw)
         self._check_open()
+        assert self._conversation is not None
+        current = set(self._tools) | {str(d.get("name")) for d in self._conversation.tools}
+        unknown = [n for n in edit.names if n not in current]
+        if unknown:
+            raise ValueError(f"The run has no tools named {unknown}; it has {sorted(current)}.")
 
     @workflow.query(name=EDIT_OUTCOME_QUERY)
     def edit_outcome(self, seq: int) -> dict[str, Any] | None:

@@ -105,6 +105,8 @@ class DescribeToolsOutput(BaseModel):
     tools: list[ToolSpec]
     missing: list[str] = []
     missing_hooks: list[str] = []
+    registered: list[str] | None = None
+    """Every tool the answering worker registered, so edits naming others are refused up front."""
 
 
 class CreateMessageInput(BaseModel):
