@@ -20,8 +20,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -30,7 +31,11 @@ from activities.claude import ClaudeActivities
 from activities.hooks import HookActivities
 from activities.tools import Tool, ToolActivities, ToolRegistry
 from workflows.agent_run import AgentRun
+from workflows.errors import ConfigurationError
 from workflows.types import TASK_QUEUE
+
+ROLES = ("workflows", "model", "tools")
+"""What a worker can serve; a fleet may split them across processes and task queues."""
 
 TOOLS_ENV = "AGENT_RUNNER_TOOLS"
 """Comma-separated tool modules to register, in addition to ``--tools``."""
@@ -60,6 +65,9 @@ def build_worker(
     task_queue: str = TASK_QUEUE,
     claude: ClaudeActivities | None = None,
     graceful_shutdown_timeout: timedelta = timedelta(seconds=30),
+    serve: Collection[str] = ROLES,
+    model_task_queue: str | None = None,
+    max_activities_per_second: float | None = None,
 ) -> Worker:
     """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
 
@@ -69,27 +77,49 @@ def build_worker(
         task_queue: The task queue to poll.
         claude: The model-call activities; by default one Anthropic client from this process's environment.
         graceful_shutdown_timeout: How long in-flight activities may finish after a shutdown starts.
+        serve: What this worker runs: ``workflows`` (the loop, plus the lookups it needs: ``describe_tools`` and
+            result hooks), ``model`` (Claude calls), ``tools`` (tool calls). All three by default.
+        model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
+        max_activities_per_second: Temporal's fleet-wide rate limit for activities on ``task_queue`` (for a
+            model-call queue: Anthropic's requests per second).
     """
+    unknown = set(serve) - set(ROLES)
+    if unknown or not serve:
+        raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
     registry = registry or ToolRegistry()
     claude = claude or ClaudeActivities()
-    tools = ToolActivities(registry)
+    tools = ToolActivities(registry, model_task_queue=model_task_queue)
     hooks = HookActivities(registry.hooks)
+    activities: list[Callable[..., Any]] = []
+    if "workflows" in serve:
+        activities += [tools.describe_tools, hooks.process_results]
+    if "model" in serve:
+        activities.append(claude.create_message)
+    if "tools" in serve:
+        activities.append(tools.run_tool)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AgentRun],
-        activities=[claude.create_message, tools.run_tool, tools.describe_tools, hooks.process_results],
+        workflows=[AgentRun] if "workflows" in serve else [],
+        activities=activities,
         graceful_shutdown_timeout=graceful_shutdown_timeout,
+        max_task_queue_activities_per_second=max_activities_per_second,
     )
 
 
-async def run_worker(modules: Sequence[str], task_queue: str) -> None:
-    """Connect (or start the embedded server), then run a worker until SIGINT or SIGTERM."""
+async def run_worker(modules: Sequence[str], task_queue: str, **options: Any) -> None:
+    """Connect (or start the embedded server), then run a worker until SIGINT or SIGTERM.
+
+    Args:
+        modules: Tool modules to register.
+        task_queue: The task queue to poll.
+        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``.
+    """
     from agent_runner.connection import connect
 
     registry = build_registry(modules)
     client, server = await connect()
-    worker = build_worker(client, registry=registry, task_queue=task_queue)
+    worker = build_worker(client, registry=registry, task_queue=task_queue, **options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -121,10 +151,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"a module whose @beta_tool functions to register (repeatable; also ${TOOLS_ENV})",
     )
     parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"task queue to poll (default {TASK_QUEUE})")
+    parser.add_argument(
+        "--serve",
+        default=",".join(ROLES),
+        help="what to run, comma-separated: workflows, model, tools (default: all three)",
+    )
+    parser.add_argument(
+        "--model-task-queue",
+        default=None,
+        help="route the model calls of runs this worker starts to this queue (poll it with --serve model)",
+    )
+    parser.add_argument(
+        "--max-activities-per-second",
+        type=float,
+        default=None,
+        help="fleet-wide rate limit for activities on --task-queue (for a model queue: Anthropic's requests/s)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, os.getcwd())
-    asyncio.run(run_worker(tool_modules(args.tools), args.task_queue))
+    asyncio.run(
+        run_worker(
+            tool_modules(args.tools),
+            args.task_queue,
+            serve=[role.strip() for role in args.serve.split(",") if role.strip()],
+            model_task_queue=args.model_task_queue,
+            max_activities_per_second=args.max_activities_per_second,
+        )
+    )
     return 0
 
 

@@ -217,11 +217,15 @@ class ToolActivities:
     Args:
         registry: The tools this worker runs.
         heartbeat_every: Seconds between heartbeats while a tool runs.
+        model_task_queue: The queue of the fleet's model calls, told to each run that starts (``None``: the run's).
     """
 
-    def __init__(self, registry: ToolRegistry, *, heartbeat_every: float = 1.0) -> None:
+    def __init__(
+        self, registry: ToolRegistry, *, heartbeat_every: float = 1.0, model_task_queue: str | None = None
+    ) -> None:
         self._registry = registry
         self._heartbeat_every = heartbeat_every
+        self._model_task_queue = model_task_queue
 
     @activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
     async def describe_tools(self, input: DescribeToolsInput) -> DescribeToolsOutput:
@@ -232,6 +236,7 @@ class ToolActivities:
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
             registered=self._registry.names,
+            model_task_queue=self._model_task_queue,
         )
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)

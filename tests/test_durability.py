@@ -84,9 +84,15 @@ def _turn_of(body: dict[str, Any]) -> int:
 
 @contextmanager
 def worker_process(
-    address: str, task_queue: str, fake: FakeMessagesAPI, marks: Path, log: Path
+    address: str,
+    task_queue: str,
+    fake: FakeMessagesAPI,
+    marks: Path,
+    log: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
+    full_env = {
         **os.environ,
         "TEMPORAL_ADDRESS": address,
         "ANTHROPIC_BASE_URL": fake.url,
@@ -94,12 +100,21 @@ def worker_process(
         "AGENT_RUNNER_TEST_MARKS": str(marks),
         "AGENT_RUNNER_TEST_SLOW_SECONDS": "3",
         "PYTHONPATH": str(ROOT),
+        **(env or {}),
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py"), "--tools", "tests.tools_for_tests", "--task-queue", task_queue],
+            [
+                sys.executable,
+                str(ROOT / "worker.py"),
+                "--tools",
+                "tests.tools_for_tests",
+                "--task-queue",
+                task_queue,
+                *args,
+            ],
             cwd=ROOT,
-            env=env,
+            env=full_env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )

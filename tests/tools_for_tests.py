@@ -12,6 +12,7 @@ from pathlib import Path
 
 from anthropic import beta_async_tool, beta_tool
 from anthropic.lib.tools import ToolError
+from temporalio import activity
 
 from activities.tools import tool_options
 
@@ -89,8 +90,16 @@ def slow_step(step: str) -> str:
         step: The step's name.
     """
     marks = os.environ.get("AGENT_RUNNER_TEST_MARKS")
+    journal = os.environ.get("AGENT_RUNNER_TEST_JOURNAL")
+    run_id = activity.info().workflow_id if journal else ""
     if marks:
         with Path(marks).open("a") as f:
             f.write(f"start {step}\n")
+    if journal:
+        with Path(journal).open("a") as f:
+            f.write(f"start {run_id} {step} {os.getpid()}\n")
     time.sleep(float(os.environ.get("AGENT_RUNNER_TEST_SLOW_SECONDS", "3")))
+    if journal:
+        with Path(journal).open("a") as f:
+            f.write(f"done {run_id} {step} {os.getpid()}\n")
     return f"done {step}"

@@ -131,7 +131,7 @@ class AgentRun:
         self._under_review: list[dict[str, Any]] | None = None
         """Tool results a step-mode client reviews before Claude sees them."""
         self._registered: set[str] | None = None
-        """The tools the workers registered, if the run asked them (it does when it names any)."""
+        """The tools the workers registered."""
         self._compactions = 0
         """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
 
@@ -156,6 +156,14 @@ class AgentRun:
             raise _fail(self._not_registered(described.missing + described.missing_hooks))
         self._tools = {tool.name: tool for tool in described.tools}
         self._registered = set(described.registered) if described.registered is not None else None
+        if spec.model_activity.task_queue is None and described.model_task_queue is not None:
+            # The fleet routes model calls to their own queue (with its rate limit): follow it.
+            spec = spec.model_copy(
+                update={
+                    "model_activity": spec.model_activity.model_copy(update={"task_queue": described.model_task_queue})
+                }
+            )
+            self._spec = spec
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         self._conversation = Conversation(
             params=spec.params, tools=definitions, messages=spec.messages, threading=spec.thread
@@ -603,8 +611,6 @@ class AgentRun:
     # --- Activities ----------------------------------------------------------------------------------------
 
     async def _describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
-        if not names and not hooks:
-            return DescribeToolsOutput(tools=[])
         described: DescribeToolsOutput = await workflow.execute_activity(
             DESCRIBE_TOOLS_ACTIVITY,
             DescribeToolsInput(names=names, hooks=hooks or []),

@@ -107,6 +107,8 @@ class DescribeToolsOutput(BaseModel):
     missing_hooks: list[str] = []
     registered: list[str] | None = None
     """Every tool the answering worker registered, so edits naming others are refused up front."""
+    model_task_queue: str | None = None
+    """The task queue the fleet runs model calls on, when the workers route them to a queue of their own."""
 
 
 class CreateMessageInput(BaseModel):
