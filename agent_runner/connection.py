@@ -6,12 +6,24 @@ models. The stock ``temporal`` CLI needs nothing special: a run's input and resu
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
+from agent_runner.codec import EncryptionCodec
 from agent_runner.temporal_server import EmbeddedTemporal, connect_client
+
+
+def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
+    """The pydantic data converter, encrypting every payload when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set."""
+    codec = EncryptionCodec.from_env(environ)
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
 
 
 async def connect(**kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:
@@ -20,4 +32,4 @@ async def connect(**kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:
     Returns:
         The client, and the embedded server if this call started one (the caller stops it when done).
     """
-    return await connect_client(data_converter=pydantic_data_converter, **kwargs)
+    return await connect_client(data_converter=data_converter(), **kwargs)

@@ -1,0 +1,171 @@
+"""Encryption of everything a run sends through Temporal: conversation content stays unreadable in history and UI.
+
+Every payload (run input, messages, tool results, update arguments, query answers) is encrypted with AES-GCM before
+it leaves the process, so Temporal's server, its database and its web UI see only ciphertext. Keys come from the
+environment, never from the code or the run::
+
+    AGENT_RUNNER_ENCRYPTION_KEYS="2026-11:<base64 key>,2026-05:<base64 older key>"
+
+The first key encrypts; every listed key decrypts, so rotating is: put a new key first, keep the old ones until no
+open run needs them. Each payload names the key that encrypted it. Generate a key with
+``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable.
+
+``python -m agent_runner.codec serve --port 8081`` runs a codec server, so the Temporal UI can show decrypted
+payloads to the people allowed to reach it (point the UI's "codec endpoint" at it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import os
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadCodec
+
+from workflows.errors import ConfigurationError
+
+KEYS_ENV = "AGENT_RUNNER_ENCRYPTION_KEYS"
+ENCODING = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+_NONCE_BYTES = 12
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-GCM encryption of payloads, with key rotation.
+
+    Args:
+        keys: Key id to 16, 24 or 32 raw key bytes. The first one encrypts; all of them decrypt.
+    """
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        if not keys:
+            raise ConfigurationError(f"An encryption codec needs at least one key; set {KEYS_ENV}.")
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self._current = next(iter(keys))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
+        """The codec ``AGENT_RUNNER_ENCRYPTION_KEYS`` describes, or ``None`` when it is not set."""
+        value = (os.environ if environ is None else environ).get(KEYS_ENV, "").strip()
+        if not value:
+            return None
+        keys: dict[str, bytes] = {}
+        for entry in value.split(","):
+            key_id, _, encoded = entry.strip().partition(":")
+            try:
+                key = base64.b64decode(encoded, validate=True)
+            except binascii.Error:
+                key = b""
+            if not key_id or len(key) not in (16, 24, 32):
+                raise ConfigurationError(
+                    f"{KEYS_ENV} must be `id:base64key,...` with 16-, 24- or 32-byte keys; the entry for "
+                    f"{key_id or '(no id)'!r} is not. Make one with `python -m agent_runner.codec new-key`."
+                )
+            keys[key_id] = key
+        return cls(keys)
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Encrypt each payload whole (data and metadata) under the current key."""
+        cipher = self._ciphers[self._current]
+        encoded = []
+        for payload in payloads:
+            nonce = os.urandom(_NONCE_BYTES)
+            encoded.append(
+                Payload(
+                    metadata={"encoding": ENCODING, KEY_ID_METADATA: self._current.encode()},
+                    data=nonce + cipher.encrypt(nonce, payload.SerializeToString(), None),
+                )
+            )
+        return encoded
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Decrypt encrypted payloads; others pass through (such as a run started before encryption was on)."""
+        decoded = []
+        for payload in payloads:
+            if payload.metadata.get("encoding") != ENCODING:
+                decoded.append(payload)
+                continue
+            key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode()
+            cipher = self._ciphers.get(key_id)
+            if cipher is None:
+                raise ConfigurationError(
+                    f"A payload was encrypted with key {key_id!r}, which {KEYS_ENV} does not hold. Add that key "
+                    "back (after the current one) until no run needs it."
+                )
+            data = payload.data
+            decoded.append(Payload.FromString(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], None)))
+        return decoded
+
+
+def new_key() -> str:
+    """A fresh random 256-bit key, base64-encoded, as ``AGENT_RUNNER_ENCRYPTION_KEYS`` takes it."""
+    return base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()
+
+
+async def serve(codec: EncryptionCodec, port: int, allowed_origin: str) -> None:
+    """Serve Temporal's codec-server protocol (``POST /encode``, ``POST /decode``) for the web UI."""
+    from aiohttp import web
+    from google.protobuf import json_format
+    from temporalio.api.common.v1 import Payloads
+
+    def cors(response: web.StreamResponse) -> web.StreamResponse:
+        response.headers["Access-Control-Allow-Origin"] = allowed_origin
+        response.headers["Access-Control-Allow-Methods"] = "POST, OPTIONS"
+        response.headers["Access-Control-Allow-Headers"] = "content-type, x-namespace, authorization"
+        response.headers["Access-Control-Allow-Credentials"] = "true"
+        return response
+
+    def handler(decode: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if request.method == "OPTIONS":
+                return cors(web.Response())
+            payloads = json_format.Parse(await request.read(), Payloads())
+            result = await (codec.decode if decode else codec.encode)(payloads.payloads)
+            body = json_format.MessageToJson(Payloads(payloads=result))
+            return cors(web.Response(text=body, content_type="application/json"))
+
+        return handle
+
+    app = web.Application()
+    for path, decode in (("/decode", True), ("/encode", False)):
+        app.router.add_route("POST", path, handler(decode))
+        app.router.add_route("OPTIONS", path, handler(decode))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    sys.stdout.write(f"READY http://127.0.0.1:{port}\n")
+    sys.stdout.flush()
+    await asyncio.Event().wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agent_runner.codec new-key | serve [--port N] [--origin URL]``."""
+    parser = argparse.ArgumentParser(description="Payload encryption for agent runs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("new-key", help="print a new random key")
+    server = commands.add_parser("serve", help="run a codec server for the Temporal UI")
+    server.add_argument("--port", type=int, default=8081)
+    server.add_argument("--origin", default="http://localhost:8233", help="the Temporal UI's origin (CORS)")
+    args = parser.parse_args(argv)
+    if args.command == "new-key":
+        sys.stdout.write(new_key() + "\n")
+        return 0
+    codec = EncryptionCodec.from_env()
+    if codec is None:
+        sys.stderr.write(f"error: set {KEYS_ENV} to the keys the workers use.\n")
+        return 1
+    try:
+        asyncio.run(serve(codec, args.port, args.origin))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
