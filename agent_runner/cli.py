@@ -9,6 +9,8 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner list [--status running] [--limit N]                       # a table of runs
     agent-runner status RUN_ID [--json]                                    # status, turns, token usage
     agent-runner cancel RUN_ID                                             # stop a run
+    agent-runner terminate RUN_ID [--reason TEXT]                          # end it at once (last resort)
+    agent-runner fork RUN_ID --from-iteration N [--detach]                 # a new run from turn N's request
     agent-runner demo                                                      # the example agent, end to end
 
 Steering a live run (each edit is accepted at once and applies before the run's next model call)::
@@ -889,6 +891,28 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
+async def cmd_fork(args: argparse.Namespace) -> int:
+    """``fork``: a new run from a chosen iteration of an existing one; prints its id, then follows it."""
+    async with connected() as client:
+        runner = AgentRunner(client, task_queue=args.task_queue)
+        fork = await runner.attach(args.run_id).fork(args.from_iteration, id=args.id)
+        print(fork.id, flush=True)
+        if not args.follow:
+            return EXIT_OK
+        code = await follow_until_interrupted(fork, color=_use_color(sys.stdout))
+        if code == EXIT_INTERRUPTED:
+            _err(_interrupted_note(fork.id))
+        return code
+
+
+async def cmd_terminate(args: argparse.Namespace) -> int:
+    """``terminate``: end a run at once, without letting it finish anything."""
+    async with connected() as client:
+        await AgentRunner(client, task_queue=args.task_queue).attach(args.run_id).terminate(args.reason)
+        print(f"Run {args.run_id} is terminated: {args.reason}", flush=True)
+        return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------
 # Steering
 # --------------------------------------------------------------------------------------------
@@ -1359,6 +1383,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=10.0, metavar="SECONDS", help="how long to wait for the run to stop (default 10)"
     )
     cancel.set_defaults(handler=cmd_cancel)
+
+    fork = command("fork", "Start a new run from a chosen iteration of a run (its request for that turn).")
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("--from-iteration", type=_positive_int, required=True, metavar="N")
+    fork.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
+    fork.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
+    fork.set_defaults(handler=cmd_fork, follow=True)
+
+    terminate = command("terminate", "End a run at once (a last resort: prefer stop or cancel).")
+    terminate.add_argument("run_id", metavar="RUN_ID")
+    terminate.add_argument("--reason", default="terminated from the command line")
+    terminate.set_defaults(handler=cmd_terminate)
 
     inject = edit("inject", "Add user content before the next turn (it joins the tool results' message).")
     inject.add_argument("text", nargs="?", metavar="TEXT", help="the text to add")

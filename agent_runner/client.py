@@ -52,6 +52,7 @@ from workflows.steering import (
     PendingApproval,
 )
 from workflows.types import (
+    FORK_POINT_QUERY,
     REPLIES_QUERY,
     STATUS_QUERY,
     TASK_QUEUE,
@@ -137,7 +138,7 @@ class AgentRunner:
             id=id or f"agent-{uuid.uuid4()}",
             task_queue=self.task_queue,
         )
-        return Run(handle, step=params.get("step") not in (None, False))
+        return Run(handle, step=params.get("step") not in (None, False), runner=self)
 
     def attach(self, run_id: str, *, step: bool = False) -> Run:
         """A handle on an existing run, started here or anywhere else.
@@ -146,7 +147,7 @@ class AgentRunner:
             run_id: The run's workflow id.
             step: Drive a step-mode run: ``async for`` advances it after each reply. A plain watcher leaves this off.
         """
-        return Run(self.client.get_workflow_handle(run_id), step=step)
+        return Run(self.client.get_workflow_handle(run_id), step=step, runner=self)
 
     async def list(self, query: str | None = None, *, limit: int = 50) -> list[RunSummary]:
         """Runs, newest first, optionally filtered by a Temporal visibility query."""
@@ -191,9 +192,12 @@ class Run:
     the SDK's loop body: the run waits while the body runs, and the next iteration advances it.
     """
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], *, step: bool = False) -> None:
+    def __init__(
+        self, handle: WorkflowHandle[Any, Any], *, step: bool = False, runner: AgentRunner | None = None
+    ) -> None:
         self.handle = handle
         self.step = step
+        self._runner = runner
 
     @property
     def id(self) -> str:
@@ -396,6 +400,26 @@ class Run:
                 return int(outcome["version"])
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
+
+    async def fork(self, from_iteration: int, *, id: str | None = None, task_queue: str | None = None) -> Run:
+        """Start a new run whose first request is this run's request for ``from_iteration``.
+
+        The new run has the same parameters, tools and options, and the history up to that point, on the same task
+        queue unless ``task_queue`` names another; this run is left as it is. Use it to resume a failed or stopped
+        run from a chosen turn, or to try a turn again.
+        """
+        run_input = await self._query(FORK_POINT_QUERY, from_iteration)
+        if task_queue is None:
+            task_queue = (await self.handle.describe()).task_queue  # where the original runs, by default
+        client = self._runner.client if self._runner is not None else self.handle._client
+        return await AgentRunner(client, task_queue=task_queue).start(**run_input, id=id)
+
+    async def terminate(self, reason: str) -> None:
+        """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``)."""
+        try:
+            await self.handle.terminate(reason=reason)
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
 
     async def cancel(self) -> None:
         """Cancel the run: running activities are cancelled and the run ends as cancelled (``RunCancelled``)."""

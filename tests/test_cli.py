@@ -670,3 +670,33 @@ def test_demo_runs_the_example_agent_on_the_fake_api(temporal_env: WorkflowEnvir
         "- Tokyo: light rain, 18C, local time 21:05.",
         "── completed · 3 turns · stop_reason end_turn · 1500 input / 230 output tokens ──",
     ]
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_fork_and_terminate_from_the_command_line(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"),
+        end_turn("Sunny."),
+        end_turn("Sunny again."),
+        Reply(content=[text("slow")], delay=30),
+    )
+    async with worker(get_weather, graceful_shutdown_timeout=timedelta(seconds=1)):
+        run = await runner.start(
+            model="claude-fake-1", max_tokens=50, messages=[USER], tools=[get_weather], thread=False
+        )
+        await run.until_done()
+        capsys.readouterr()
+        assert await cli.amain(["fork", run.id, "--from-iteration", "2", "--id", f"{run.id}-fork", "--detach"]) == 0
+        assert capsys.readouterr().out == f"{run.id}-fork\n"
+        fork = runner.attach(f"{run.id}-fork")
+        assert (await fork.until_done()).content[0].text == "Sunny again."  # type: ignore[union-attr]
+        slow = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+        await asyncio.to_thread(fake_api.wait_for_requests, 4)
+        assert await cli.amain(["terminate", slow.id, "--reason", "runaway"]) == 0
+        assert capsys.readouterr().out == f"Run {slow.id} is terminated: runaway\n"
+    assert fake_api.bodies()[2] == fake_api.bodies()[1]

@@ -457,3 +457,20 @@ async def test_tool_edits_naming_unknown_tools_are_refused_up_front(
             await run.remove_tools("get_time")
         await run.stop()
         await run.result()
+
+
+async def test_fork_resumes_a_run_from_a_chosen_iteration_as_a_new_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The new run's first request is the original's request for that iteration; the original is untouched."""
+    fake_api.script(weather_call("toolu_1"), weather_call("toolu_2", "Oslo"), end_turn("done"), end_turn("again"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, system="terse")
+        await run.until_done()
+        fork = await run.fork(2)
+        await fork.until_done()
+        with pytest.raises(Exception, match="Iteration 9 does not exist; the run has 3 replies"):
+            await run.fork(9)
+    bodies = fake_api.bodies()
+    assert bodies[3] == bodies[1]
+    assert fork.id != run.id

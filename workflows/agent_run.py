@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
+        FORK_POINT_QUERY,
         PROCESS_RESULTS_ACTIVITY,
         REPLIES_QUERY,
         RUN_TOOL_ACTIVITY,
@@ -130,6 +131,10 @@ class AgentRun:
         self._advance: Advance | None = None
         self._under_review: list[dict[str, Any]] | None = None
         """Tool results a step-mode client reviews before Claude sees them."""
+        self._input: dict[str, Any] = {}
+        self._fork_points: list[int | None] = []
+        """For each reply, how many transcript messages Claude saw when it wrote it; ``None`` once an edit rewrote
+        the history before it."""
         self._registered: set[str] | None = None
         """The tools the workers registered."""
         self._compactions = 0
@@ -145,6 +150,7 @@ class AgentRun:
         Returns:
             A ``RunResult`` as JSON.
         """
+        self._input = raw_input
         try:
             spec = parse_run_input(raw_input)
         except InvalidRunInput as e:
@@ -189,8 +195,10 @@ class AgentRun:
             if spec.max_iterations is not None and self._iterations >= spec.max_iterations:
                 self._status = "max_iterations"
                 break
+            seen = len(conversation.messages)
             reply = await self._create_message(spec, conversation)
             self._replies.append(reply)
+            self._fork_points.append(seen)
             self._usage = self._usage.add(reply.get("usage"))
             conversation.record_reply(reply)
             self._version += 1
@@ -261,8 +269,15 @@ class AgentRun:
         elif edit.kind == RETRY_TURN_UPDATE:
             if not conversation.drop_last_reply():
                 raise EditFailed("There is no reply to retry.")
+            self._forget_fork_points_after(len(conversation.messages))
         elif edit.kind == REPLACE_HISTORY_UPDATE:
-            conversation.replace_messages(ReplaceHistory.model_validate(edit.payload).messages)
+            new_messages = ReplaceHistory.model_validate(edit.payload).messages
+            kept = next(
+                (i for i, (a, b) in enumerate(zip(conversation.messages, new_messages, strict=False)) if a != b),
+                min(len(conversation.messages), len(new_messages)),
+            )
+            conversation.replace_messages(new_messages)
+            self._forget_fork_points_after(kept)
         elif edit.kind == UPDATE_PARAMS_UPDATE:
             for key, value in UpdateParams.model_validate(edit.payload).params.items():
                 if value is None:
@@ -293,6 +308,7 @@ class AgentRun:
                 conversation.compaction_request(Compact.model_validate(edit.payload).compaction),
             )
             self._replies.append(reply)
+            self._fork_points = [None for _ in range(len(self._fork_points) + 1)]
             self._compactions += 1
             self._usage = self._usage.add(reply.get("usage"))
             conversation.record_compaction(reply)
@@ -303,6 +319,10 @@ class AgentRun:
             conversation.append_system_content(
                 [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
             )
+
+    def _forget_fork_points_after(self, kept: int) -> None:
+        """Replies written from more history than the first ``kept`` messages can no longer be forked from."""
+        self._fork_points = [p if p is not None and p <= kept else None for p in self._fork_points]
 
     def _enqueue(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         self._next_seq += 1
@@ -765,6 +785,19 @@ class AgentRun:
     def pending_approvals(self) -> list[dict[str, Any]]:
         """Tool calls waiting for a person."""
         return [p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions]
+
+    @workflow.query(name=FORK_POINT_QUERY)
+    def fork_point(self, iteration: int) -> dict[str, Any]:
+        """The input of a new run whose first request is this run's request for ``iteration`` (1 is the first)."""
+        if not 1 <= iteration <= len(self._fork_points):
+            raise ValueError(f"Iteration {iteration} does not exist; the run has {len(self._fork_points)} replies.")
+        seen = self._fork_points[iteration - 1]
+        if seen is None or self._conversation is None:
+            raise ValueError(
+                f"Iteration {iteration} cannot be forked: an edit (retry, new history, compaction) rewrote the history "
+                "it was written from. Fork from a later iteration, or start a run from the transcript."
+            )
+        return {**self._input, "messages": self._conversation.messages[:seen]}
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
 STATUS_QUERY = "status"
 REPLIES_QUERY = "replies"
 TRANSCRIPT_QUERY = "transcript"
+FORK_POINT_QUERY = "fork_point"
 
 MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
 """The beta a request on a server-side message thread needs, added as the SDK's tool runner adds it."""
