@@ -1201,24 +1201,21 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+        return number
+
+    return parse
 
 
-def _version(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a transcript version (0 or more), got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a transcript version (0 or more), got {value!r}")
-    return number
+_positive_int = _int_at_least(1, "a positive integer")
+_version = _int_at_least(0, "a transcript version (0 or more)")
 
 
 def _json_object(value: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ as in infra.md) and our wire-compatible fake of Claude's API, with the real `ant
 from __future__ import annotations
 
 import os
+import subprocess
 import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -96,3 +97,15 @@ def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> Worker
             yield w
 
     return start
+
+
+def stock_temporal(client: Client, *args: str) -> str:
+    """Run the stock `temporal` CLI against the test server; its JSON output."""
+    done = subprocess.run(
+        [TEMPORAL_BIN, *args, "--address", client.service_client.config.target_host, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout

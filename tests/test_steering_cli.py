@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
-from tests.conftest import TEMPORAL_BIN, WorkerFactory
+from tests.conftest import WorkerFactory, stock_temporal
 from tests.tools_for_tests import get_time, get_weather
 
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -409,16 +408,8 @@ async def test_added_and_removed_tools_reach_the_next_request(
 
 
 def temporal(client: Client, *args: str) -> Any:
-    """The stock `temporal` CLI's JSON output."""
-    address = client.service_client.config.target_host
-    done = subprocess.run(
-        [TEMPORAL_BIN, *args, "--address", address, "--output", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(done.stdout)
+    """The stock `temporal` CLI's JSON output, decoded."""
+    return json.loads(stock_temporal(client, *args))
 
 
 async def test_the_stock_temporal_cli_injects_denies_and_queries_with_plain_json(

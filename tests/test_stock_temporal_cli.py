@@ -4,25 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 from temporalio.client import Client
 
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import TEMPORAL_BIN, WorkerFactory
+from tests.conftest import WorkerFactory, stock_temporal
 from tests.tools_for_tests import get_weather
-
-
-def temporal(client: Client, *args: str) -> str:
-    address = client.service_client.config.target_host
-    done = subprocess.run(
-        [TEMPORAL_BIN, *args, "--address", address, "--output", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout
 
 
 async def test_the_stock_temporal_cli_starts_a_run_with_plain_json(
@@ -43,7 +30,7 @@ async def test_the_stock_temporal_cli_starts_a_run_with_plain_json(
     }
     async with worker(get_weather):
         await asyncio.to_thread(
-            temporal,
+            stock_temporal,
             client,
             "workflow",
             "start",
@@ -56,7 +43,9 @@ async def test_the_stock_temporal_cli_starts_a_run_with_plain_json(
             "--input",
             json.dumps(run_input),
         )
-        out = await asyncio.to_thread(temporal, client, "workflow", "result", "--workflow-id", f"cli-{task_queue}")
+        out = await asyncio.to_thread(
+            stock_temporal, client, "workflow", "result", "--workflow-id", f"cli-{task_queue}"
+        )
     result = json.loads(out)["result"]
     assert result["status"] == "completed"
     assert result["iterations"] == 2
