@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -140,6 +141,32 @@ async def run_worker(modules: Sequence[str], task_queue: str, **options: Any) ->
             await server.astop()
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line, for fleets whose log pipeline parses fields (``--log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as JSON: time, level, logger, message, and the traceback if there is one."""
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(log_format: str) -> None:
+    """Log to stderr at INFO, as text or JSON lines. The SDK's own ``ANTHROPIC_LOG`` setting is left in force."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The worker's command line."""
     parser = argparse.ArgumentParser(description="Run an agent-runner worker.")
@@ -167,8 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="fleet-wide rate limit for activities on --task-queue (for a model queue: Anthropic's requests/s)",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("AGENT_RUNNER_LOG_FORMAT", "text"),
+        help="log lines as text or JSON objects (default text; also $AGENT_RUNNER_LOG_FORMAT)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format)
     sys.path.insert(0, os.getcwd())
     asyncio.run(
         run_worker(

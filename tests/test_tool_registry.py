@@ -65,3 +65,21 @@ def test_a_module_without_tools_is_refused() -> None:
 def test_tool_options_on_a_plain_function_says_where_it_goes() -> None:
     with pytest.raises(ToolRegistrationError, match="Put @tool_options"):
         tool_options(maximum_attempts=2)(lambda: "x")  # type: ignore[type-var]
+
+
+def test_json_log_lines_carry_the_traceback() -> None:
+    import json
+    import logging
+
+    from worker import JsonFormatter
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("activities.tools", logging.ERROR, __file__, 1, "tool %s failed", ("x",), None)
+        import sys
+
+        record.exc_info = sys.exc_info()
+    entry = json.loads(JsonFormatter().format(record))
+    assert (entry["level"], entry["logger"], entry["message"]) == ("ERROR", "activities.tools", "tool x failed")
+    assert entry["exception"].endswith("ValueError: boom")
