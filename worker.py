@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.claude import ClaudeActivities
@@ -108,18 +109,27 @@ def build_worker(
     )
 
 
-async def run_worker(modules: Sequence[str], task_queue: str, **options: Any) -> None:
+async def run_worker(
+    modules: Sequence[str], task_queue: str, *, metrics_port: int | None = None, **options: Any
+) -> None:
     """Connect (or start the embedded server), then run a worker until SIGINT or SIGTERM.
 
     Args:
         modules: Tool modules to register.
         task_queue: The task queue to poll.
+        metrics_port: Serve Prometheus metrics on this port.
         **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``.
     """
     from agent_runner.connection import connect
 
     registry = build_registry(modules)
-    client, server = await connect()
+    connect_options: dict[str, Any] = {}
+    if metrics_port is not None:
+        # Temporal's worker metrics and ours (iterations, tokens, tool calls) on http://0.0.0.0:PORT/metrics.
+        connect_options["runtime"] = Runtime(
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
+        )
+    client, server = await connect(**connect_options)
     worker = build_worker(client, registry=registry, task_queue=task_queue, **options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -195,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fleet-wide rate limit for activities on --task-queue (for a model queue: Anthropic's requests/s)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ["AGENT_RUNNER_METRICS_PORT"]) if os.environ.get("AGENT_RUNNER_METRICS_PORT") else None,
+        help="serve Prometheus metrics on this port (also $AGENT_RUNNER_METRICS_PORT)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=("text", "json"),
         default=os.environ.get("AGENT_RUNNER_LOG_FORMAT", "text"),
@@ -210,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve=[role.strip() for role in args.serve.split(",") if role.strip()],
             model_task_queue=args.model_task_queue,
             max_activities_per_second=args.max_activities_per_second,
+            metrics_port=args.metrics_port,
         )
     )
     return 0

@@ -253,6 +253,13 @@ class ToolActivities:
             input.tool_use_id,
             activity.info().attempt,
         )
+        result = await self._result(tool, input)
+        activity.metric_meter().create_counter("agent_runner_tool_calls", "Tool calls, by tool and outcome").add(
+            1, {"tool": input.name, "outcome": "error" if result.is_error else "ok"}
+        )
+        return result
+
+    async def _result(self, tool: Tool, input: RunToolInput) -> ToolResult:
         try:
             content = await self._call(tool, input.input)
         except ToolError as e:

@@ -199,6 +199,7 @@ class AgentRun:
             reply = await self._create_message(spec, conversation)
             self._replies.append(reply)
             self._fork_points.append(seen)
+            _record_reply_metrics(reply)
             self._usage = self._usage.add(reply.get("usage"))
             conversation.record_reply(reply)
             self._version += 1
@@ -811,6 +812,18 @@ class AgentRun:
             "version": self._version,
             "messages": list(self._conversation.messages) if self._conversation else [],
         }
+
+
+def _record_reply_metrics(reply: dict[str, Any]) -> None:
+    """Iterations and tokens, by model; the workflow's meter skips them while replaying, so nothing counts twice."""
+    meter = workflow.metric_meter().with_additional_attributes({"model": str(reply.get("model") or "")})
+    meter.create_counter("agent_runner_iterations", "Replies received from Claude").add(1)
+    usage = reply.get("usage") or {}
+    tokens = meter.create_counter("agent_runner_tokens", "Tokens used, by kind", "tokens")
+    for kind in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        count = int(usage.get(kind) or 0)
+        if count:
+            tokens.add(count, {"kind": kind.removesuffix("_tokens")})
 
 
 def _fail(error: AgentRunnerError) -> ApplicationError:

@@ -1,0 +1,78 @@
+"""Metrics: Temporal's worker metrics and ours on a Prometheus endpoint; replays count nothing twice."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+import aiohttp
+import anthropic
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.testing import WorkflowEnvironment
+
+from activities.claude import ClaudeActivities
+from activities.tools import ToolRegistry
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.tools_for_tests import fail_disk, get_weather
+from worker import build_worker
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoint(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI
+) -> None:
+    port = free_port()
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}")))
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host, runtime=runtime, data_converter=pydantic_data_converter
+    )
+    queue = f"metrics-{uuid.uuid4()}"
+    fake_api.script(
+        Reply(
+            [tool_use("toolu_1", "get_weather", {"city": "Paris"}), tool_use("toolu_2", "fail_disk", {"path": "/"})],
+            "tool_use",
+            usage={"input_tokens": 100, "output_tokens": 20},
+        ),
+        end_turn("ok", usage={"input_tokens": 130, "output_tokens": 7}),
+    )
+    worker = build_worker(
+        client,
+        registry=ToolRegistry([get_weather, fail_disk]),
+        task_queue=queue,
+        claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0)),
+    )
+    async with worker:
+        run = await AgentRunner(client, task_queue=queue).start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Hi"}],
+            tools=[get_weather, fail_disk],
+        )
+        await run.until_done()
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    lines = [line for line in text.splitlines() if line.startswith("agent_runner_")]
+
+    def value(name: str, **labels: str) -> float:
+        matching = [
+            float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
+        ]
+        assert len(matching) == 1, (name, labels, lines)
+        return matching[0]
+
+    assert value("agent_runner_iterations", model="claude-fake-1", task_queue=queue) == 2
+    assert value("agent_runner_tokens", kind="input", task_queue=queue) == 230
+    assert value("agent_runner_tokens", kind="output", task_queue=queue) == 27
+    assert value("agent_runner_tool_calls", tool="get_weather", outcome="ok", task_queue=queue) == 1
+    assert value("agent_runner_tool_calls", tool="fail_disk", outcome="error", task_queue=queue) == 1
+    assert "temporal_workflow_completed" in text
