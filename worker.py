@@ -70,6 +70,7 @@ def build_worker(
     serve: Collection[str] = ROLES,
     model_task_queue: str | None = None,
     max_activities_per_second: float | None = None,
+    search_attributes: bool = False,
 ) -> Worker:
     """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
 
@@ -84,13 +85,15 @@ def build_worker(
         model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
         max_activities_per_second: Temporal's fleet-wide rate limit for activities on ``task_queue`` (for a
             model-call queue: Anthropic's requests per second).
+        search_attributes: Runs keep the ``AgentRun*`` search attributes current (register them on the server first;
+            see ``workflows.types.SEARCH_ATTRIBUTE_TYPES``).
     """
     unknown = set(serve) - set(ROLES)
     if unknown or not serve:
         raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
     registry = registry or ToolRegistry()
     claude = claude or ClaudeActivities()
-    tools = ToolActivities(registry, model_task_queue=model_task_queue)
+    tools = ToolActivities(registry, model_task_queue=model_task_queue, search_attributes=search_attributes)
     hooks = HookActivities(registry.hooks)
     activities: list[Callable[..., Any]] = []
     if "workflows" in serve:
@@ -205,6 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fleet-wide rate limit for activities on --task-queue (for a model queue: Anthropic's requests/s)",
     )
     parser.add_argument(
+        "--search-attributes",
+        action="store_true",
+        default=os.environ.get("AGENT_RUNNER_SEARCH_ATTRIBUTES", "") not in ("", "0", "false"),
+        help="keep the AgentRun* search attributes of runs current (register them first; "
+        "also $AGENT_RUNNER_SEARCH_ATTRIBUTES=1)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=int(os.environ["AGENT_RUNNER_METRICS_PORT"]) if os.environ.get("AGENT_RUNNER_METRICS_PORT") else None,
@@ -227,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model_task_queue=args.model_task_queue,
             max_activities_per_second=args.max_activities_per_second,
             metrics_port=args.metrics_port,
+            search_attributes=args.search_attributes,
         )
     )
     return 0

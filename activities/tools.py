@@ -218,14 +218,21 @@ class ToolActivities:
         registry: The tools this worker runs.
         heartbeat_every: Seconds between heartbeats while a tool runs.
         model_task_queue: The queue of the fleet's model calls, told to each run that starts (``None``: the run's).
+        search_attributes: Tell runs that the ``AgentRun*`` search attributes are registered, so they keep them current.
     """
 
     def __init__(
-        self, registry: ToolRegistry, *, heartbeat_every: float = 1.0, model_task_queue: str | None = None
+        self,
+        registry: ToolRegistry,
+        *,
+        heartbeat_every: float = 1.0,
+        model_task_queue: str | None = None,
+        search_attributes: bool = False,
     ) -> None:
         self._registry = registry
         self._heartbeat_every = heartbeat_every
         self._model_task_queue = model_task_queue
+        self._search_attributes = search_attributes
 
     @activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
     async def describe_tools(self, input: DescribeToolsInput) -> DescribeToolsOutput:
@@ -237,6 +244,7 @@ class ToolActivities:
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
             registered=self._registry.names,
             model_task_queue=self._model_task_queue,
+            search_attributes=self._search_attributes,
         )
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)

@@ -58,6 +58,8 @@ import temporalio.client
 import temporalio.converter
 from temporalio.envconfig import ClientConfigProfile
 
+from workflows.types import SEARCH_ATTRIBUTE_TYPES
+
 __all__ = [
     "DEFAULT_PORT",
     "EmbeddedTemporal",
@@ -708,7 +710,7 @@ async def connect_client(
             )
         return existing, None
 
-    server = EmbeddedTemporal(embedded_db, embedded_port, namespace=ns)
+    server = EmbeddedTemporal(embedded_db, embedded_port, namespace=ns, search_attributes=SEARCH_ATTRIBUTE_TYPES)
     try:
         await server.astart()
     except TemporalServerError as exc:

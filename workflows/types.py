@@ -36,6 +36,18 @@ MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
 THREAD_REPLAY_CODES = ("thread_not_found", "thread_already_continued", "thread_continue_in_flight")
 """``error.details.error_code`` values after which the turn is replayed with the full history on a new thread."""
 
+SEARCH_ATTRIBUTE_TYPES = {
+    "AgentRunStatus": "Keyword",
+    "AgentRunIterations": "Int",
+    "AgentRunTokens": "Int",
+    "AgentRunWaiting": "Keyword",
+    "AgentRunModel": "Keyword",
+}
+"""Search attributes a run keeps current when its workers enable them (``--search-attributes``), so operators can
+list and filter runs (``AgentRunWaiting = "approval"``) in the Temporal UI and ``agent-runner list --query``.
+Register them first: ``temporal operator search-attribute create --name AgentRunStatus --type Keyword`` (and so
+on); the embedded dev server registers them itself."""
+
 THREAD_LOST_ERROR = "ThreadLost"
 """The ``ApplicationError.type`` of a model call whose thread the server no longer holds: the workflow replays the
 full history on a new thread instead of failing."""
@@ -110,6 +122,8 @@ class DescribeToolsOutput(BaseModel):
     """Every tool the answering worker registered, so edits naming others are refused up front."""
     model_task_queue: str | None = None
     """The task queue the fleet runs model calls on, when the workers route them to a queue of their own."""
+    search_attributes: bool = False
+    """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
 
 class CreateMessageInput(BaseModel):

@@ -1,0 +1,62 @@
+"""Operators find runs: a fleet that registered the AgentRun* search attributes can list runs waiting on approval,
+by status, iterations, tokens and model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from anthropic import beta_async_tool
+
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.conftest import WorkerFactory
+
+
+@beta_async_tool
+async def deploy(service: str) -> str:
+    """Deploy a service.
+
+    Args:
+        service: Which one.
+    """
+    return f"deployed {service}"
+
+
+async def ids(runner: AgentRunner, query: str, expected: int) -> list[str]:
+    async with asyncio.timeout(20):  # visibility is eventually consistent
+        while True:
+            found = [s.id async for s in runner.client.list_workflows(query)]
+            if len(found) >= expected:
+                return found
+            await asyncio.sleep(0.1)
+
+
+async def test_runs_waiting_for_approval_and_finished_runs_can_be_listed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply(
+            [tool_use("toolu_1", "deploy", {"service": "api"})],
+            "tool_use",
+            usage={"input_tokens": 40, "output_tokens": 2},
+        ),
+        end_turn("done", usage={"input_tokens": 50, "output_tokens": 8}),
+    )
+    async with worker(deploy, search_attributes=True):
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Ship it."}],
+            tools=[deploy],
+            approval={"tools": ["deploy"]},
+        )
+        waiting = await ids(runner, f'AgentRunWaiting = "approval" AND WorkflowId = "{run.id}"', 1)
+        await run.approve("toolu_1")
+        await run.until_done()
+        done = await ids(
+            runner,
+            f'AgentRunStatus = "completed" AND AgentRunIterations = 2 AND AgentRunTokens = 100 '
+            f'AND AgentRunModel = "claude-fake-1" AND AgentRunWaiting = "" AND WorkflowId = "{run.id}"',
+            1,
+        )
+    assert waiting == [run.id] and done == [run.id]
