@@ -35,6 +35,7 @@ from anthropic.lib.tools import (
     BetaFunctionTool,
     ToolError,
 )
+from opentelemetry import trace
 from temporalio import activity
 
 from activities.hooks import BUILTIN_HOOKS, ResultHook
@@ -51,6 +52,7 @@ from workflows.types import (
 )
 
 logger = logging.getLogger(__name__)
+_tracer = trace.get_tracer("agent_runner")
 
 Tool = BetaFunctionTool[Any] | BetaAsyncFunctionTool[Any] | BetaBuiltinFunctionTool | BetaAsyncBuiltinFunctionTool
 """Anything the SDK's tool runner can run by itself."""
@@ -261,7 +263,21 @@ class ToolActivities:
             input.tool_use_id,
             activity.info().attempt,
         )
-        result = await self._result(tool, input)
+        # The SDK's span for a tool call, so traces read the same as for its in-process runner.
+        with _tracer.start_as_current_span(
+            f"anthropic.custom_tool_use {input.name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": input.name,
+                "gen_ai.tool.call.id": input.tool_use_id,
+                "agent_runner.run_id": input.run_id,
+                "agent_runner.iteration": input.iteration,
+            },
+        ) as span:
+            result = await self._result(tool, input)
+            if result.is_error:
+                span.set_status(trace.StatusCode.ERROR)
+                span.set_attribute("error.type", "tool_error")
         activity.metric_meter().create_counter("agent_runner_tool_calls", "Tool calls, by tool and outcome").add(
             1, {"tool": input.name, "outcome": "error" if result.is_error else "ok"}
         )

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.containers
+# Each test may pay for building the images on a fresh engine (about a minute here; pytest's default is 120 s).
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(280)]
 
 if not os.environ.get("DOCKER_HOST") or not os.environ.get("AGENT_RUNNER_CONTAINERS_WHEELS"):
     pytest.skip(
@@ -174,7 +175,6 @@ async def wait_for_log(container: DockerContainer, pattern: str, timeout: float 
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.timeout(280)  # includes building both images on a cold engine
 async def test_a_run_through_the_worker_image_then_sigterm_drains(
     temporal_image: str, worker_image: dict[str, Any]
 ) -> None:
