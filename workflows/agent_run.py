@@ -200,6 +200,13 @@ class AgentRun:
             if spec.max_iterations is not None and self._iterations >= spec.max_iterations:
                 self._status = "max_iterations"
                 break
+            spent = spec.budget.spent(self._usage, workflow.info().start_time, workflow.now())
+            if spent is not None:
+                self._stop = f"The {spent} is spent."
+                if spec.budget.summarize:
+                    await self._summary_turn(spec, conversation)
+                self._status = "budget_exhausted"
+                break
             seen = len(conversation.messages)
             reply = await self._create_message(spec, conversation)
             self._replies.append(reply)
@@ -238,10 +245,29 @@ class AgentRun:
         return RunResult(
             status=self._status,
             iterations=self._iterations,
-            stop_reason=stop_reason,
+            stop_reason=self._replies[-1].get("stop_reason") if self._replies else None,
             final_message=self._replies[-1] if self._replies else None,
             usage=self._usage,
+            detail=self._stop,
         )
+
+    async def _summary_turn(self, spec: RunSpec, conversation: Conversation) -> None:
+        """One last request without tools, so Claude sums up instead of being cut off."""
+        conversation.join_user_content(
+            [
+                {
+                    "type": "text",
+                    "text": f"{self._stop} Do not call tools any more: answer now with what you have.",
+                }
+            ]
+        )
+        conversation.params["tool_choice"] = {"type": "none"}
+        reply = await self._create_message(spec, conversation)
+        self._replies.append(reply)
+        self._fork_points.append(None)
+        self._usage = self._usage.add(reply.get("usage"))
+        conversation.record_reply(reply)
+        self._version += 2
 
     # --- The iteration boundary -------------------------------------------------------------------------------
     #

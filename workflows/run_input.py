@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from workflows.budget import Budget
 from workflows.errors import InvalidRunInput
 from workflows.steering import ApprovalPolicy, StepPolicy
 from workflows.types import ActivityOptions
@@ -54,7 +55,7 @@ EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 """Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
 
 RUNNER_OPTIONS: frozenset[str] = frozenset(
-    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step", "result_hooks"}
+    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step", "result_hooks", "budget"}
 )
 
 ROLES = ("user", "assistant", "system")
@@ -93,6 +94,9 @@ class RunSpec(BaseModel):
 
     result_hooks: list[str] = []
     """Registered result hooks to run, in order, over each reply's tool results before Claude sees them."""
+
+    budget: Budget = Budget()
+    """Token, cost and time limits the run ends at, gracefully."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -151,6 +155,7 @@ def parse_run_input(raw: object) -> RunSpec:
     model_activity = _option(raw, "model_activity", ActivityOptions, problems) or ActivityOptions()
     approval = _option(raw, "approval", ApprovalPolicy, problems) or ApprovalPolicy()
     step = _option({"step": {} if raw.get("step") is True else raw.get("step")}, "step", StepPolicy, problems)
+    budget = _option(raw, "budget", Budget, problems) or Budget()
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -166,6 +171,7 @@ def parse_run_input(raw: object) -> RunSpec:
         approval=approval,
         step=step,
         result_hooks=result_hooks,
+        budget=budget,
     )
 
 

@@ -59,6 +59,7 @@ RunStatusName = Literal[
     "waiting_for_review",
     "completed",
     "max_iterations",
+    "budget_exhausted",
     "stopped",
     "cancelled",
     "failed",
@@ -234,3 +235,5 @@ class RunResult(BaseModel):
     ``until_done()`` returns it)."""
 
     usage: Usage = Usage()
+    detail: str | None = None
+    """Why the run ended, when it did not end on its own: the spent budget, or the reason it was stopped for."""

@@ -1,0 +1,76 @@
+"""Budgets that end a run gracefully: tokens, cost and a wall-clock deadline, besides ``max_iterations``.
+
+A budget is checked at each iteration boundary, so a run never stops in the middle of a turn: when one is spent the
+run ends with status ``budget_exhausted`` and names the budget. With ``summarize`` it first makes one last request
+with ``tool_choice: none`` and a user note, so Claude answers with what it has instead of being cut off.
+
+Prices are given with the run (per million tokens), never built in, since they change and differ by model.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from workflows.types import Usage
+
+
+class Prices(BaseModel):
+    """US dollars per million tokens, as on the model's price list."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float
+    output: float
+    cache_write: float = 0.0
+    cache_read: float = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        """What ``usage`` costs."""
+        return (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_creation_input_tokens * self.cache_write
+            + usage.cache_read_input_tokens * self.cache_read
+        ) / 1_000_000
+
+
+class Budget(BaseModel):
+    """Limits a run ends at, gracefully, at the next iteration boundary."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_input_tokens: int | None = None
+    """Input tokens over all replies (cache reads and writes included)."""
+    max_output_tokens: int | None = None
+    max_cost_usd: float | None = None
+    """Needs ``prices``."""
+    prices: Prices | None = None
+    timeout: timedelta | None = None
+    """Wall-clock time from the run's start."""
+    summarize: bool = False
+    """When a budget is spent, make one last request without tools so Claude can sum up."""
+
+    @model_validator(mode="after")
+    def _cost_needs_prices(self) -> Budget:
+        if self.max_cost_usd is not None and self.prices is None:
+            raise ValueError("`max_cost_usd` needs `prices` (US dollars per million input and output tokens)")
+        return self
+
+    def spent(self, usage: Usage, started: datetime, now: datetime) -> str | None:
+        """Which budget is spent, in words, or ``None``."""
+        input_tokens = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        if self.max_input_tokens is not None and input_tokens >= self.max_input_tokens:
+            return f"input token budget ({input_tokens} of {self.max_input_tokens})"
+        if self.max_output_tokens is not None and usage.output_tokens >= self.max_output_tokens:
+            return f"output token budget ({usage.output_tokens} of {self.max_output_tokens})"
+        if self.max_cost_usd is not None and self.prices is not None:
+            cost = self.prices.cost(usage)
+            if cost >= self.max_cost_usd:
+                return f"cost budget (${cost:.4f} of ${self.max_cost_usd:.4f})"
+        if self.timeout is not None and now - started >= self.timeout:
+            return f"time budget ({self.timeout})"
+        return None
