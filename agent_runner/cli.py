@@ -376,8 +376,12 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         lines.append(
             f"approvals    {len(status.pending_approvals)} waiting (agent-runner approvals {shlex.quote(run_id)})"
         )
+    if status.cost_usd is not None:
+        lines.append(f"cost         ${status.cost_usd:.4f}")
     if status.stop_reason_detail:
         lines.append(f"stopped      {status.stop_reason_detail}")
+    if status.last_error:
+        lines.append(f"last error   {status.last_error}")
     return lines
 
 

@@ -250,8 +250,21 @@ class Run:
         return RunResult.model_validate(raw)
 
     async def status(self) -> RunStatus:
-        """The run's status, iteration count, last stop reason and token usage."""
-        return RunStatus.model_validate(await self._query(STATUS_QUERY))
+        """The run's status: iterations, stop reason, usage (and cost, given prices), pending approvals.
+
+        Also the latest failure of a model or tool call that Temporal is still retrying, such as an overloaded API.
+        """
+        status = RunStatus.model_validate(await self._query(STATUS_QUERY))
+        try:
+            description = await self.handle.describe()
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
+        failures = [
+            f"{activity.activity_type.name} (attempt {activity.attempt}): {activity.last_failure.message}"
+            for activity in description.raw_description.pending_activities
+            if activity.HasField("last_failure")
+        ]
+        return status.model_copy(update={"last_error": failures[-1] if failures else None})
 
     async def transcript(self) -> list[dict[str, Any]]:
         """The whole conversation so far, in the Messages API's wire shape."""

@@ -100,3 +100,26 @@ def test_a_cost_budget_needs_prices() -> None:
 
     with pytest.raises(InvalidRunInput, match="`max_cost_usd` needs `prices`"):
         parse_run_input({**BASE, "budget": {"max_cost_usd": 1}})
+
+
+async def test_status_shows_cost_and_the_last_error_of_a_call_being_retried(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    from agent_runner.fake_api import overloaded
+
+    fake_api.script(overloaded(), overloaded(), end_turn("ok", usage={"input_tokens": 1000, "output_tokens": 100}))
+    async with worker():
+        run = await runner.start(
+            **BASE,
+            budget={"prices": {"input": 3.0, "output": 15.0}},
+            model_activity={"initial_interval": "PT1S", "maximum_interval": "PT1S"},
+        )
+        async with asyncio.timeout(20):
+            while (status := await run.status()).last_error is None:
+                await asyncio.sleep(0.05)
+        await run.until_done()
+        final = await run.status()
+    assert status.last_error is not None
+    assert status.last_error.startswith("agent_runner.create_message (attempt ")
+    assert "Claude's API answered 529" in status.last_error
+    assert final.cost_usd == pytest.approx(0.0045) and final.last_error is None

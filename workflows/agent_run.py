@@ -833,6 +833,7 @@ class AgentRun:
             version=self._version,
             pending_approvals=[p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions],
             stop_reason_detail=self._stop,
+            cost_usd=self._spec.budget.prices.cost(self._usage) if self._spec and self._spec.budget.prices else None,
             tool_results_under_review=self._under_review,
         )
 

@@ -220,6 +220,12 @@ class RunStatus(BaseModel):
     stop_reason_detail: str | None = None
     """Why a stopped run stopped."""
 
+    cost_usd: float | None = None
+    """What the run's usage cost, when the run was given prices (``budget.prices``)."""
+
+    last_error: str | None = None
+    """The latest failure of a model or tool call still being retried (filled in by the client from Temporal)."""
+
     tool_results_under_review: list[dict[str, Any]] | None = None
     """In step mode with ``review_results``: the results waiting for a client's ``advance``."""
 
