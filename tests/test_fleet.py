@@ -10,12 +10,19 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+import anthropic
 import pytest
+from anthropic import beta_async_tool
+from temporalio import activity
+from temporalio.client import Client
 
+from activities.claude import ClaudeActivities
+from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.test_durability import RUN, connect, conversation_responder, server, uninterrupted_transcript, wait_for
 from tests.test_durability import worker_process as worker_proc
+from worker import build_worker
 
 pytestmark = pytest.mark.slow
 
@@ -115,3 +122,40 @@ async def test_model_calls_run_on_model_only_workers_of_their_own_rate_limited_q
             result = await (await runner.start(**RUN)).result()
     assert result.status == "completed" and result.iterations == 3
     assert {r.headers["authorization"] for r in fake_api.requests} == {"Bearer key-of-the-model-workers"}
+
+
+async def test_a_tool_pinned_to_its_own_queue_runs_only_on_the_workers_that_hold_it(
+    client: Client, fake_api: FakeMessagesAPI
+) -> None:
+    """`tool_options(task_queue=...)`: the loop's workers describe the tool; only the pinned queue's workers run it."""
+    from activities.tools import tool_options
+
+    ran_on: list[str] = []
+
+    @tool_options(task_queue=f"gpu-{uuid.uuid4()}")
+    @beta_async_tool
+    async def render(scene: str) -> str:
+        """Render a scene on the GPU machines.
+
+        Args:
+            scene: What to render.
+        """
+        ran_on.append(activity.info().task_queue)
+        return f"rendered {scene}"
+
+    pinned_queue = render.__agent_runner_options__.task_queue  # type: ignore[attr-defined]
+    loop_queue = f"loop-{uuid.uuid4()}"
+    claude = ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0))
+    fake_api.script(Reply([tool_use("toolu_R", "render", {"scene": "sunset"})], "tool_use"), end_turn("done"))
+    async with (
+        build_worker(
+            client, registry=ToolRegistry([render]), task_queue=loop_queue, claude=claude, serve=["workflows", "model"]
+        ),
+        build_worker(client, registry=ToolRegistry([render]), task_queue=pinned_queue, claude=claude, serve=["tools"]),
+    ):
+        run = await AgentRunner(client, task_queue=loop_queue).start(
+            model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "Render."}], tools=["render"]
+        )
+        await run.until_done()
+    assert ran_on == [pinned_queue]
+    assert fake_api.bodies()[1]["messages"][-1]["content"][0]["content"] == "rendered sunset"
