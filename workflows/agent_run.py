@@ -26,7 +26,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.conversation import Conversation
@@ -182,6 +182,9 @@ class AgentRun:
             result = await self._loop(spec, self._conversation)
         except asyncio.CancelledError:
             self._status = "cancelled"
+            raise
+        except FailureError as e:
+            self._status = "cancelled" if isinstance(e.cause or e, CancelledError) else "failed"
             raise
         finally:
             self._ended = True
