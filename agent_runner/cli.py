@@ -796,13 +796,18 @@ async def cmd_run(args: argparse.Namespace) -> int:
     run_input = build_run_input(args)
     async with connected(keep_server=True) as client:
         run = await start_run(AgentRunner(client, task_queue=args.task_queue), run_input, args.id)
-        print(run.id, flush=True)
-        if not args.follow:
-            return EXIT_OK
-        code = await follow_until_interrupted(run, color=_use_color(sys.stdout))
-        if code == EXIT_INTERRUPTED:
-            _err(_interrupted_note(run.id))
-        return code
+        return await _announce_and_follow(run, follow=args.follow)
+
+
+async def _announce_and_follow(run: Run, *, follow: bool) -> int:
+    """Print a new run's id, then follow it unless detached."""
+    print(run.id, flush=True)
+    if not follow:
+        return EXIT_OK
+    code = await follow_until_interrupted(run, color=_use_color(sys.stdout))
+    if code == EXIT_INTERRUPTED:
+        _err(_interrupted_note(run.id))
+    return code
 
 
 async def cmd_follow(args: argparse.Namespace) -> int:
@@ -900,13 +905,7 @@ async def cmd_fork(args: argparse.Namespace) -> int:
     async with connected() as client:
         runner = AgentRunner(client, task_queue=args.task_queue)
         fork = await runner.attach(args.run_id).fork(args.from_iteration, id=args.id)
-        print(fork.id, flush=True)
-        if not args.follow:
-            return EXIT_OK
-        code = await follow_until_interrupted(fork, color=_use_color(sys.stdout))
-        if code == EXIT_INTERRUPTED:
-            _err(_interrupted_note(fork.id))
-        return code
+        return await _announce_and_follow(fork, follow=args.follow)
 
 
 async def cmd_terminate(args: argparse.Namespace) -> int:
