@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-import anthropic
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -23,6 +22,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, EncryptionCodec, new_key
 from agent_runner.connection import data_converter
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import anthropic_client_factory
 from tests.tools_for_tests import get_weather
 from worker import build_worker
 from workflows.errors import ConfigurationError
@@ -45,7 +45,7 @@ async def test_a_run_with_encryption_keeps_its_content_out_of_temporal(
         client,
         registry=ToolRegistry([get_weather]),
         task_queue=queue,
-        claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0)),
+        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
     )
     async with worker:
         run = await AgentRunner(client, task_queue=queue).start(

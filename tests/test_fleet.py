@@ -10,7 +10,6 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-import anthropic
 import pytest
 from anthropic import beta_async_tool
 from temporalio import activity
@@ -20,6 +19,7 @@ from activities.claude import ClaudeActivities
 from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.conftest import anthropic_client_factory
 from tests.test_durability import RUN, connect, conversation_responder, server, uninterrupted_transcript, wait_for
 from tests.test_durability import worker_process as worker_proc
 from worker import build_worker
@@ -145,7 +145,7 @@ async def test_a_tool_pinned_to_its_own_queue_runs_only_on_the_workers_that_hold
 
     pinned_queue = render.__agent_runner_options__.task_queue  # type: ignore[attr-defined]
     loop_queue = f"loop-{uuid.uuid4()}"
-    claude = ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0))
+    claude = ClaudeActivities(anthropic_client_factory(fake_api))
     fake_api.script(Reply([tool_use("toolu_R", "render", {"scene": "sunset"})], "tool_use"), end_turn("done"))
     async with (
         build_worker(

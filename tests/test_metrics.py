@@ -6,7 +6,6 @@ import socket
 import uuid
 
 import aiohttp
-import anthropic
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -16,6 +15,7 @@ from activities.claude import ClaudeActivities
 from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.conftest import anthropic_client_factory
 from tests.tools_for_tests import fail_disk, get_weather
 from worker import build_worker
 
@@ -47,7 +47,7 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
         client,
         registry=ToolRegistry([get_weather, fail_disk]),
         task_queue=queue,
-        claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0)),
+        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
     )
     async with worker:
         run = await AgentRunner(client, task_queue=queue).start(

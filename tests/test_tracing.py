@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-import anthropic
 import opentelemetry.trace
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,6 +19,7 @@ from activities.claude import ClaudeActivities
 from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.conftest import anthropic_client_factory
 from tests.tools_for_tests import fail_disk, get_weather
 from worker import build_worker
 from workflows.agent_run import AgentRun
@@ -56,7 +56,7 @@ async def test_model_and_tool_calls_are_spans_of_one_trace_and_replay_adds_none(
         client,
         registry=ToolRegistry([get_weather, fail_disk]),
         task_queue=queue,
-        claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0)),
+        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
     )
     async with worker:
         run = await AgentRunner(client, task_queue=queue).start(

@@ -11,7 +11,6 @@ import asyncio
 import uuid
 from typing import Any
 
-import anthropic
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -21,6 +20,7 @@ from activities.hooks import HookActivities
 from activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.fake_api import FakeMessagesAPI, end_turn
+from tests.conftest import anthropic_client_factory
 from worker import build_worker
 from workflows.agent_run import AgentRun
 
@@ -69,7 +69,7 @@ async def test_a_run_started_on_v1_completes_on_v2_and_new_runs_take_the_new_pat
     client: Client, fake_api: FakeMessagesAPI
 ) -> None:
     queue = f"upgrade-{uuid.uuid4()}"
-    claude = ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake_api.url, api_key="k", max_retries=0))
+    claude = ClaudeActivities(anthropic_client_factory(fake_api))
     fake_api.script(end_turn("v1 wrote this"), end_turn("v2 answered the old run"), end_turn("a new run on v2"))
     runner = AgentRunner(client, task_queue=queue)
     hi = [{"role": "user", "content": "Hi"}]
