@@ -115,3 +115,23 @@ def stock_temporal(client: Client, *args: str) -> str:
         check=True,
     )
     return done.stdout
+
+
+@pytest.fixture
+def fresh_tools() -> None:
+    """Forget what the steering tests' tools did before this test."""
+    from tests.steering_support import CALLS, GATE
+
+    CALLS.clear()
+    GATE.clear()
+
+
+def fake_claude_worker(client: Client, fake: FakeMessagesAPI, task_queue: str, *tools: Tool) -> Worker:
+    """A worker on ``client`` whose Claude is the fake API: for tests that need a client of their own (a codec, a
+    metrics runtime, a tracing plugin) rather than the `worker` fixture's."""
+    return build_worker(
+        client,
+        registry=ToolRegistry(tools),
+        task_queue=task_queue,
+        claude=ClaudeActivities(anthropic_client_factory(fake)),
+    )

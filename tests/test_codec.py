@@ -16,15 +16,12 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.claude import ClaudeActivities
-from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, EncryptionCodec, new_key
 from agent_runner.connection import data_converter
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import anthropic_client_factory
+from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import get_weather
-from worker import build_worker
 from workflows.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,12 +38,7 @@ async def test_a_run_with_encryption_keeps_its_content_out_of_temporal(
         Reply([text("Checking."), tool_use("toolu_1", "get_weather", {"city": "Reykjavik"})], "tool_use"),
         end_turn("Sunny in Reykjavik."),
     )
-    worker = build_worker(
-        client,
-        registry=ToolRegistry([get_weather]),
-        task_queue=queue,
-        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
-    )
+    worker = fake_claude_worker(client, fake_api, queue, get_weather)
     async with worker:
         run = await AgentRunner(client, task_queue=queue).start(
             model="claude-fake-1",

@@ -7,60 +7,21 @@ import asyncio
 from typing import Any
 
 import pytest
-from anthropic import beta_async_tool
 
-from agent_runner.client import AgentRunner, Run
+from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import get_time, get_weather
 from workflows.errors import EditRejected
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
-CALLS: list[str] = []
-GATE = asyncio.Event()
-
-
-@beta_async_tool
-async def gated(city: str) -> str:
-    """Report on a city once the test opens the gate.
-
-    Args:
-        city: The city.
-    """
-    CALLS.append(city)
-    await GATE.wait()
-    return f"report for {city}"
-
-
-@beta_async_tool
-async def delete_file(path: str) -> str:
-    """Delete a file.
-
-    Args:
-        path: The file.
-    """
-    CALLS.append(f"delete {path}")
-    return f"deleted {path}"
-
-
-@pytest.fixture(autouse=True)
-def fresh_tools() -> None:
-    CALLS.clear()
-    GATE.clear()
+pytestmark = pytest.mark.usefixtures("fresh_tools")
 
 
 def weather_call(tool_id: str = "toolu_A1", city: str = "Paris") -> Reply:
     return Reply([text("Checking."), tool_use(tool_id, "get_weather", {"city": city})], "tool_use")
-
-
-async def wait_status(run: Run, status: str, iterations: int | None = None) -> None:
-    async with asyncio.timeout(20):
-        while True:
-            current = await run.status()
-            if current.status == status and (iterations is None or current.iterations == iterations):
-                return
-            await asyncio.sleep(0.05)
 
 
 async def test_injected_message_joins_the_tool_results_and_no_tool_runs_twice(

@@ -15,13 +15,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from activities.claude import ClaudeActivities
-from activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
-from tests.conftest import anthropic_client_factory
+from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import fail_disk, get_weather
-from worker import build_worker
 from workflows.agent_run import AgentRun
 
 EXPORTER = InMemorySpanExporter()
@@ -52,12 +49,7 @@ async def test_model_and_tool_calls_are_spans_of_one_trace_and_replay_adds_none(
         ),
         end_turn("ok"),
     )
-    worker = build_worker(
-        client,
-        registry=ToolRegistry([get_weather, fail_disk]),
-        task_queue=queue,
-        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
-    )
+    worker = fake_claude_worker(client, fake_api, queue, get_weather, fail_disk)
     async with worker:
         run = await AgentRunner(client, task_queue=queue).start(
             model="claude-fake-1",
