@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import os
@@ -449,7 +450,7 @@ class EmbeddedTemporal:
             raise err
 
     def start(self, timeout: float = START_TIMEOUT) -> EmbeddedTemporal:
-        """Launch the server and block until its frontend accepts TCP connections.
+        """Launch the server and block until its frontend serves RPCs (a gRPC health check passes).
 
         Args:
             timeout: Seconds to wait for readiness.
@@ -463,21 +464,17 @@ class EmbeddedTemporal:
                 was not ready in time; the message includes the log tail.
         """
         self._launch()
-        deadline = time.monotonic() + timeout
         try:
-            while True:
-                self._check_alive()
-                if _accepts_connections(LOCALHOST, self.port):
-                    return self
-                if time.monotonic() > deadline:
-                    raise self._startup_failure(f"not ready after {timeout:.0f} s")
-                time.sleep(_POLL_INTERVAL)
+            # The health check is async; run it on a loop of its own, so start() also works under a running loop.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(asyncio.run, self._wait_until_serving(time.monotonic() + timeout, timeout)).result()
         except BaseException:
             self.kill()
             raise
+        return self
 
     async def astart(self, timeout: float = START_TIMEOUT) -> EmbeddedTemporal:
-        """Async :meth:`start` that also waits for a gRPC health check to pass.
+        """Async :meth:`start`.
 
         Args:
             timeout: Seconds to wait for readiness.
@@ -490,33 +487,36 @@ class EmbeddedTemporal:
             TemporalServerError: As for :meth:`start`.
         """
         self._launch()
-        deadline = time.monotonic() + timeout
         try:
-            while True:
-                self._check_alive()
-                if _accepts_connections(LOCALHOST, self.port, timeout=0.1):
-                    break
-                if time.monotonic() > deadline:
-                    raise self._startup_failure(f"not ready after {timeout:.0f} s")
-                await asyncio.sleep(_POLL_INTERVAL)
-            # A listening socket precedes a serving frontend by a little; make
-            # sure real RPCs work before handing the address out.
-            last_error: BaseException | None = None
-            while True:
-                self._check_alive()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._startup_failure(f"failed gRPC health check for {timeout:.0f} s: {last_error}")
-                try:
-                    client = await asyncio.wait_for(temporalio.client.Client.connect(self.address), remaining)
-                    if await client.service_client.check_health():
-                        return self
-                except (TimeoutError, RuntimeError) as exc:
-                    last_error = exc
-                await asyncio.sleep(_POLL_INTERVAL)
+            await self._wait_until_serving(time.monotonic() + timeout, timeout)
         except BaseException:
             self.kill()
             raise
+        return self
+
+    async def _wait_until_serving(self, deadline: float, timeout: float) -> None:
+        while True:
+            self._check_alive()
+            if _accepts_connections(LOCALHOST, self.port, timeout=0.1):
+                break
+            if time.monotonic() > deadline:
+                raise self._startup_failure(f"not ready after {timeout:.0f} s")
+            await asyncio.sleep(_POLL_INTERVAL)
+        # A listening socket precedes a serving frontend by a little ("Frontend is not healthy yet"): make sure
+        # real RPCs work before handing the address out.
+        last_error: BaseException | None = None
+        while True:
+            self._check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._startup_failure(f"failed gRPC health check for {timeout:.0f} s: {last_error}")
+            try:
+                client = await asyncio.wait_for(temporalio.client.Client.connect(self.address), remaining)
+                if await client.service_client.check_health():
+                    return
+            except (TimeoutError, RuntimeError) as exc:
+                last_error = exc
+            await asyncio.sleep(_POLL_INTERVAL)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop gracefully: SIGTERM, then SIGKILL after ``timeout`` seconds.
