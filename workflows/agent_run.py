@@ -26,6 +26,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -111,7 +112,10 @@ def _retry_policy(options: ActivityOptions) -> RetryPolicy:
 class AgentRun:
     """One agent run: Claude and its tools in a loop until a stop reason, ``max_iterations`` or a stop ends it."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, raw_input: dict[str, Any]) -> None:  # noqa: ARG002 (read in a later step: continue-as-new)
+        self._stream = WorkflowStream()
+        """The run's live events (``EVENTS_TOPIC``), offset-addressed for late subscribers."""
         self._status: RunStatusName = "running"
         self._spec: RunSpec | None = None
         self._conversation: Conversation | None = None

@@ -25,6 +25,13 @@ RUN_TOOL_ACTIVITY = "agent_runner.run_tool"
 DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
 PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
 
+EVENTS_TOPIC = "events"
+"""The Workflow Streams topic a run publishes its live events on (``agent_runner/events.py`` describes them)."""
+
+TOOL_USE_READY_SIGNAL = "tool_use_ready"
+"""Sent by a streaming model call with ``eager_tools`` when a ``tool_use`` block's input is complete, so the run
+starts the tool before the reply ends (the SDK's ``run_tools_eagerly``)."""
+
 STATUS_QUERY = "status"
 REPLIES_QUERY = "replies"
 TRANSCRIPT_QUERY = "transcript"
@@ -135,6 +142,8 @@ class CreateMessageInput(BaseModel):
 
     run_id: str = ""
     iteration: int = 0
+    eager_tools: bool = False
+    """Signal ``TOOL_USE_READY_SIGNAL`` to the run for each ``tool_use`` block as soon as its input is complete."""
 
 
 class CreateMessageOutput(BaseModel):
