@@ -30,7 +30,9 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.claude import ClaudeActivities
+from activities.content import Content
 from activities.hooks import HookActivities
+from activities.store import ContentStore
 from activities.tools import Tool, ToolActivities, ToolRegistry
 from workflows.agent_run import AgentRun
 from workflows.errors import ConfigurationError
@@ -71,6 +73,7 @@ def build_worker(
     model_task_queue: str | None = None,
     max_activities_per_second: float | None = None,
     search_attributes: bool = False,
+    store: ContentStore | None = None,
 ) -> Worker:
     """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
 
@@ -87,14 +90,20 @@ def build_worker(
             model-call queue: Anthropic's requests per second).
         search_attributes: Runs keep the ``AgentRun*`` search attributes current (register them on the server first;
             see ``workflows.types.SEARCH_ATTRIBUTE_TYPES``).
+        store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names, else a
+            SQLite file of this machine's (``activities/store.py``). Every worker of a fleet and every client that
+            reads transcripts must use the same store.
     """
     unknown = set(serve) - set(ROLES)
     if unknown or not serve:
         raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
     registry = registry or ToolRegistry()
-    claude = claude or ClaudeActivities()
-    tools = ToolActivities(registry, model_task_queue=model_task_queue, search_attributes=search_attributes)
-    hooks = HookActivities(registry.hooks)
+    content = claude.content if claude is not None else Content(store)
+    claude = claude or ClaudeActivities(content=content)
+    tools = ToolActivities(
+        registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content
+    )
+    hooks = HookActivities(registry.hooks, content=content)
     activities: list[Callable[..., Any]] = []
     if "workflows" in serve:
         activities += [tools.describe_tools, hooks.process_results]

@@ -24,6 +24,8 @@ import anthropic
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.content import Content
+from workflows.conversation import build_request, compaction_params
 from workflows.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -51,10 +53,13 @@ class ClaudeActivities:
         client_factory: Callable[[], anthropic.AsyncAnthropic] | None = None,
         *,
         heartbeat_every: float = 1.0,
+        content: Content | None = None,
     ) -> None:
         self._client_factory = client_factory or default_client
         self._client: anthropic.AsyncAnthropic | None = None
         self._heartbeat_every = heartbeat_every
+        self.content = content or Content()
+        """Where transcripts are read from and replies stored (the worker shares it with its tools)."""
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
@@ -65,20 +70,62 @@ class ClaudeActivities:
 
     @activity.defn(name=CREATE_MESSAGE_ACTIVITY)
     async def create_message(self, input: CreateMessageInput) -> CreateMessageOutput:
-        """Send one Messages API request and return the reply as the response body carried it."""
+        """Send one turn to Claude; store the turn's new messages and the reply; return the reply.
+
+        The reply comes back as the response body carried it, except that blocks too big to carry through the
+        run's history are stored and replaced by placeholders (``workflows/transcript.py``).
+        """
+        turn = input.turn
+        if turn is None:
+            return CreateMessageOutput(message=await self._call(input.request, input))
+        settings = turn.settings
+        if settings is None:
+            settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
+        else:
+            await self.content.put_value(settings)
+        held = [*(await self.content.messages(turn.head)), *turn.pending]
+        messages = await self.content.resolve(held)
+        if turn.compaction is not None:
+            request = {
+                **build_request(
+                    compaction_params(settings["params"]),
+                    settings["tools"],
+                    messages,
+                    threading=turn.threading,
+                    answered=turn.answered,
+                    previous_message_id=None,
+                ),
+                "compaction": turn.compaction,
+            }
+        else:
+            request = build_request(
+                settings["params"],
+                settings["tools"],
+                messages,
+                threading=turn.threading,
+                answered=turn.answered,
+                previous_message_id=turn.previous_message_id,
+            )
+        reply = await self._call(request, input)
+        content = [await self.content.offload_block(block) for block in reply.get("content") or []]
+        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": content}])
+        return CreateMessageOutput(message={**reply, "content": content}, stored=True)
+
+    async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
+        """One Messages API request; the reply's body."""
         info = activity.info()
         logger.info(
             "Calling Claude: run=%s iteration=%d attempt=%d model=%s",
             input.run_id,
             input.iteration,
             info.attempt,
-            input.request.get("model"),
+            request.get("model"),
         )
         # An explicit timeout (the attempt's own) also keeps the SDK from refusing a large `max_tokens` without
         # streaming: its "streaming is required" guard protects calls that would outlive its 10-minute default.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
         try:
-            create = self.client.beta.messages.create(**input.request, timeout=timeout)
+            create = self.client.beta.messages.create(**request, timeout=timeout)
         except (TypeError, ValueError) as e:
             raise _bad_request(e) from e
         call = asyncio.ensure_future(create)
@@ -100,7 +147,7 @@ class ClaudeActivities:
             ) from e
         finally:
             call.cancel()
-        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        body: dict[str, Any] = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
         logger.info(
             "Claude replied: run=%s iteration=%d id=%s stop_reason=%s",
             input.run_id,
@@ -108,7 +155,7 @@ class ClaudeActivities:
             body.get("id"),
             body.get("stop_reason"),
         )
-        return CreateMessageOutput(message=body)
+        return body
 
 
 def _bad_request(error: Exception) -> ApplicationError:

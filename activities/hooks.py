@@ -24,6 +24,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.content import Content
 from workflows.types import PROCESS_RESULTS_ACTIVITY, ProcessResultsInput, ProcessResultsOutput
 
 logger = logging.getLogger(__name__)
@@ -94,13 +95,15 @@ class HookActivities:
         hooks: The hooks this worker can run, by name.
     """
 
-    def __init__(self, hooks: dict[str, ResultHook]) -> None:
+    def __init__(self, hooks: dict[str, ResultHook], *, content: Content | None = None) -> None:
         self._hooks = hooks
+        self._content = content or Content()
 
     @activity.defn(name=PROCESS_RESULTS_ACTIVITY)
     async def process_results(self, input: ProcessResultsInput) -> ProcessResultsOutput:
         """Run the named hooks over one reply's tool results, in order."""
-        results = copy.deepcopy(input.results)
+        # Hooks see the results whole; what they return is stored again if it is big.
+        results = copy.deepcopy(await self._content.resolve(input.results))
         context = HookContext(run_id=input.run_id, iteration=input.iteration, tool_uses=input.tool_uses)
         for name in input.hooks:
             hook = self._hooks.get(name)
@@ -112,7 +115,7 @@ class HookActivities:
             try:
                 changed = hook(results, context)
             except StopRun as e:
-                return ProcessResultsOutput(results=results, stop=e.reason)
+                return ProcessResultsOutput(results=await self._offload(results), stop=e.reason)
             except Exception as e:
                 logger.exception("Result hook %s raised (run=%s iteration=%d)", name, input.run_id, input.iteration)
                 raise _hook_failed(f"Result hook {name!r} raised {e!r}; fix the hook and start the run again.") from e
@@ -123,7 +126,10 @@ class HookActivities:
                         "hook must return one `tool_result` per result, in order."
                     )
                 results = changed
-        return ProcessResultsOutput(results=results)
+        return ProcessResultsOutput(results=await self._offload(results))
+
+    async def _offload(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "content": await self._content.offload(r["content"])} if "content" in r else r for r in results]
 
 
 def _hook_failed(message: str) -> ApplicationError:

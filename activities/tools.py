@@ -38,8 +38,10 @@ from anthropic.lib.tools import (
 from opentelemetry import trace
 from temporalio import activity
 
+from activities.content import Content
 from activities.hooks import BUILTIN_HOOKS, ResultHook
 from workflows.errors import ToolRegistrationError
+from workflows.transcript import placeholder_refs
 from workflows.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
@@ -68,8 +70,8 @@ DEFAULT_TOOL_OPTIONS = ActivityOptions(
 ERROR_TEXT_MAX = 4096
 """The most of an exception's text an ``is_error`` result carries (the SDK's ``FIELD_MAX``)."""
 
-MAX_RESULT_BYTES = 1_500_000
-"""The largest tool result a run carries: below Temporal's 2 MiB payload limit, with room for the envelope."""
+MAX_RESULT_BYTES = 32_000_000
+"""The largest tool result a run takes: the Messages API's request limit (32 MB), which no turn could exceed."""
 
 _OPTIONS_ATTRIBUTE = "__agent_runner_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_requires_approval__"
@@ -221,6 +223,7 @@ class ToolActivities:
         heartbeat_every: Seconds between heartbeats while a tool runs.
         model_task_queue: The queue of the fleet's model calls, told to each run that starts (``None``: the run's).
         search_attributes: Tell runs that the ``AgentRun*`` search attributes are registered, so they keep them current.
+        content: The content store; a result too big to carry through the run's history is stored there.
     """
 
     def __init__(
@@ -230,8 +233,10 @@ class ToolActivities:
         heartbeat_every: float = 1.0,
         model_task_queue: str | None = None,
         search_attributes: bool = False,
+        content: Content | None = None,
     ) -> None:
         self._registry = registry
+        self._content = content or Content()
         self._heartbeat_every = heartbeat_every
         self._model_task_queue = model_task_queue
         self._search_attributes = search_attributes
@@ -274,6 +279,8 @@ class ToolActivities:
                 "agent_runner.iteration": input.iteration,
             },
         ) as span:
+            if any(True for _ in placeholder_refs(input.input)):
+                input = input.model_copy(update={"input": await self._content.resolve(input.input)})
             result = await self._result(tool, input)
             if result.is_error:
                 span.set_status(trace.StatusCode.ERROR)
@@ -281,6 +288,9 @@ class ToolActivities:
         activity.metric_meter().create_counter("agent_runner_tool_calls", "Tool calls, by tool and outcome").add(
             1, {"tool": input.name, "outcome": "error" if result.is_error else "ok"}
         )
+        if not result.is_error:
+            # A big result (an image, a PDF) goes to the store; the run carries a placeholder.
+            result = result.model_copy(update={"content": await self._content.offload(result.content)})
         return result
 
     async def _result(self, tool: Tool, input: RunToolInput) -> ToolResult:
@@ -327,17 +337,17 @@ class ToolActivities:
 
 
 def _within_payload_limit(name: str, result: ToolResult) -> ToolResult:
-    """The result, or an ``is_error`` one if it is too large to travel through Temporal.
+    """The result, or an ``is_error`` one if it is larger than a Messages API request may be.
 
-    An activity result over Temporal's payload limit (2 MiB) fails the activity, and a retry fails the same way:
-    the run would be stuck. The model gets a clear error instead, and can ask for less.
+    A big result is stored and carried by reference, but Claude could never be sent one over the API's request
+    limit: the model gets a clear error instead, and can ask for less.
     """
     size = len(result.model_dump_json())
     if size <= MAX_RESULT_BYTES:
         return result
     return ToolResult(
-        content=f"Error: Tool '{name}' returned {size / 1_000_000:.1f} MB, more than a run can carry in one tool "
-        f"result ({MAX_RESULT_BYTES / 1_000_000:.1f} MB). Ask for a smaller part of the data.",
+        content=f"Error: Tool '{name}' returned {size / 1_000_000:.1f} MB, more than one request to Claude may carry "
+        f" ({MAX_RESULT_BYTES / 1_000_000:.1f} MB). Ask for a smaller part of the data.",
         is_error=True,
     )
 

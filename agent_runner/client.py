@@ -34,6 +34,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.content import Content
+from activities.store import ContentStore
 from workflows.errors import ERRORS_BY_NAME, AgentRunError, AgentRunnerError, EditRejected, RunCancelled, RunNotFound
 from workflows.steering import (
     ADD_TOOLS_UPDATE,
@@ -72,11 +74,14 @@ class AgentRunner:
     Args:
         client: A client connected with ``agent_runner.connect()`` (the pydantic data converter).
         task_queue: The task queue runs start on.
+        store: Where the workers keep transcripts (``AGENT_RUNNER_STORE`` by default, as for workers): replies and
+            transcripts are read from it.
     """
 
-    def __init__(self, client: Client, *, task_queue: str = TASK_QUEUE) -> None:
+    def __init__(self, client: Client, *, task_queue: str = TASK_QUEUE, store: ContentStore | None = None) -> None:
         self.client = client
         self.task_queue = task_queue
+        self.content = Content(store)
 
     @classmethod
     async def connect(cls, *, task_queue: str = TASK_QUEUE) -> AgentRunner:
@@ -198,6 +203,7 @@ class Run:
         self.handle = handle
         self.step = step
         self._runner = runner
+        self._content = runner.content if runner is not None else Content()
 
     @property
     def id(self) -> str:
@@ -217,10 +223,10 @@ class Run:
         delay = _POLL_MIN
         while True:
             done = await self._is_closed()
-            replies = await self._query(REPLIES_QUERY, seen)
+            replies = await self._replies(seen)
             for reply in replies:
                 seen += 1
-                yield BetaMessage.model_validate(reply)
+                yield reply
             if done:
                 await self.until_done()  # raises the run's failure, if any
                 return
@@ -239,6 +245,11 @@ class Run:
             raise AgentRunError(f"Run {self.id} ended without a reply from Claude.")
         return BetaMessage.model_validate(result.final_message)
 
+    async def _replies(self, after: int) -> list[BetaMessage]:
+        """The replies from iteration ``after + 1`` on, with their stored content put back."""
+        replies = await self._content.resolve(await self._query(REPLIES_QUERY, after))
+        return [BetaMessage.model_validate(reply) for reply in replies]
+
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result: status, iterations, stop reason, usage, last reply."""
         try:
@@ -247,7 +258,10 @@ class Run:
             raise error_from_failure(self.id, e) from e
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
-        return RunResult.model_validate(raw)
+        result = RunResult.model_validate(raw)
+        if result.final_message is not None:
+            result = result.model_copy(update={"final_message": await self._content.resolve(result.final_message)})
+        return result
 
     async def status(self) -> RunStatus:
         """The run's status: iterations, stop reason, usage (and cost, given prices), pending approvals.
@@ -273,7 +287,8 @@ class Run:
     async def versioned_transcript(self) -> Transcript:
         """The conversation and its version, which an edit can name to be refused if the run moved on."""
         raw = await self._query(TRANSCRIPT_QUERY)
-        return Transcript(version=int(raw["version"]), messages=list(raw["messages"]))
+        held = [*(await self._content.messages(raw["head"])), *raw["pending"]]
+        return Transcript(version=int(raw["version"]), messages=await self._content.resolve(held))
 
     # --- Steering ----------------------------------------------------------------------------------------------
     #
@@ -352,18 +367,18 @@ class Run:
         while True:
             status = await self.status()
             if status.iterations > seen and status.status == "waiting_for_step":
-                for reply in await self._query(REPLIES_QUERY, seen):
+                for reply in await self._replies(seen):
                     seen += 1
-                    yield BetaMessage.model_validate(reply)
+                    yield reply
                 after = await self.status()
                 if after.status == "waiting_for_step" and after.iterations == seen:
                     await self.advance()
                 delay = _POLL_MIN
                 continue
             if await self._is_closed():
-                for reply in await self._query(REPLIES_QUERY, seen):
+                for reply in await self._replies(seen):
                     seen += 1
-                    yield BetaMessage.model_validate(reply)
+                    yield reply
                 await self.until_done()
                 return
             await asyncio.sleep(delay)
@@ -421,7 +436,9 @@ class Run:
         queue unless ``task_queue`` names another; this run is left as it is. Use it to resume a failed or stopped
         run from a chosen turn, or to try a turn again.
         """
-        run_input = await self._query(FORK_POINT_QUERY, from_iteration)
+        point = await self._query(FORK_POINT_QUERY, from_iteration)
+        messages = await self._content.resolve(await self._content.messages(point["head"]))
+        run_input = {**point["input"], "messages": messages}
         if task_queue is None:
             task_queue = (await self.handle.describe()).task_queue  # where the original runs, by default
         client = self._runner.client if self._runner is not None else self.handle._client

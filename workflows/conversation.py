@@ -13,8 +13,8 @@ Claude receives byte-for-byte the bodies the SDK's tool runner sends (tests/test
 - The container of a reply is named in every later request, since container-bound server tools reject a follow-up
   that omits it.
 
-It is pure data and deterministic, so the workflow can hold it and a later version can carry it through
-continue-as-new.
+The workflow holds ``Conversation``: pure data and deterministic, with the messages by reference, so it travels
+through continue-as-new. The model call resolves the messages and builds the request with ``build_request``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.types import MESSAGE_THREADS_BETA
+from workflows.transcript import Transcript, canonical, ref_for
+from workflows.types import MESSAGE_THREADS_BETA, ModelTurn
 
 CREATE_ONLY_FIELDS = ("system", "tools")
 """Fields the server takes from the thread on a ``continue``, and rejects if the request repeats them."""
@@ -32,8 +33,66 @@ CREATE_ONLY_FIELDS = ("system", "tools")
 _KEYS_THAT_HOLD_BLOCKS = ("content", "source", "tool", "definition", "tool_references")
 
 
+def build_request(
+    params: dict[str, Any],
+    tools: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    *,
+    threading: bool,
+    answered: int,
+    previous_message_id: str | None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``client.beta.messages.create`` for a turn over the whole, resolved history."""
+    request: dict[str, Any] = copy.deepcopy(params)
+    extra_body = {k: request.pop(k) for k in ("temperature", "top_k", "top_p") if k in request}
+    if extra_body:
+        request["extra_body"] = extra_body
+    if tools:
+        request["tools"] = copy.deepcopy(tools)
+    if not threading:
+        request["messages"] = copy.deepcopy(messages)
+        return request
+    betas = list(request.get("betas") or [])
+    if MESSAGE_THREADS_BETA not in betas:
+        betas.append(MESSAGE_THREADS_BETA)
+    request["betas"] = betas
+    if previous_message_id is not None:
+        request["thread"] = {"type": "continue", "previous_message_id": previous_message_id}
+        request["messages"] = copy.deepcopy(messages[answered:])
+        for field in CREATE_ONLY_FIELDS:
+            request.pop(field, None)
+    else:
+        request["thread"] = {"type": "create"}
+        request["messages"] = [
+            *(_without_cache_control(m) for m in messages[:answered]),
+            *copy.deepcopy(messages[answered:]),
+        ]
+    return request
+
+
+def compaction_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of a compaction request (the SDK's ``compact_before_next_turn``).
+
+    It goes out on a new thread with the full history, without the parameters a compaction request cannot carry:
+    ``context_management``, ``stop_sequences``, ``output_format``, a ``tool_choice`` that forces a tool, and
+    ``output_config.format``.
+    """
+    kept = {
+        k: copy.deepcopy(v)
+        for k, v in params.items()
+        if k not in ("context_management", "stop_sequences", "output_format")
+    }
+    if isinstance(kept.get("tool_choice"), dict) and kept["tool_choice"].get("type") in ("any", "tool"):
+        del kept["tool_choice"]
+    if isinstance(kept.get("output_config"), dict):
+        kept["output_config"] = {k: v for k, v in kept["output_config"].items() if k != "format"}
+        if not kept["output_config"]:
+            del kept["output_config"]
+    return kept
+
+
 class Conversation(BaseModel):
-    """A run's history and its position on the server-side thread."""
+    """A run's history (by reference, see ``transcript.py``) and its position on the server-side thread."""
 
     params: dict[str, Any]
     """Request fields sent on every turn (``model``, ``max_tokens``, ``system`` …), without ``messages``."""
@@ -41,64 +100,32 @@ class Conversation(BaseModel):
     tools: list[dict[str, Any]]
     """Tool definitions, as sent on a ``create`` (or every turn without a thread)."""
 
-    messages: list[dict[str, Any]]
+    transcript: Transcript = Transcript()
     """The whole history, as the next full-history request would carry it."""
 
     threading: bool = True
     """Whether turns carry a ``thread`` field at all."""
 
     answered: int = 0
-    """How many messages of ``messages`` the server holds on the thread (up to and including the last reply)."""
+    """How many messages the server holds on the thread (up to and including the last reply)."""
 
     previous_message_id: str | None = None
     """The reply the next turn continues from; ``None`` when the next turn creates a thread."""
 
-    def request(self) -> dict[str, Any]:
-        """The keyword arguments of ``client.beta.messages.create`` for the next turn."""
-        request: dict[str, Any] = copy.deepcopy(self.params)
-        extra_body = {k: request.pop(k) for k in ("temperature", "top_k", "top_p") if k in request}
-        if extra_body:
-            request["extra_body"] = extra_body
-        if self.tools:
-            request["tools"] = copy.deepcopy(self.tools)
-        if not self.threading:
-            request["messages"] = copy.deepcopy(self.messages)
-            return request
-        betas = list(request.get("betas") or [])
-        if MESSAGE_THREADS_BETA not in betas:
-            betas.append(MESSAGE_THREADS_BETA)
-        request["betas"] = betas
-        if self.previous_message_id is not None:
-            request["thread"] = {"type": "continue", "previous_message_id": self.previous_message_id}
-            request["messages"] = copy.deepcopy(self.messages[self.answered :])
-            for field in CREATE_ONLY_FIELDS:
-                request.pop(field, None)
-        else:
-            request["thread"] = {"type": "create"}
-            answered = [_without_cache_control(m) for m in self.messages[: self.answered]]
-            request["messages"] = [*answered, *copy.deepcopy(self.messages[self.answered :])]
-        return request
-
-    def compaction_request(self, compaction: dict[str, Any]) -> dict[str, Any]:
-        """The request that summarizes the whole history (the SDK's ``compact_before_next_turn``).
-
-        It goes out on a new thread with the full history, without the parameters a compaction request cannot
-        carry: ``context_management``, ``stop_sequences``, ``output_format``, a ``tool_choice`` that forces a tool,
-        and ``output_config.format``.
-        """
-        params = {
-            k: copy.deepcopy(v)
-            for k, v in self.params.items()
-            if k not in ("context_management", "stop_sequences", "output_format")
-        }
-        if isinstance(params.get("tool_choice"), dict) and params["tool_choice"].get("type") in ("any", "tool"):
-            del params["tool_choice"]
-        if isinstance(params.get("output_config"), dict):
-            params["output_config"] = {k: v for k, v in params["output_config"].items() if k != "format"}
-            if not params["output_config"]:
-                del params["output_config"]
-        fork = self.model_copy(update={"params": params, "previous_message_id": None}, deep=True)
-        return {**fork.request(), "compaction": copy.deepcopy(compaction)}
+    def turn(self, compaction: dict[str, Any] | None = None) -> ModelTurn:
+        """What the model call needs to build the next request: settings, stored head, messages not stored yet."""
+        settings = {"params": self.params, "tools": self.tools}
+        return ModelTurn(
+            settings=settings,
+            settings_ref=ref_for(canonical(settings)),
+            head=self.transcript.head,
+            pending=self.transcript.pending,
+            length=len(self.transcript),
+            threading=self.threading,
+            answered=self.answered,
+            previous_message_id=None if compaction is not None else self.previous_message_id,
+            compaction=compaction,
+        )
 
     def record_compaction(self, message: dict[str, Any]) -> None:
         """Replace the history by the compaction reply; the next turn starts a new thread from it."""
@@ -112,7 +139,7 @@ class Conversation(BaseModel):
         A refused turn is kept in the history but the thread is not continued from it, because the server may hold
         the refused turn: the next turn, if any, starts a new thread (as the SDK does).
         """
-        self.messages.append({"role": "assistant", "content": message.get("content") or []})
+        self.transcript.append({"role": "assistant", "content": message.get("content") or []})
         container = message.get("container")
         if isinstance(container, dict) and container.get("id"):
             current = self.params.get("container")
@@ -125,54 +152,68 @@ class Conversation(BaseModel):
         if message.get("stop_reason") == "refusal":
             self.start_new_thread()
             return
-        self.answered = len(self.messages)
+        self.answered = len(self.transcript)
         self.previous_message_id = str(message["id"])
 
     def append_user_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add a user message holding ``blocks`` (such as tool results) after the last reply."""
-        self.messages.append({"role": "user", "content": blocks})
+        self.transcript.append({"role": "user", "content": blocks})
 
     def join_user_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add ``blocks`` to the next user message: the last message if it is the user's, else a new one.
 
         This is where an injected message goes, so a history never holds two user messages in a row.
         """
-        last = self.messages[-1] if self.messages else None
-        if last is not None and last.get("role") == "user" and len(self.messages) > self.answered:
-            content = last["content"]
-            existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-            last["content"] = [*existing, *blocks]
-        else:
-            self.messages.append({"role": "user", "content": blocks})
+        self._join("user", blocks)
 
     def append_system_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add ``tool_addition`` / ``tool_removal`` blocks in a ``system`` message after the last message.
 
         Changes made before the next turn share one message, as the SDK sends them.
         """
-        last = self.messages[-1] if self.messages else None
-        if last is not None and last.get("role") == "system" and len(self.messages) > self.answered:
-            last["content"] = [*last["content"], *blocks]
-        else:
-            self.messages.append({"role": "system", "content": blocks})
+        self._join("system", blocks)
 
-    def replace_messages(self, messages: list[dict[str, Any]]) -> None:
-        """Take ``messages`` as the history. Unless they keep everything the server holds, start a new thread."""
-        held = self.messages[: self.answered]
-        self.messages = copy.deepcopy(messages)
-        if messages[: len(held)] != held:
+    def _join(self, role: str, blocks: list[dict[str, Any]]) -> None:
+        length = len(self.transcript)
+        if length > self.answered and self.transcript.role(length - 1) == role:
+            last = self.transcript.last_pending()
+            assert last is not None
+            content = last["content"]
+            existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+            last["content"] = [*existing, *blocks]
+        else:
+            self.transcript.append({"role": role, "content": blocks})
+
+    def replace_messages(self, messages: list[dict[str, Any]]) -> int:
+        """Take ``messages`` as the history. Unless they keep everything the server holds, start a new thread.
+
+        Returns:
+            How many leading messages are unchanged.
+        """
+        kept = self.transcript.replace(copy.deepcopy(messages))
+        if kept < self.answered:
             self.answered = 0
             self.previous_message_id = None
+        return kept
 
     def drop_last_reply(self) -> bool:
         """Remove Claude's last reply and everything after it, so the turn is sent again.
 
         Returns:
             Whether there was a reply to remove.
+
+        Raises:
+            ValueError: The last reply is older than the run's last continue-as-new.
         """
-        for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i].get("role") == "assistant":
-                self.replace_messages(self.messages[:i])
+        for i in range(len(self.transcript) - 1, -1, -1):
+            role = self.transcript.role(i)
+            if role is None:
+                raise ValueError("the last reply is older than the run's last continue-as-new")
+            if role == "assistant":
+                self.transcript.truncate(i)
+                if i < self.answered:
+                    self.answered = 0
+                    self.previous_message_id = None
                 return True
         return False
 

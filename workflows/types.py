@@ -134,11 +134,36 @@ class DescribeToolsOutput(BaseModel):
     """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
 
-class CreateMessageInput(BaseModel):
-    """Input of ``agent_runner.create_message``: one Messages API request body, except ``stream``."""
+class ModelTurn(BaseModel):
+    """What a model call needs to build its request, with the history by reference (``workflows/transcript.py``)."""
 
-    request: dict[str, Any]
-    """The keyword arguments of ``client.beta.messages.create``: the wire body, with ``betas`` as a list."""
+    settings: dict[str, Any] | None = None
+    """``{"params": …, "tools": […]}``: the request fields besides ``messages``; ``None`` when ``settings_ref``
+    is already stored."""
+
+    settings_ref: str
+    head: str | None = None
+    """The stored messages: the head of their chain in the store."""
+
+    pending: list[dict[str, Any]] = []
+    """The messages after them, not stored yet; the call stores them, and the reply after them."""
+
+    length: int = 0
+    """How many messages the history holds, stored and pending."""
+
+    threading: bool = True
+    answered: int = 0
+    previous_message_id: str | None = None
+    compaction: dict[str, Any] | None = None
+    """Set for a compaction request: the ``compaction`` field, sent with the full history on a new thread."""
+
+
+class CreateMessageInput(BaseModel):
+    """Input of ``agent_runner.create_message``: one turn of the conversation."""
+
+    turn: ModelTurn | None = None
+    request: dict[str, Any] = {}
+    """The request itself, as runs started before the transcript store sent it (kept so they can finish)."""
 
     run_id: str = ""
     iteration: int = 0
@@ -147,9 +172,11 @@ class CreateMessageInput(BaseModel):
 
 
 class CreateMessageOutput(BaseModel):
-    """Claude's reply, as the response body carried it."""
+    """Claude's reply, as the response body carried it, its big blocks replaced by placeholders."""
 
     message: dict[str, Any]
+    stored: bool = False
+    """Whether the call stored the turn's pending messages and the reply (every call since the store does)."""
 
 
 class RunToolInput(BaseModel):
@@ -182,7 +209,9 @@ class ProcessResultsOutput(BaseModel):
 class ToolResult(BaseModel):
     """What a tool produced, as the ``content`` and ``is_error`` of its ``tool_result`` block."""
 
-    content: str | list[dict[str, Any]] | None
+    content: str | list[dict[str, Any]] | dict[str, Any] | None
+    """A dict is a placeholder for content stored apart (``workflows/transcript.py``)."""
+
     is_error: bool = False
 
 

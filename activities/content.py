@@ -1,0 +1,145 @@
+"""The activities' view of the content store: load a transcript, resolve placeholders, store what is new.
+
+A worker keeps recently used blobs and transcripts in memory. Everything in the store is named by its content, so a
+cached entry can never be stale: a run's next model call on the same worker reads only what it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from activities.store import ChainNode, ContentStore, open_store
+from workflows.transcript import (
+    INLINE_LIMIT,
+    canonical,
+    message_ref,
+    next_head,
+    offload,
+    placeholder_refs,
+    ref_for,
+    resolve,
+    stored,
+)
+
+
+class Content:
+    """Reads and writes transcripts and stored content for one worker.
+
+    Args:
+        store: The content store; by default the one ``AGENT_RUNNER_STORE`` names (``open_store``).
+        cache_bytes: How many bytes of decoded blobs to keep in memory.
+    """
+
+    def __init__(self, store: ContentStore | None = None, *, cache_bytes: int = 64_000_000) -> None:
+        self._store = store
+        self._blobs: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._blob_bytes = 0
+        self._cache_bytes = cache_bytes
+        self._chains: OrderedDict[str, list[str]] = OrderedDict()
+
+    @property
+    def store(self) -> ContentStore:
+        """The store, opened on first use so a worker that never needs it starts without it."""
+        if self._store is None:
+            self._store = open_store()
+        return self._store
+
+    async def values(self, refs: list[str]) -> dict[str, Any]:
+        """The decoded JSON values stored under ``refs``."""
+        found = {ref: self._blobs[ref][0] for ref in refs if ref in self._blobs}
+        for ref in found:
+            self._blobs.move_to_end(ref)
+        missing = [ref for ref in dict.fromkeys(refs) if ref not in found]
+        if missing:
+            for ref, data in (await self.store.get(missing)).items():
+                found[ref] = json.loads(data)
+                self._remember(ref, found[ref], len(data))
+        return found
+
+    async def resolve(self, value: Any) -> Any:
+        """``value`` with its placeholders replaced by the stored content (nested ones included)."""
+        known: dict[str, Any] = {}
+        wanted = list(dict.fromkeys(placeholder_refs(value)))
+        while wanted:
+            fetched = await self.values(wanted)
+            known.update(fetched)
+            wanted = list(dict.fromkeys(r for v in fetched.values() for r in placeholder_refs(v) if r not in known))
+        return resolve(value, known.__getitem__) if known else value
+
+    async def messages(self, head: str | None) -> list[dict[str, Any]]:
+        """The messages of the transcript ``head``, as held (placeholders unresolved)."""
+        if head is None:
+            return []
+        refs = self._chains.get(head)
+        if refs is None:
+            refs = await self.store.chain(head)
+        self._remember_chain(head, refs)
+        values = await self.values(refs)
+        return [values[ref] for ref in refs]
+
+    async def append(self, head: str | None, messages: list[dict[str, Any]]) -> str | None:
+        """Store ``messages`` after the transcript ``head``; return the new head."""
+        if not messages:
+            return head
+        refs = self._chains.get(head, []) if head is not None else []
+        blobs: dict[str, bytes] = {}
+        nodes: list[ChainNode] = []
+        new_refs = list(refs)
+        for message in messages:
+            data = canonical(message)
+            ref = message_ref(message)
+            blobs[ref] = data
+            new_head = next_head(head, ref)
+            nodes.append(ChainNode(head=new_head, parent=head, message=ref))
+            head = new_head
+            new_refs.append(ref)
+            self._remember(ref, message, len(data))
+        await self.store.put(blobs)
+        await self.store.put_nodes(nodes)
+        if refs or nodes[0].parent is None:
+            assert head is not None
+            self._remember_chain(head, new_refs)
+        return head
+
+    async def offload(self, value: Any) -> Any:
+        """``value`` with its big parts stored and replaced by placeholders (``transcript.offload``)."""
+        carried, blobs = offload(value)
+        if blobs:
+            await self.store.put(blobs)
+        return carried
+
+    async def offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
+        """A reply's content block, stored and replaced by a placeholder if it is too big to carry.
+
+        Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call.
+        """
+        if len(canonical(block)) <= INLINE_LIMIT:
+            return block
+        if block.get("type") == "tool_use" and "input" in block:
+            return {**block, "input": stored(await self.put_value(block["input"]))}
+        return stored(await self.put_value(block))
+
+    async def put_value(self, value: Any) -> str:
+        """Store one JSON value whole; return its ref."""
+        data = canonical(value)
+        ref = ref_for(data)
+        await self.store.put({ref: data})
+        self._remember(ref, value, len(data))
+        return ref
+
+    def _remember(self, ref: str, value: Any, size: int) -> None:
+        if ref in self._blobs or size > self._cache_bytes // 4:
+            return
+        self._blobs[ref] = (value, size)
+        self._blob_bytes += size
+        while self._blob_bytes > self._cache_bytes:
+            _, (_, dropped) = self._blobs.popitem(last=False)
+            self._blob_bytes -= dropped
+
+    def _remember_chain(self, head: str, refs: list[str]) -> None:
+        self._chains[head] = refs
+        self._chains.move_to_end(head)
+        while len(self._chains) > 16:
+            self._chains.popitem(last=False)

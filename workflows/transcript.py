@@ -1,0 +1,243 @@
+"""Where a run's conversation lives: content-addressed blobs, and the references the workflow holds instead.
+
+Every Temporal agent integration we know of sends the whole conversation as each model call's input, so a run's
+history grows with the square of its length until Temporal ends it (50 MB). A run here sends each piece of content
+through history at most once:
+
+- A message is stored as a blob named by the SHA-256 of its canonical JSON (``message_ref``). A transcript is a
+  chain of nodes, one per message, each named by its parent's name and its message's (``next_head``): a transcript
+  of any length is one *head*, and two runs (or a run and its fork) that share a prefix share its nodes.
+- The workflow holds the heads and roles of the messages it stored (``Mark``) and, whole, only the messages it has
+  not stored yet (``pending``): tool results, injected messages. A model call gets ``(head, pending)``, reads the
+  rest from the store, stores ``pending`` and the reply, and the workflow computes the new heads itself.
+- Content too big to be worth carrying (a long reply, a 5 MB tool result) is stored apart and replaced, wherever
+  it appears, by a placeholder: ``{"agent_runner.stored": ref}`` stands for the stored JSON value, and a
+  ``{"agent_runner.splice": ref}`` element of a content list stands for the content blocks of the stored message.
+  ``resolve`` puts the content back; readers (the model call, the Python client) resolve before use.
+
+This module is pure (hashing and JSON only), so workflow code uses it; the store itself is ``activities/store.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+STORED = "agent_runner.stored"
+"""The key of a placeholder that stands for a stored JSON value."""
+
+SPLICE = "agent_runner.splice"
+"""The key of a content-list element that stands for the content blocks of a stored message."""
+
+INLINE_LIMIT = 4096
+"""Content bigger than this (in canonical JSON bytes) is stored apart rather than carried through history."""
+
+
+def canonical(value: Any) -> bytes:
+    """The bytes a JSON value is named and stored by: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def ref_for(data: bytes) -> str:
+    """The name of a blob: ``sha256:`` and the hex digest of its bytes."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def message_ref(message: dict[str, Any]) -> str:
+    """The name of a message (as held, placeholders included)."""
+    return ref_for(canonical(message))
+
+
+def next_head(parent: str | None, ref: str) -> str:
+    """The name of the transcript ``parent`` followed by the message named ``ref``."""
+    return ref_for(canonical({"parent": parent, "message": ref}))
+
+
+def stored(ref: str) -> dict[str, str]:
+    """A placeholder for the stored JSON value ``ref``."""
+    return {STORED: ref}
+
+
+def splice(ref: str) -> dict[str, str]:
+    """A content-list element standing for the content blocks of the stored message ``ref``."""
+    return {SPLICE: ref}
+
+
+def placeholder_refs(value: Any) -> Iterator[str]:
+    """The refs of every placeholder in ``value``."""
+    if isinstance(value, dict):
+        if len(value) == 1 and (STORED in value or SPLICE in value):
+            yield str(value.get(STORED) or value.get(SPLICE))
+            return
+        for item in value.values():
+            yield from placeholder_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from placeholder_refs(item)
+
+
+def resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
+    """``value`` with every placeholder replaced by the content it stands for.
+
+    Args:
+        value: A JSON value that may hold placeholders.
+        lookup: The decoded JSON value stored under a ref; it may hold placeholders of its own.
+    """
+    if isinstance(value, dict):
+        if len(value) == 1 and STORED in value:
+            return resolve(lookup(value[STORED]), lookup)
+        return {key: resolve(item, lookup) for key, item in value.items()}
+    if isinstance(value, list):
+        items: list[Any] = []
+        for item in value:
+            if isinstance(item, dict) and len(item) == 1 and SPLICE in item:
+                message = resolve(lookup(item[SPLICE]), lookup)
+                content = message.get("content") if isinstance(message, dict) else message
+                items.extend([{"type": "text", "text": content}] if isinstance(content, str) else content or [])
+            else:
+                items.append(resolve(item, lookup))
+        return items
+    return value
+
+
+def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes]]:
+    """Replace the parts of ``value`` bigger than ``limit`` by placeholders.
+
+    A content list's blocks are offloaded one by one (each big block becomes a placeholder in the list), so a long
+    reply keeps its small blocks, such as ``tool_use``, inline; any other value is offloaded whole.
+
+    Returns:
+        The value to carry, and the blobs to store by ref.
+    """
+    blobs: dict[str, bytes] = {}
+
+    def put(item: Any) -> Any:
+        data = canonical(item)
+        if len(data) <= limit:
+            return item
+        ref = ref_for(data)
+        blobs[ref] = data
+        return stored(ref)
+
+    if isinstance(value, list):
+        return [put(item) for item in value], blobs
+    return put(value), blobs
+
+
+class Mark(BaseModel):
+    """A stored message, as the workflow remembers it."""
+
+    role: str
+    ref: str
+    head: str
+    """The transcript up to and including this message."""
+
+
+class Transcript(BaseModel):
+    """A run's messages: the ones stored (by mark) followed by the ones not stored yet (whole).
+
+    ``offset`` messages before ``marks`` are known only through ``base`` (the head after them): a run that continued
+    as new carries the last few marks, not all of them.
+    """
+
+    offset: int = 0
+    base: str | None = None
+    marks: list[Mark] = []
+    pending: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return self.offset + len(self.marks) + len(self.pending)
+
+    @property
+    def head(self) -> str | None:
+        """The head of the stored messages: what a model call reads from the store."""
+        return self.marks[-1].head if self.marks else self.base
+
+    def role(self, index: int) -> str | None:
+        """The role of message ``index``, or ``None`` when only the store knows it."""
+        if index < self.offset:
+            return None
+        index -= self.offset
+        if index < len(self.marks):
+            return self.marks[index].role
+        return str(self.pending[index - len(self.marks)].get("role"))
+
+    def head_at(self, length: int) -> str | None:
+        """The head of the first ``length`` messages, all of them stored; ``None`` for none."""
+        if length == self.offset:
+            return self.base
+        if not self.offset < length <= self.offset + len(self.marks):
+            raise ValueError(f"the first {length} messages are not all stored and known to this run")
+        return self.marks[length - self.offset - 1].head
+
+    def store_pending(self) -> list[dict[str, Any]]:
+        """Mark the pending messages stored (a model call stored them) and return them."""
+        head = self.head
+        stored_now = self.pending
+        for message in stored_now:
+            ref = message_ref(message)
+            head = next_head(head, ref)
+            self.marks.append(Mark(role=str(message.get("role")), ref=ref, head=head))
+        self.pending = []
+        return stored_now
+
+    def append(self, message: dict[str, Any]) -> None:
+        """Add a message to the end, not stored yet."""
+        self.pending.append(message)
+
+    def last_pending(self) -> dict[str, Any] | None:
+        """The last message, made pending if it was stored (so it can change), or ``None`` when empty."""
+        if self.pending:
+            return self.pending[-1]
+        if not self.marks:
+            return None
+        mark = self.marks.pop()
+        message = {"role": mark.role, "content": [splice(mark.ref)]}
+        self.pending.append(message)
+        return message
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` messages."""
+        if length < self.offset:
+            raise ValueError(
+                f"message {length} is older than the run's last continue-as-new, so this run cannot cut the history "
+                "there; replace the history instead"
+            )
+        stored_count = self.offset + len(self.marks)
+        if length >= stored_count:
+            self.pending = self.pending[: length - stored_count]
+        else:
+            self.marks = self.marks[: length - self.offset]
+            self.pending = []
+
+    def replace(self, messages: list[dict[str, Any]]) -> int:
+        """Take ``messages`` as the whole history, keeping the stored prefix they share with it.
+
+        Returns:
+            How many leading messages are unchanged.
+        """
+        kept = 0
+        head = self.base
+        if self.offset == 0:
+            for mark, message in zip(self.marks, messages, strict=False):
+                head = next_head(head, message_ref(message))
+                if head != mark.head:
+                    break
+                kept += 1
+        self.marks = self.marks[:kept]
+        if kept == 0 and self.offset:
+            self.offset, self.base, self.marks = 0, None, []
+        self.pending = [dict(m) for m in messages[kept:]]
+        return kept
+
+    def carry(self, keep: int = 64) -> Transcript:
+        """The transcript a continued-as-new run starts from: the pending messages and the last ``keep`` marks."""
+        dropped = max(0, len(self.marks) - keep)
+        base = self.marks[dropped - 1].head if dropped else self.base
+        return Transcript(
+            offset=self.offset + dropped, base=base, marks=self.marks[dropped:], pending=list(self.pending)
+        )
