@@ -108,8 +108,10 @@ class ClaudeActivities:
             )
         reply = await self._call(request, input)
         content = [await self.content.offload_block(block) for block in reply.get("content") or []]
+        message = {**reply, "content": content}
         await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": content}])
-        return CreateMessageOutput(message={**reply, "content": content}, stored=True)
+        await self.content.append(input.replies_head, [message])
+        return CreateMessageOutput(message=message, stored=True)
 
     async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
         """One Messages API request; the reply's body."""

@@ -121,6 +121,35 @@ class Content:
             return {**block, "input": stored(await self.put_value(block["input"]))}
         return stored(await self.put_value(block))
 
+    async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with big content stored: a client sends the placeholders, so the run's history stays small."""
+        return [
+            {**m, "content": await self.offload_content(m.get("content"))} if "content" in m else m for m in messages
+        ]
+
+    async def offload_content(self, content: Any) -> Any:
+        """A message's content with its big parts stored, as the run itself would store them.
+
+        The same content always gets the same placeholders, wherever it was stored from (a reply, a tool, a
+        client), so an unchanged history sent back by a client matches what the run holds.
+        """
+        if not isinstance(content, list):
+            return await self._offload_value(content)
+        blocks: list[Any] = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result" and "content" in block:
+                blocks.append({**block, "content": await self.offload(block["content"])})
+            elif isinstance(block, dict):
+                blocks.append(await self.offload_block(block))
+            else:
+                blocks.append(block)
+        return blocks
+
+    async def _offload_value(self, value: Any) -> Any:
+        if len(canonical(value)) <= INLINE_LIMIT:
+            return value
+        return stored(await self.put_value(value))
+
     async def put_value(self, value: Any) -> str:
         """Store one JSON value whole; return its ref."""
         data = canonical(value)

@@ -347,7 +347,7 @@ def _within_payload_limit(name: str, result: ToolResult) -> ToolResult:
         return result
     return ToolResult(
         content=f"Error: Tool '{name}' returned {size / 1_000_000:.1f} MB, more than one request to Claude may carry "
-        f" ({MAX_RESULT_BYTES / 1_000_000:.1f} MB). Ask for a smaller part of the data.",
+        f"({MAX_RESULT_BYTES / 1_000_000:.1f} MB). Ask for a smaller part of the data.",
         is_error=True,
     )
 

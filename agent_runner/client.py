@@ -127,7 +127,7 @@ class AgentRunner:
         run_input: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
-            "messages": [dict(m) for m in messages],
+            "messages": await self.content.offload_messages([dict(m) for m in messages]),
             **params,
         }
         tool_list = [_tool_param(t) for t in tools]
@@ -247,7 +247,18 @@ class Run:
 
     async def _replies(self, after: int) -> list[BetaMessage]:
         """The replies from iteration ``after + 1`` on, with their stored content put back."""
-        replies = await self._content.resolve(await self._query(REPLIES_QUERY, after))
+        try:
+            held = await self.handle.query(REPLIES_QUERY, after)
+        except WorkflowQueryFailedError:
+            # The run continued as new since: the replies it no longer holds are in the store.
+            status = RunStatus.model_validate(await self._query(STATUS_QUERY))
+            if after >= status.reply_offset:
+                raise
+            older = (await self._content.messages(status.replies_head))[after : status.reply_offset]
+            held = [*older, *await self._query(REPLIES_QUERY, status.reply_offset)]
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
+        replies = await self._content.resolve(held)
         return [BetaMessage.model_validate(reply) for reply in replies]
 
     async def result(self) -> RunResult:
@@ -306,6 +317,8 @@ class Run:
         wait: bool | None = None,
     ) -> int | None:
         """Add user content before the next turn; it joins the tool results' message when there are any."""
+        if isinstance(content, list):
+            content = await self._content.offload_content(content)
         payload = {"content": content, "expected_version": expected_version}
         return await self._edit(INJECT_MESSAGE_UPDATE, payload, wait)
 
@@ -317,7 +330,7 @@ class Run:
         self, messages: list[dict[str, Any]], *, expected_version: int, wait: bool | None = None
     ) -> int | None:
         """Replace the whole conversation, if it is still at ``expected_version``."""
-        payload = {"messages": messages, "expected_version": expected_version}
+        payload = {"messages": await self._content.offload_messages(messages), "expected_version": expected_version}
         return await self._edit(REPLACE_HISTORY_UPDATE, payload, wait)
 
     async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:

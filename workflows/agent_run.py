@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -31,6 +31,8 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.budget import HistoryLimits
+    from workflows.carry import CARRIED_FORK_POINTS, CARRIED_OUTCOMES, CARRIED_REPLIES, Carried
     from workflows.conversation import Conversation
     from workflows.errors import AgentRunnerError, InvalidRunInput, ToolNotRegistered
     from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
@@ -65,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         parse_update,
     )
-    from workflows.transcript import Transcript
+    from workflows.transcript import Transcript, is_placeholder, message_ref, next_head
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -94,6 +96,8 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
+STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
+
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
     "pause_turn": "resume",
@@ -115,13 +119,27 @@ class AgentRun:
     """One agent run: Claude and its tools in a loop until a stop reason, ``max_iterations`` or a stop ends it."""
 
     @workflow.init
-    def __init__(self, raw_input: dict[str, Any]) -> None:  # noqa: ARG002 (read in a later step: continue-as-new)
-        self._stream = WorkflowStream()
+    def __init__(self, raw_input: dict[str, Any]) -> None:
+        continued = raw_input.get("continued") if isinstance(raw_input, dict) else None
+        self._carried = Carried.model_validate(continued) if continued is not None else None
+        """The state a previous run of this chain handed over (``continued``), applied when the run starts."""
+        self._stream = WorkflowStream(prior_state=self._carried.stream if self._carried else None)
         """The run's live events (``EVENTS_TOPIC``), offset-addressed for late subscribers."""
         self._status: RunStatusName = "running"
         self._spec: RunSpec | None = None
         self._conversation: Conversation | None = None
         self._replies: list[dict[str, Any]] = []
+        """This run's replies (and the last few of the runs before it, after ``_reply_offset`` others)."""
+        self._reply_offset = 0
+        self._replies_head: str | None = None
+        """Every reply of the run chain, in the store."""
+        self._fork_offset = 0
+        self._started_at: datetime | None = None
+        self._continuations = 0
+        self._updates = 0
+        """Updates this execution took (Temporal allows 2,000 per execution)."""
+        self._signals = 0
+        self._continuing = False
         self._usage = Usage()
         self._tools: dict[str, ToolSpec] = {}
         """The tools a ``tool_use`` can run, by name."""
@@ -138,7 +156,10 @@ class AgentRun:
         self._advance: Advance | None = None
         self._under_review: list[dict[str, Any]] | None = None
         """Tool results a step-mode client reviews before Claude sees them."""
-        self._input: dict[str, Any] = {}
+        self._input: dict[str, Any] = (
+            {k: v for k, v in raw_input.items() if k != "continued"} if isinstance(raw_input, dict) else {}
+        )
+        """The run's input as the client sent it (without the state a continuation carries)."""
         self._search_attributes = False
         self._published: dict[str, Any] = {}
         self._fork_points: list[str | None] = []
@@ -151,6 +172,9 @@ class AgentRun:
         """Whether the last model call stored its turn (every call since the transcript store does)."""
         self._settings_stored: str | None = None
         """The ref of the request settings (parameters and tools) last stored, so unchanged ones are not resent."""
+        if self._carried is not None:
+            # Restored here rather than in `run`, so edits that reach the continuation first find the run's state.
+            self._restore(self._carried)
 
     @workflow.run
     async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
@@ -162,36 +186,19 @@ class AgentRun:
         Returns:
             A ``RunResult`` as JSON.
         """
-        self._input = raw_input
         try:
-            spec = parse_run_input(raw_input)
+            spec = parse_run_input(raw_input if not isinstance(raw_input, dict) else self._input)
         except InvalidRunInput as e:
             raise _fail(e) from None
         self._spec = spec
-        names = [t for t in spec.tools if isinstance(t, str)]
-        described = await self._describe_tools(names, spec.result_hooks)
-        if described.missing or described.missing_hooks:
-            raise _fail(self._not_registered(described.missing + described.missing_hooks))
-        self._tools = {tool.name: tool for tool in described.tools}
-        self._registered = set(described.registered) if described.registered is not None else None
-        self._search_attributes = described.search_attributes
-        if spec.model_activity.task_queue is None and described.model_task_queue is not None:
-            # The fleet routes model calls to their own queue (with its rate limit): follow it.
-            spec = spec.model_copy(
-                update={
-                    "model_activity": spec.model_activity.model_copy(update={"task_queue": described.model_task_queue})
-                }
-            )
-            self._spec = spec
-        definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        self._conversation = Conversation(
-            params=spec.params,
-            tools=definitions,
-            transcript=Transcript(pending=copy.deepcopy(spec.messages)),
-            threading=spec.thread,
-        )
+        if self._carried is not None:
+            spec = self._route_model_calls(spec, self._carried.model_task_queue)
+        else:
+            spec = await self._begin(spec)
+        conversation = self._conversation
+        assert conversation is not None
         try:
-            result = await self._loop(spec, self._conversation)
+            result = await self._loop(spec, conversation)
         except asyncio.CancelledError:
             self._status = "cancelled"
             raise
@@ -199,11 +206,125 @@ class AgentRun:
             self._status = "cancelled" if isinstance(e.cause or e, CancelledError) else "failed"
             raise
         finally:
-            self._ended = True
-            self._fail_queued_edits()
+            if not self._continuing:  # a continuation takes the queued edits over
+                self._ended = True
+                self._fail_queued_edits()
         self._publish_search_attributes()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
+
+    async def _begin(self, spec: RunSpec) -> RunSpec:
+        """Look up the run's tools and set up its conversation."""
+        self._started_at = workflow.info().start_time
+        names = [t for t in spec.tools if isinstance(t, str)]
+        described = await self._describe_tools(names, spec.result_hooks)
+        if described.missing or described.missing_hooks:
+            raise _fail(self._not_registered(described.missing + described.missing_hooks))
+        self._tools = {tool.name: tool for tool in described.tools}
+        self._registered = set(described.registered) if described.registered is not None else None
+        self._search_attributes = described.search_attributes
+        spec = self._route_model_calls(spec, described.model_task_queue)
+        definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
+        self._conversation = Conversation(
+            params=spec.params,
+            tools=definitions,
+            transcript=Transcript(pending=copy.deepcopy(spec.messages)),
+            threading=spec.thread,
+        )
+        return spec
+
+    def _restore(self, carried: Carried) -> None:
+        """Take over the state the previous run of this chain handed over."""
+        self._conversation = carried.conversation
+        self._settings_stored = carried.settings_stored
+        self._stored = carried.stored
+        self._replies = carried.replies
+        self._reply_offset = carried.reply_offset
+        self._replies_head = carried.replies_head
+        self._compactions = carried.compactions
+        self._usage = carried.usage
+        self._tools = dict(carried.tools)
+        self._registered = set(carried.registered) if carried.registered is not None else None
+        self._search_attributes = carried.search_attributes
+        self._published = dict(carried.published)
+        self._version = carried.version
+        self._queue = list(carried.queue)
+        self._next_seq = carried.next_seq
+        self._outcomes = dict(carried.outcomes)
+        self._stop = carried.stop
+        self._fork_points = list(carried.fork_points)
+        self._fork_offset = carried.fork_offset
+        self._started_at = carried.started_at
+        self._continuations = carried.continuations
+
+    def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
+        """The fleet routes model calls to their own queue (with its rate limit): follow it, unless the run chose."""
+        if spec.model_activity.task_queue is None and task_queue is not None:
+            options = spec.model_activity.model_copy(update={"task_queue": task_queue})
+            spec = spec.model_copy(update={"model_activity": options})
+            self._spec = spec
+        return spec
+
+    def _should_continue_as_new(self, limits: HistoryLimits) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= limits.events
+            or info.get_current_history_size() >= limits.history_bytes
+            or self._updates >= limits.updates
+            or self._signals >= limits.signals
+        )
+
+    async def _continue_as_new(self, spec: RunSpec) -> NoReturn:
+        """Start a fresh history for the same run, carrying everything: the iteration boundary has nothing in flight.
+
+        Live-event subscribers are released first and follow the run to its continuation; the events before it are
+        dropped from the log (the transcript keeps what they said).
+        """
+        conversation = self._conversation
+        assert conversation is not None
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        # The stream's own offset query is the public way to read its length from workflow code.
+        offset_query = workflow.get_query_handler(STREAM_OFFSET_QUERY)
+        assert offset_query is not None
+        self._stream.truncate(offset_query())
+        workflow.logger.info(
+            "Continuing as new after %d iterations: history has %d events, %d bytes",
+            self._iterations,
+            workflow.info().get_current_history_length(),
+            workflow.info().get_current_history_size(),
+        )
+        kept_outcomes = sorted(self._outcomes)[-CARRIED_OUTCOMES:]
+        dropped_forks = max(0, len(self._fork_points) - CARRIED_FORK_POINTS)
+        dropped_replies = max(0, len(self._replies) - CARRIED_REPLIES)
+        carried = Carried(
+            conversation=conversation.model_copy(update={"transcript": conversation.transcript.carry()}),
+            settings_stored=self._settings_stored,
+            stored=self._stored,
+            replies=self._replies[dropped_replies:],
+            reply_offset=self._reply_offset + dropped_replies,
+            replies_head=self._replies_head,
+            compactions=self._compactions,
+            usage=self._usage,
+            tools=self._tools,
+            registered=sorted(self._registered) if self._registered is not None else None,
+            search_attributes=self._search_attributes,
+            published=self._published,
+            model_task_queue=spec.model_activity.task_queue,
+            version=self._version,
+            queue=self._queue,
+            next_seq=self._next_seq,
+            outcomes={seq: self._outcomes[seq] for seq in kept_outcomes},
+            stop=self._stop,
+            fork_points=self._fork_points[dropped_forks:],
+            fork_offset=self._fork_offset + dropped_forks,
+            started_at=self._started_at or workflow.info().start_time,
+            continuations=self._continuations + 1,
+            stream=self._stream.get_state(),
+        )
+        self._continuing = True
+        workflow.continue_as_new({**self._input, "continued": carried.model_dump(mode="json")})
 
     async def _loop(self, spec: RunSpec, conversation: Conversation) -> RunResult:
         stop_reason: str | None = None
@@ -215,13 +336,15 @@ class AgentRun:
             if spec.max_iterations is not None and self._iterations >= spec.max_iterations:
                 self._status = "max_iterations"
                 break
-            spent = spec.budget.spent(self._usage, workflow.info().start_time, workflow.now())
+            spent = spec.budget.spent(self._usage, self._started_at or workflow.info().start_time, workflow.now())
             if spent is not None:
                 self._stop = f"The {spent} is spent."
                 if spec.budget.summarize:
                     await self._summary_turn(spec, conversation)
                 self._status = "budget_exhausted"
                 break
+            if self._should_continue_as_new(spec.continue_as_new):
+                await self._continue_as_new(spec)
             seen = len(conversation.transcript)
             reply = await self._create_message(spec, conversation)
             self._fork_points.append(self._fork_point_at(seen))
@@ -375,6 +498,7 @@ class AgentRun:
             )
 
     def _enqueue(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        self._updates += 1
         self._next_seq += 1
         self._queue.append(QueuedEdit(seq=self._next_seq, kind=kind, payload=payload))
         return {"seq": self._next_seq, "version": self._version}
@@ -399,10 +523,11 @@ class AgentRun:
         return any(e.kind in (INJECT_MESSAGE_UPDATE, RETRY_TURN_UPDATE, REPLACE_HISTORY_UPDATE) for e in self._queue)
 
     def _check_open(self) -> None:
-        if self._ended or self._conversation is None:
+        # An edit sent before the run set up its conversation is queued like any other: it applies at the first
+        # boundary, before the first request.
+        if self._ended:
             raise ValueError(
-                f"The run has {'ended (' + self._status + ')' if self._ended else 'not started yet'}; it takes no "
-                "edits. Start a new run from its transcript to go on."
+                f"The run has ended ({self._status}); it takes no edits. Start a new run from its transcript to go on."
             )
 
     def _check_version(self, expected_version: int | None) -> None:
@@ -426,6 +551,8 @@ class AgentRun:
         self._check_version(edit.expected_version)
         if isinstance(edit.content, list):
             for i, block in enumerate(edit.content):
+                if is_placeholder(block):
+                    continue  # content the client stored
                 if not isinstance(block.get("type"), str):
                     raise ValueError(f"content[{i}] must be a content block with a string `type`.")
                 if block["type"] in ("tool_result", "tool_use"):
@@ -470,7 +597,6 @@ class AgentRun:
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
         self._check_open()
-        assert self._conversation is not None
         allowed = API_PARAMS | EXTRA_BODY_PARAMS
         unknown = sorted(set(edit.params) - allowed)
         if unknown:
@@ -479,7 +605,8 @@ class AgentRun:
             if required in edit.params and edit.params[required] is None:
                 raise ValueError(f"`{required}` cannot be removed.")
         if (
-            self._conversation.threading
+            self._conversation is not None
+            and self._conversation.threading
             and "system" in edit.params
             and edit.params["system"] != self._conversation.params.get("system")
         ):
@@ -515,8 +642,8 @@ class AgentRun:
     def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RemoveTools, raw)
         self._check_open()
-        assert self._conversation is not None
-        current = set(self._tools) | {str(d.get("name")) for d in self._conversation.tools}
+        definitions = self._conversation.tools if self._conversation else self._input.get("tools") or []
+        current = set(self._tools) | {str(d.get("name")) if isinstance(d, dict) else str(d) for d in definitions}
         unknown = [n for n in edit.names if n not in current]
         if unknown:
             raise ValueError(f"The run has no tools named {unknown}; it has {sorted(current)}.")
@@ -547,7 +674,12 @@ class AgentRun:
 
     @property
     def _iterations(self) -> int:
-        return len(self._replies) - self._compactions
+        return self._reply_count - self._compactions
+
+    @property
+    def _reply_count(self) -> int:
+        """Replies over the whole run (compactions included)."""
+        return self._reply_offset + len(self._replies)
 
     @workflow.update(name=COMPACT_UPDATE)
     def compact(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -563,6 +695,7 @@ class AgentRun:
     def stop(self, raw: dict[str, Any]) -> dict[str, Any]:
         """End the run at the next step: a reply that has not run its tools yet never runs them."""
         edit = parse_update(Stop, raw or {})
+        self._updates += 1
         if self._stop is None:
             self._stop = edit.reason
         return {"version": self._version}
@@ -579,6 +712,7 @@ class AgentRun:
     def approve_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Let a waiting tool call run, with Claude's input or an edited one."""
         decision = parse_update(ApproveTool, raw)
+        self._updates += 1
         self._decisions[decision.tool_use_id] = decision
         return {"version": self._version}
 
@@ -590,6 +724,7 @@ class AgentRun:
     def deny_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Refuse a waiting tool call: it never runs, and Claude sees the reason."""
         decision = parse_update(DenyTool, raw)
+        self._updates += 1
         self._decisions[decision.tool_use_id] = decision
         return {"version": self._version}
 
@@ -606,6 +741,7 @@ class AgentRun:
     def advance(self, raw: dict[str, Any]) -> dict[str, Any]:
         """In step mode, let the run go on past the reply it paused after."""
         self._advance = parse_update(Advance, raw or {})
+        self._updates += 1
         self._waiting_for_step = False
         return {"version": self._version}
 
@@ -668,7 +804,7 @@ class AgentRun:
             tool_use_id=tool_use_id,
             name=spec.name,
             input=block.get("input"),
-            iteration=len(self._replies),
+            iteration=self._reply_count,
             requested_at=workflow.now().isoformat(),
         )
         self._status = "waiting_for_approval"
@@ -733,17 +869,23 @@ class AgentRun:
             try:
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
-                    CreateMessageInput(turn=turn, run_id=workflow.info().workflow_id, iteration=len(self._replies) + 1),
+                    CreateMessageInput(
+                        turn=turn,
+                        replies_head=self._replies_head,
+                        run_id=workflow.info().workflow_id,
+                        iteration=self._reply_count + 1,
+                    ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
                     heartbeat_timeout=options.heartbeat_timeout,
                     retry_policy=_retry_policy(options),
                     task_queue=options.task_queue,
-                    summary=f"turn {len(self._replies) + 1} · {conversation.params['model']}",
+                    summary=f"turn {self._reply_count + 1} · {conversation.params['model']}",
                 )
                 self._stored = output.stored
                 if output.stored:
                     self._settings_stored = turn.settings_ref
+                    self._replies_head = next_head(self._replies_head, message_ref(output.message))
                     conversation.transcript.store_pending()
                 return output.message
             except ActivityError as e:
@@ -805,12 +947,12 @@ class AgentRun:
                     results=results,
                     tool_uses=tool_uses,
                     run_id=workflow.info().workflow_id,
-                    iteration=len(self._replies),
+                    iteration=self._reply_count,
                 ),
                 result_type=ProcessResultsOutput,
                 start_to_close_timeout=timedelta(minutes=1),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
-                summary=f"turn {len(self._replies)} · result hooks",
+                summary=f"turn {self._reply_count} · result hooks",
             )
         except ActivityError as e:
             if isinstance(e.cause, CancelledError):
@@ -829,14 +971,14 @@ class AgentRun:
                 tool_use_id=tool_use_id,
                 input=tool_input,
                 run_id=workflow.info().workflow_id,
-                iteration=len(self._replies),
+                iteration=self._reply_count,
             ),
             result_type=ToolResult,
             start_to_close_timeout=options.start_to_close_timeout,
             heartbeat_timeout=options.heartbeat_timeout,
             retry_policy=_retry_policy(options),
             task_queue=options.task_queue,
-            summary=f"turn {len(self._replies)} · {spec.name}",
+            summary=f"turn {self._reply_count} · {spec.name}",
         )
         return result
 
@@ -856,6 +998,9 @@ class AgentRun:
             stop_reason_detail=self._stop,
             cost_usd=self._spec.budget.prices.cost(self._usage) if self._spec and self._spec.budget.prices else None,
             tool_results_under_review=self._under_review,
+            replies_head=self._replies_head,
+            reply_offset=self._reply_offset,
+            continuations=self._continuations,
         )
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)
@@ -870,9 +1015,15 @@ class AgentRun:
         Returns:
             ``{"input": …, "head": …}``: this run's input, and the head of the history Claude saw then (in the store).
         """
-        if not 1 <= iteration <= len(self._fork_points):
-            raise ValueError(f"Iteration {iteration} does not exist; the run has {len(self._fork_points)} replies.")
-        head = self._fork_points[iteration - 1]
+        total = self._fork_offset + len(self._fork_points)
+        if not 1 <= iteration <= total:
+            raise ValueError(f"Iteration {iteration} does not exist; the run has {total} replies.")
+        if iteration <= self._fork_offset:
+            raise ValueError(
+                f"Iteration {iteration} is too old to fork from this run (it continued as new since); fork from "
+                f"iteration {self._fork_offset + 1} or later, or start a run from the transcript."
+            )
+        head = self._fork_points[iteration - self._fork_offset - 1]
         if head is None:
             raise ValueError(
                 f"Iteration {iteration} cannot be forked: it is a compaction, or the run started before transcripts "
@@ -883,7 +1034,12 @@ class AgentRun:
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:
         """Claude's replies, whole (id, content, stop reason, usage), from iteration ``after + 1`` on."""
-        return self._replies[after:]
+        if after < self._reply_offset:
+            raise ValueError(
+                f"Replies before iteration {self._reply_offset + 1} are no longer held by the run (it continued as "
+                "new); read them from the store (`replies_head` in the status), as AgentRunner does."
+            )
+        return self._replies[after - self._reply_offset :]
 
     @workflow.query(name=TRANSCRIPT_QUERY)
     def transcript(self) -> dict[str, Any]:

@@ -12,8 +12,9 @@ This module is imported by workflow code, so it holds no I/O.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflows.types import Usage
 
@@ -74,3 +75,30 @@ class Budget(BaseModel):
         if self.timeout is not None and now - started >= self.timeout:
             return f"time budget ({self.timeout})"
         return None
+
+
+class HistoryLimits(BaseModel):
+    """When a run continues as new, besides Temporal's own suggestion: its history's size, events and messages.
+
+    Temporal ends a run whose history reaches 50 MiB or 51,200 events, and takes at most 2,000 updates and 10,000
+    signals per execution; continuing as new at an iteration boundary starts a fresh history with the run's state.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    events: int = Field(default=20_000, ge=10)
+    history_bytes: int = Field(default=20_000_000, ge=10_000)
+    updates: int = Field(default=1_500, ge=1)
+    """Edits, approvals and steps received (Workflow Streams polls count in ``events``)."""
+    signals: int = Field(default=8_000, ge=1)
+
+
+class AutoCompact(BaseModel):
+    """Compact the history when a turn's input passes a threshold (the SDK's ``compaction_control``, durably)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_tokens: int = Field(ge=1)
+    """Compact before the next turn once a reply's input (cache reads and writes included) reached this."""
+    compaction: dict[str, Any] = {}
+    """The request's ``compaction`` field (for instance ``{"instructions": "..."}``)."""

@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from workflows.budget import Budget
+from workflows.budget import AutoCompact, Budget, HistoryLimits
 from workflows.errors import InvalidRunInput
 from workflows.steering import ApprovalPolicy, StepPolicy
+from workflows.transcript import is_placeholder
 from workflows.types import ActivityOptions
 
 API_PARAMS: frozenset[str] = frozenset(
@@ -55,7 +56,19 @@ EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 """Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
 
 RUNNER_OPTIONS: frozenset[str] = frozenset(
-    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step", "result_hooks", "budget"}
+    {
+        "tools",
+        "messages",
+        "max_iterations",
+        "thread",
+        "model_activity",
+        "approval",
+        "step",
+        "result_hooks",
+        "budget",
+        "continue_as_new",
+        "auto_compact",
+    }
 )
 
 ROLES = ("user", "assistant", "system")
@@ -97,6 +110,12 @@ class RunSpec(BaseModel):
 
     budget: Budget = Budget()
     """Token, cost and time limits the run ends at, gracefully."""
+
+    continue_as_new: HistoryLimits = HistoryLimits()
+    """When the run starts a fresh history, carrying its state."""
+
+    auto_compact: AutoCompact | None = None
+    """Compact the history when a turn's input grows past a threshold."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -156,6 +175,8 @@ def parse_run_input(raw: object) -> RunSpec:
     approval = _option(raw, "approval", ApprovalPolicy, problems) or ApprovalPolicy()
     step = _option({"step": {} if raw.get("step") is True else raw.get("step")}, "step", StepPolicy, problems)
     budget = _option(raw, "budget", Budget, problems) or Budget()
+    continue_as_new = _option(raw, "continue_as_new", HistoryLimits, problems) or HistoryLimits()
+    auto_compact = _option(raw, "auto_compact", AutoCompact, problems)
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -172,6 +193,8 @@ def parse_run_input(raw: object) -> RunSpec:
         step=step,
         result_hooks=result_hooks,
         budget=budget,
+        continue_as_new=continue_as_new,
+        auto_compact=auto_compact,
     )
 
 
@@ -194,7 +217,7 @@ def message_problems(messages: object) -> list[str]:
         if role not in ROLES:
             problems.append(f"{where}.role must be one of {list(ROLES)}, got {role!r}.")
         content = message.get("content")
-        if isinstance(content, str):
+        if isinstance(content, str) or is_placeholder(content):
             blocks: list[Any] = []
         elif isinstance(content, list):
             blocks = content
@@ -203,6 +226,8 @@ def message_problems(messages: object) -> list[str]:
             blocks = []
         tool_use_ids: set[str] = set()
         for j, block in enumerate(blocks):
+            if is_placeholder(block):
+                continue  # content a client stored (``AgentRunner`` stores big blocks before sending them)
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 problems.append(f"{where}.content[{j}] must be a content block object with a string `type`.")
                 continue

@@ -67,6 +67,11 @@ def splice(ref: str) -> dict[str, str]:
     return {SPLICE: ref}
 
 
+def is_placeholder(value: Any) -> bool:
+    """Whether ``value`` stands for stored content."""
+    return isinstance(value, dict) and len(value) == 1 and (STORED in value or SPLICE in value)
+
+
 def placeholder_refs(value: Any) -> Iterator[str]:
     """The refs of every placeholder in ``value``."""
     if isinstance(value, dict):

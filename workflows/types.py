@@ -162,6 +162,9 @@ class CreateMessageInput(BaseModel):
     """Input of ``agent_runner.create_message``: one turn of the conversation."""
 
     turn: ModelTurn | None = None
+    replies_head: str | None = None
+    """The chain of the run's replies so far; the call stores its reply after them."""
+
     request: dict[str, Any] = {}
     """The request itself, as runs started before the transcript store sent it (kept so they can finish)."""
 
@@ -266,6 +269,15 @@ class RunStatus(BaseModel):
 
     tool_results_under_review: list[dict[str, Any]] | None = None
     """In step mode with ``review_results``: the results waiting for a client's ``advance``."""
+
+    replies_head: str | None = None
+    """Every reply so far, as a chain in the content store."""
+
+    reply_offset: int = 0
+    """Replies the run no longer holds itself (it continued as new): ``replies`` starts after them."""
+
+    continuations: int = 0
+    """How many times the run continued as new."""
 
 
 class RunResult(BaseModel):
