@@ -514,8 +514,15 @@ class _PostgresStore(ContentStore):
             if self._pool is None:
                 from psycopg_pool import AsyncConnectionPool
 
+                # check: a connection the server dropped (a restart, a failover) is replaced when taken from the
+                # pool, instead of failing the activity attempt that drew it.
                 pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
-                    self._conninfo, min_size=1, max_size=self._max_connections, open=False, name="agent-runner-store"
+                    self._conninfo,
+                    min_size=1,
+                    max_size=self._max_connections,
+                    open=False,
+                    name="agent-runner-store",
+                    check=AsyncConnectionPool.check_connection,
                 )
                 await pool.open(wait=True, timeout=30)
                 self._pool = pool
@@ -548,8 +555,10 @@ class _PostgresStore(ContentStore):
             for batch in batches:
                 if not batch:
                     continue
+                # %b sends the blobs in binary: as text they would go hex-escaped, at twice the size, and a 12 MB
+                # put took 3x as long.
                 cursor = await conn.execute(
-                    "INSERT INTO blobs (ref, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) "
+                    "INSERT INTO blobs (ref, data) SELECT * FROM unnest(%s::text[], %b::bytea[]) "
                     "ON CONFLICT (ref) DO NOTHING RETURNING ref",
                     ([ref for ref, _ in batch], [data for _, data in batch]),
                 )

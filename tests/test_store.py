@@ -433,3 +433,17 @@ def test_postgres_schema_creation_is_safe_when_workers_open_at_once(postgres_url
 
     assert errors == []
     assert len(opened) == 6
+
+
+async def test_postgres_store_recovers_when_the_server_drops_its_connections(postgres_url: str) -> None:
+    async with open_store(postgres_url) as store:
+        ref, data = blob("before the drop")
+        await store.put({ref: data})
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            dropped = conn.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS terminated"
+            ).fetchone()
+        assert dropped is not None and dropped[0] >= 1
+
+        assert await store.get([ref]) == {ref: data}
