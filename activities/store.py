@@ -285,8 +285,10 @@ class _MemoryStore(ContentStore):
 
 # -------------------------------------------------------------------------------------------------------- SQLite
 
+# blobs keeps its rowid: SQLite advises against WITHOUT ROWID for rows larger than a twentieth of a page, and blobs
+# run to megabytes. nodes rows are small and only ever found by head, so they live in the key's own b-tree.
 _SQLITE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS nodes (head TEXT PRIMARY KEY, parent TEXT, message TEXT NOT NULL) WITHOUT ROWID",
 )
 
