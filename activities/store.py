@@ -68,8 +68,6 @@ MAX_CHAIN = 1_000_000
 """Deepest chain ``chain()`` walks. Heads are the caller's hashes, so a cycle means a corrupt store; this bound turns
 it into an error instead of a query that never ends."""
 
-SCHEMES = ("sqlite:", "postgresql://", "postgres://", "memory:")
-
 _T = TypeVar("_T")
 
 
