@@ -139,3 +139,12 @@ def fake_claude_worker(client: Client, fake: FakeMessagesAPI, task_queue: str, *
         task_queue=task_queue,
         claude=ClaudeActivities(anthropic_client_factory(fake)),
     )
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster's empty database, for the session: its URL (tests/postgres_server.py)."""
+    from tests.postgres_server import postgres_cluster
+
+    with postgres_cluster() as url:
+        yield url

@@ -6,13 +6,15 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
     AgentRunnerError
     ├── ConfigurationError        the developer's mistake, found before anything runs
     │   └── ToolRegistrationError a tool module or option that cannot be registered
-    └── AgentRunError             a run that failed or cannot go on
-        ├── InvalidRunInput       the run's input was rejected at start; nothing was sent to Claude
-        ├── ToolNotRegistered     the run names a tool no worker registered
-        ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
-        ├── EditRejected          a steering update (inject, retry, approve, ...) was refused; the message says why
-        ├── RunCancelled          somebody cancelled the run
-        └── RunNotFound           no run has that id
+    ├── AgentRunError             a run that failed or cannot go on
+    │   ├── InvalidRunInput       the run's input was rejected at start; nothing was sent to Claude
+    │   ├── ToolNotRegistered     the run names a tool no worker registered
+    │   ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
+    │   ├── EditRejected          a steering update (inject, retry, approve, ...) was refused; the message says why
+    │   ├── RunCancelled          somebody cancelled the run
+    │   └── RunNotFound           no run has that id
+    └── StoreError                the content store refused an operation or cannot be reached
+        └── BlobMissing           a reference names content the store does not hold
 
 The workflow fails with ``ApplicationError(type=<class name>, non_retryable=True)`` rather than raising these
 classes, because any other exception would fail only the workflow *task*, which Temporal retries forever. The
@@ -64,6 +66,25 @@ class RunNotFound(AgentRunError):
     """No run has the given id."""
 
 
+class StoreError(AgentRunnerError):
+    """The content store (``activities.store``) refused an operation or cannot be reached; the message says why."""
+
+
+class BlobMissing(StoreError):
+    """A reference names a blob or chain node that the store does not hold.
+
+    Args:
+        message: What is missing and what to do about it.
+        refs: The missing references, in the order they were asked for.
+        url: The store's URL, without its password.
+    """
+
+    def __init__(self, message: str, *, refs: tuple[str, ...] = (), url: str = "") -> None:
+        super().__init__(message)
+        self.refs = refs
+        self.url = url
+
+
 ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
     cls.__name__: cls
     for cls in (
@@ -77,6 +98,8 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         EditRejected,
         RunCancelled,
         RunNotFound,
+        StoreError,
+        BlobMissing,
     )
 }
 """Each error class by the ``ApplicationError.type`` a run fails with."""
