@@ -98,7 +98,12 @@ def build_worker(
     if unknown or not serve:
         raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
     registry = registry or ToolRegistry()
-    content = claude.content if claude is not None else Content(store)
+    if store is not None:
+        content = Content(store)
+        if claude is not None:
+            claude.content = content
+    else:
+        content = claude.content if claude is not None else Content()
     claude = claude or ClaudeActivities(content=content)
     tools = ToolActivities(
         registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content

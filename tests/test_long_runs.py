@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.store import open_store
+from activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
+from worker import build_worker
 
 USER = {"role": "user", "content": "Weather in many cities?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
@@ -73,31 +75,47 @@ async def test_continue_as_new_mid_run_is_invisible_to_claude_followers_and_stee
     assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
 
 
-async def test_max_iterations_and_queued_edits_carry_across_continue_as_new(
+async def test_max_iterations_and_edits_carry_across_continue_as_new(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
+    """Edits sent before and after the run continued as new all apply, once each, in order; the iteration limit
+    counts over the whole run."""
+
+    @beta_async_tool
+    async def get_weather(city: str) -> str:
+        """Get the weather, slowly.
+
+        Args:
+            city: The city.
+        """
+        await asyncio.sleep(0.3)
+        return f"sunny in {city}"
+
     script(fake_api)
     async with worker(get_weather):
         run = await runner.start(
-            **BASE, tools=[get_weather], thread=False, continue_as_new={"events": 40}, max_iterations=6
+            **BASE, tools=["get_weather"], thread=False, continue_as_new={"events": 40}, max_iterations=6
         )
-        injected: list[int] = []
-        for i in range(3):
-            injected.append(await run.inject(f"note {i}") or 0)
+        versions = [await run.inject("note 0")]
+        async with asyncio.timeout(30):
+            while (await run.status()).continuations < 1:
+                await asyncio.sleep(0.05)
+        versions += [await run.inject("note 1"), await run.inject("note 2")]
         result = await run.result()
         status = await run.status()
         transcript = await run.transcript()
     assert result.status == "max_iterations" and result.iterations == 6
     assert status.continuations >= 1
-    texts = [
+    notes = [
         b["text"]
         for m in transcript
         if m["role"] == "user" and isinstance(m["content"], list)
         for b in m["content"]
-        if b.get("type") == "text"
+        if b.get("type") == "text" and b["text"].startswith("note")
     ]
-    assert [t for t in texts if t.startswith("note")] == ["note 0", "note 1", "note 2"]
-    assert injected == sorted(injected) and len(set(injected)) == 3
+    assert notes == ["note 0", "note 1", "note 2"]
+    assert all(v is not None for v in versions) and versions == sorted(versions)
+    assert fake_api.bodies()[-1]["messages"] == transcript[: len(fake_api.bodies()[-1]["messages"])]
 
 
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
@@ -196,3 +214,113 @@ async def test_the_store_keeps_each_piece_of_content_once(
     await store.close()
     grown = after.blob_bytes - before.blob_bytes
     assert 200_000 < grown < 260_000
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_auto_compact_summarizes_once_a_turns_input_passes_the_threshold(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """The SDK's client-side `compaction_control`, done durably: the turn after a big input starts from a summary."""
+    summary = {"type": "compaction", "content": "Summary: City0 is sunny."}
+    small = {"input_tokens": 900, "output_tokens": 5}
+    big = {"input_tokens": 600, "output_tokens": 5, "cache_read_input_tokens": 500}
+    fake_api.script(
+        Reply([tool_use("toolu_0", "get_weather", {"city": "City0"})], "tool_use", usage=small),
+        Reply([tool_use("toolu_1", "get_weather", {"city": "City1"})], "tool_use", usage=big),
+        Reply([summary], "compaction"),
+        end_turn("Done."),
+    )
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE,
+            tools=[get_weather],
+            thread=thread,
+            context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
+            auto_compact={"input_tokens": 1000, "compaction": {"instructions": "Keep the cities."}},
+        )
+        result = await run.result()
+    first, second, compaction, after = fake_api.bodies()
+    assert first["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}  # passed through
+    assert second.get("context_management") == first["context_management"]
+    assert "context_management" not in compaction  # a compaction request cannot carry it
+    assert compaction["compaction"] == {"instructions": "Keep the cities."}
+    assert compaction["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in City1"}],
+    }
+    assert after["messages"] == [{"role": "assistant", "content": [summary]}]
+    assert after["context_management"] == first["context_management"]
+    assert result.status == "completed" and result.iterations == 3
+
+
+async def test_a_fleet_on_postgresql_shares_transcripts_across_workers_and_continue_as_new(
+    client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI, postgres_url: str
+) -> None:
+    """Model calls and tools on different workers, each with its own connection to one PostgreSQL store, as on a
+    fleet: a big tool result stored by the tool worker reaches Claude through the model worker; a client reads the
+    transcript from the same store."""
+    report = "r" * 10_000
+    tools_queue = f"{task_queue}-tools"
+
+    @tool_options(task_queue=tools_queue)
+    @beta_async_tool
+    async def fetch_report(city: str) -> str:
+        """Fetch a long report.
+
+        Args:
+            city: The city.
+        """
+        return f"{city}: {report}"
+
+    fake_api.script(
+        *(Reply([tool_use(f"toolu_{i}", "fetch_report", {"city": c})], "tool_use") for i, c in enumerate(CITIES[:4])),
+        end_turn("Read them all."),
+    )
+    reader = AgentRunner(client, task_queue=task_queue, store=open_store(postgres_url))
+    tool_worker = build_worker(
+        client,
+        registry=ToolRegistry([fetch_report]),
+        task_queue=tools_queue,
+        serve=("tools",),
+        store=open_store(postgres_url),
+    )
+    async with worker(fetch_report, serve=("workflows", "model"), store=open_store(postgres_url)), tool_worker:
+        run = await reader.start(**BASE, tools=["fetch_report"], thread=False, continue_as_new={"events": 40})
+        result = await run.result()
+        transcript = await run.transcript()
+        status = await run.status()
+    assert result.status == "completed" and status.continuations >= 1
+    assert fake_api.bodies()[4]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_3", "content": f"{CITIES[3]}: {report}"}
+    ]
+    assert transcript == [*fake_api.bodies()[4]["messages"], {"role": "assistant", "content": [text("Read them all.")]}]
+
+
+async def test_a_transcript_of_tens_of_megabytes_runs_with_a_small_history(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """30 MB of conversation: each request on the thread carries only what is new; history holds only references."""
+    doc = {"role": "user", "content": [{"type": "text", "text": "D" * 6_000_000}]}
+
+    @beta_async_tool
+    async def read_volume(number: int) -> str:
+        """Read one volume of the archive.
+
+        Args:
+            number: The volume.
+        """
+        return str(number) * 6_000_000
+
+    fake_api.script(
+        *(Reply([tool_use(f"toolu_{n}", "read_volume", {"number": n})], "tool_use") for n in range(1, 5)),
+        end_turn("Read."),
+    )
+    async with worker(read_volume):
+        run = await runner.start(**{**BASE, "messages": [doc]}, tools=[read_volume])
+        await run.until_done()
+        transcript = await run.transcript()
+    assert sum(len(str(m)) for m in transcript) > 30_000_000
+    assert [len(str(b["messages"])) // 1_000_000 for b in fake_api.bodies()] == [6, 6, 6, 6, 6]
+    assert transcript[-2]["content"][0]["content"] == "4" * 6_000_000
+    history = await run.handle.fetch_history()
+    assert len(history.to_json()) < 300_000

@@ -32,7 +32,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from workflows.budget import HistoryLimits
-    from workflows.carry import CARRIED_FORK_POINTS, CARRIED_OUTCOMES, CARRIED_REPLIES, Carried
+    from workflows.carry import (
+        CARRIED_FORK_POINTS,
+        CARRIED_OUTCOMES,
+        CARRIED_REPLIES,
+        CARRIED_REPLY_BYTES,
+        Carried,
+    )
     from workflows.conversation import Conversation
     from workflows.errors import AgentRunnerError, InvalidRunInput, ToolNotRegistered
     from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
@@ -67,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         parse_update,
     )
-    from workflows.transcript import Transcript, is_placeholder, message_ref, next_head
+    from workflows.transcript import Transcript, canonical, is_placeholder, message_ref, next_head
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -140,6 +146,8 @@ class AgentRun:
         """Updates this execution took (Temporal allows 2,000 per execution)."""
         self._signals = 0
         self._continuing = False
+        self._turn_input_tokens = 0
+        """The last turn's input tokens (cache reads and writes included), which ``auto_compact`` watches."""
         self._usage = Usage()
         self._tools: dict[str, ToolSpec] = {}
         """The tools a ``tool_use`` can run, by name."""
@@ -256,6 +264,7 @@ class AgentRun:
         self._fork_offset = carried.fork_offset
         self._started_at = carried.started_at
         self._continuations = carried.continuations
+        self._turn_input_tokens = carried.turn_input_tokens
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
         """The fleet routes model calls to their own queue (with its rate limit): follow it, unless the run chose."""
@@ -297,7 +306,7 @@ class AgentRun:
         )
         kept_outcomes = sorted(self._outcomes)[-CARRIED_OUTCOMES:]
         dropped_forks = max(0, len(self._fork_points) - CARRIED_FORK_POINTS)
-        dropped_replies = max(0, len(self._replies) - CARRIED_REPLIES)
+        dropped_replies = _replies_to_drop(self._replies)
         carried = Carried(
             conversation=conversation.model_copy(update={"transcript": conversation.transcript.carry()}),
             settings_stored=self._settings_stored,
@@ -321,6 +330,7 @@ class AgentRun:
             fork_offset=self._fork_offset + dropped_forks,
             started_at=self._started_at or workflow.info().start_time,
             continuations=self._continuations + 1,
+            turn_input_tokens=self._turn_input_tokens,
             stream=self._stream.get_state(),
         )
         self._continuing = True
@@ -343,6 +353,13 @@ class AgentRun:
                     await self._summary_turn(spec, conversation)
                 self._status = "budget_exhausted"
                 break
+            if spec.auto_compact is not None and self._turn_input_tokens >= spec.auto_compact.input_tokens:
+                workflow.logger.info(
+                    "Compacting: the last turn's input was %d tokens (threshold %d)",
+                    self._turn_input_tokens,
+                    spec.auto_compact.input_tokens,
+                )
+                await self._compact(conversation, spec.auto_compact.compaction)
             if self._should_continue_as_new(spec.continue_as_new):
                 await self._continue_as_new(spec)
             seen = len(conversation.transcript)
@@ -404,10 +421,25 @@ class AgentRun:
         self._take_reply(conversation, reply)
         self._version += 2
 
+    async def _compact(self, conversation: Conversation, compaction: dict[str, Any]) -> None:
+        """Replace the history by Claude's summary of it (a compaction request on a new thread)."""
+        assert self._spec is not None
+        reply = await self._create_message(self._spec, conversation, compaction)
+        self._replies.append(reply)
+        self._fork_points.append(None)
+        self._compactions += 1
+        self._usage = self._usage.add(reply.get("usage"))
+        self._turn_input_tokens = 0
+        conversation.record_compaction(reply)
+
     def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
         """Add a reply to the run: to its replies, usage and history (stored already when the call said so)."""
         self._replies.append(reply)
         self._usage = self._usage.add(reply.get("usage"))
+        usage = reply.get("usage") or {}
+        self._turn_input_tokens = sum(
+            int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
         conversation.record_reply(reply)
         if self._stored:
             conversation.transcript.store_pending()
@@ -478,17 +510,7 @@ class AgentRun:
                 last = transcript.pending[-1] if transcript.pending else (self._replies or [{}])[-1]
                 if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
                     raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-            assert self._spec is not None
-            reply = await self._create_message(
-                self._spec, conversation, Compact.model_validate(edit.payload).compaction
-            )
-            self._replies.append(reply)
-            self._fork_points.append(None)
-            self._compactions += 1
-            self._usage = self._usage.add(reply.get("usage"))
-            if self._stored:
-                transcript.store_pending()
-            conversation.record_compaction(reply)
+            await self._compact(conversation, Compact.model_validate(edit.payload).compaction)
         elif edit.kind == REMOVE_TOOLS_UPDATE:
             names = RemoveTools.model_validate(edit.payload).names
             for name in names:
@@ -1088,3 +1110,18 @@ def _activity_failure(error: ActivityError) -> ApplicationError:
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
+
+
+def _replies_to_drop(replies: list[dict[str, Any]]) -> int:
+    """How many of the oldest replies a continuation leaves to the store: it carries the last few, within a budget.
+
+    The last reply is always carried (the loop reads it); a continuation's input must stay far below Temporal's
+    2 MiB payload limit.
+    """
+    kept, size = 0, 0
+    for reply in reversed(replies[-CARRIED_REPLIES:]):
+        size += len(canonical(reply))
+        if kept and size > CARRIED_REPLY_BYTES:
+            break
+        kept += 1
+    return len(replies) - kept

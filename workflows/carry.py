@@ -24,6 +24,9 @@ from workflows.types import ToolSpec, Usage
 CARRIED_REPLIES = 8
 """Recent replies carried whole, for followers a poll or two behind."""
 
+CARRIED_REPLY_BYTES = 256_000
+"""At most this much of them (but always the last one)."""
+
 CARRIED_OUTCOMES = 256
 """Outcomes of recent edits carried, for clients waiting on them."""
 
@@ -58,4 +61,5 @@ class Carried(BaseModel):
     started_at: datetime
     """When the first run of the chain started: the wall-clock budget counts from there."""
     continuations: int = 0
+    turn_input_tokens: int = 0
     stream: WorkflowStreamState | None = None

@@ -112,8 +112,8 @@ def resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
 def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes]]:
     """Replace the parts of ``value`` bigger than ``limit`` by placeholders.
 
-    A content list's blocks are offloaded one by one (each big block becomes a placeholder in the list), so a long
-    reply keeps its small blocks, such as ``tool_use``, inline; any other value is offloaded whole.
+    A content list's blocks are offloaded one by one (each big block becomes a placeholder in the list), unless the
+    list is still big after that; any other value is offloaded whole.
 
     Returns:
         The value to carry, and the blobs to store by ref.
@@ -129,7 +129,10 @@ def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes
         return stored(ref)
 
     if isinstance(value, list):
-        return [put(item) for item in value], blobs
+        items = [put(item) for item in value]
+        if len(canonical(items)) <= 16 * limit:
+            return items, blobs
+        blobs = {}  # many small blocks that are big together: store the list whole
     return put(value), blobs
 
 
