@@ -331,6 +331,11 @@ def variable_is_read(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
 
         monkeypatch.setenv(name, "claude-test-model")
         return cli.default_model() == "claude-test-model"
+    if name == "AGENT_RUNNER_STORE":
+        from activities.store import open_store
+
+        monkeypatch.setenv(name, "memory:")
+        return open_store().url == "memory:"
     return False
 
 
