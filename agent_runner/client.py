@@ -367,6 +367,8 @@ class Run:
 
     async def advance(self, *, tool_results: list[dict[str, Any]] | None = None) -> None:
         """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself."""
+        if tool_results is not None:
+            tool_results = await self._content.offload_content(tool_results)
         await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results}, True)
 
     async def steps(self) -> AsyncIterator[BetaMessage]:

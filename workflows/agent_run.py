@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.budget import HistoryLimits
     from workflows.carry import (
         CARRIED_FORK_POINTS,
+        CARRIED_INPUT_MESSAGES_BYTES,
         CARRIED_OUTCOMES,
         CARRIED_REPLIES,
         CARRIED_REPLY_BYTES,
@@ -334,7 +335,11 @@ class AgentRun:
             stream=self._stream.get_state(),
         )
         self._continuing = True
-        workflow.continue_as_new({**self._input, "continued": carried.model_dump(mode="json")})
+        run_input = dict(self._input)
+        if len(canonical(run_input.get("messages"))) > CARRIED_INPUT_MESSAGES_BYTES:
+            # The conversation travels by reference; the first messages only have to stay a valid input.
+            run_input["messages"] = [{"role": "user", "content": "(the conversation continues from `continued`)"}]
+        workflow.continue_as_new({**run_input, "continued": carried.model_dump(mode="json")})
 
     async def _loop(self, spec: RunSpec, conversation: Conversation) -> RunResult:
         stop_reason: str | None = None

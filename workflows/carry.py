@@ -32,6 +32,9 @@ CARRIED_OUTCOMES = 256
 
 CARRIED_FORK_POINTS = 1024
 
+CARRIED_INPUT_MESSAGES_BYTES = 64_000
+"""The run's first messages are repeated in a continuation's input only up to this size (the transcript has them)."""
+
 
 class Carried(BaseModel):
     """A run's state across continue-as-new (the ``continued`` field of the next run's input)."""
