@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import copy
 import importlib.metadata
+import itertools
 import os
 import platform
 import shutil
@@ -122,12 +123,17 @@ def always_ping(_body: dict[str, Any]) -> ScriptItem:
 
 
 def padded_ping(pad: int) -> Callable[[dict[str, Any]], ScriptItem]:
-    """The fake's answer to every request: call ``ping`` asking for ``pad`` bytes of padding (none: ``always_ping``)."""
+    """The fake's answer to every request: call ``ping`` asking for ``pad`` bytes of padding (none: ``always_ping``).
+
+    Each call gets its own ``n``, so no two padded results are equal: the content store would keep one copy of equal
+    results, which would hide the bytes a run's real (distinct) tool results cost it.
+    """
     if not pad:
         return always_ping
+    calls = itertools.count(1)
 
     def answer(_body: dict[str, Any]) -> ScriptItem:
-        return Reply(content=[tool_use(None, ping.name, {"n": 1, "pad": pad})], stop_reason="tool_use")
+        return Reply(content=[tool_use(None, ping.name, {"n": next(calls), "pad": pad})], stop_reason="tool_use")
 
     return answer
 
@@ -381,7 +387,7 @@ async def measure_table(iterations: int, sizes: list[str], probe: int, grow: boo
         if grow:  # the same sizes reached after N iterations through tool results of size / N bytes each
             for size_name in sizes:
                 pad = SIZES[size_name] // iterations
-                label = f"{size_name} by tool results ({pad // 1000} KB each)"
+                label = f"{size_name} by tool results ({pad} B each)"
                 for design in DESIGNS:
                     short = await bench.run(design, 0, iterations, pad=pad)
                     long = await bench.run(design, 0, 2 * iterations, pad=pad)
