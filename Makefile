@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check-tests bench
+.PHONY: demo test lint check-tests bench bench-history bench-long
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,3 +30,10 @@ test: lint check-tests
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
+
+# History and store growth per iteration vs the naive design (a few minutes), and one 10,000-iteration run (~20 min).
+bench-history: $(STAMP)
+	$(PY) bench/history.py
+
+bench-long: $(STAMP)
+	$(PY) bench/history.py --long
