@@ -83,8 +83,12 @@ class ClaudeActivities:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
             await self.content.put_value(settings)
-        held = [*(await self.content.messages(turn.head)), *turn.pending]
-        messages = await self.content.resolve(held)
+        # A turn that continues a thread sends only what the server does not hold: read only that.
+        skip = turn.answered if turn.threading and turn.previous_message_id and turn.compaction is None else 0
+        stored_count = turn.length - len(turn.pending)
+        skip = min(skip, stored_count)
+        held = [*(await self.content.messages(turn.head, start=skip)), *turn.pending]
+        messages = [{} for _ in range(skip)] + await self.content.resolve(held)
         if turn.compaction is not None:
             request = {
                 **build_request(

@@ -68,16 +68,16 @@ class Content:
             wanted = list(dict.fromkeys(r for v in fetched.values() for r in placeholder_refs(v) if r not in known))
         return resolve(value, known.__getitem__) if known else value
 
-    async def messages(self, head: str | None) -> list[dict[str, Any]]:
-        """The messages of the transcript ``head``, as held (placeholders unresolved)."""
+    async def messages(self, head: str | None, start: int = 0) -> list[dict[str, Any]]:
+        """The messages of the transcript ``head`` from index ``start`` on, as held (placeholders unresolved)."""
         if head is None:
             return []
         refs = self._chains.get(head)
         if refs is None:
             refs = await self.store.chain(head)
         self._remember_chain(head, refs)
-        values = await self.values(refs)
-        return [values[ref] for ref in refs]
+        values = await self.values(refs[start:])
+        return [values[ref] for ref in refs[start:]]
 
     async def append(self, head: str | None, messages: list[dict[str, Any]]) -> str | None:
         """Store ``messages`` after the transcript ``head``; return the new head."""
@@ -170,5 +170,5 @@ class Content:
     def _remember_chain(self, head: str, refs: list[str]) -> None:
         self._chains[head] = refs
         self._chains.move_to_end(head)
-        while len(self._chains) > 16:
+        while len(self._chains) > 8:
             self._chains.popitem(last=False)
