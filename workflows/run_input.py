@@ -55,7 +55,18 @@ EXTRA_BODY_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 """Sampling parameters the 2.14.0 beta ``create`` no longer types; they are sent as ``extra_body``."""
 
 RUNNER_OPTIONS: frozenset[str] = frozenset(
-    {"tools", "messages", "max_iterations", "thread", "model_activity", "approval", "step", "result_hooks", "budget"}
+    {
+        "tools",
+        "messages",
+        "max_iterations",
+        "thread",
+        "model_activity",
+        "approval",
+        "step",
+        "result_hooks",
+        "budget",
+        "eager_tools",
+    }
 )
 
 ROLES = ("user", "assistant", "system")
@@ -97,6 +108,11 @@ class RunSpec(BaseModel):
 
     budget: Budget = Budget()
     """Token, cost and time limits the run ends at, gracefully."""
+
+    eager_tools: bool = False
+    """Start each tool as soon as its ``tool_use`` block has streamed, before the reply ends (the SDK's
+    ``run_tools_eagerly``). A tool started so runs even when the reply then turns out not to run tools (its stop
+    reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Ignored in step mode."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -156,6 +172,9 @@ def parse_run_input(raw: object) -> RunSpec:
     approval = _option(raw, "approval", ApprovalPolicy, problems) or ApprovalPolicy()
     step = _option({"step": {} if raw.get("step") is True else raw.get("step")}, "step", StepPolicy, problems)
     budget = _option(raw, "budget", Budget, problems) or Budget()
+    eager_tools = raw.get("eager_tools", False)
+    if not isinstance(eager_tools, bool):
+        problems.append("`eager_tools` must be true (start tools while the reply streams) or false.")
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -172,6 +191,7 @@ def parse_run_input(raw: object) -> RunSpec:
         step=step,
         result_hooks=result_hooks,
         budget=budget,
+        eager_tools=eager_tools,
     )
 
 

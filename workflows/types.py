@@ -150,6 +150,8 @@ class CreateMessageOutput(BaseModel):
     """Claude's reply, as the response body carried it."""
 
     message: dict[str, Any]
+    attempt: int = 0
+    """The activity attempt that got the reply, so the run knows which attempt's eagerly started tools are its."""
 
 
 class RunToolInput(BaseModel):
