@@ -533,7 +533,9 @@ async def test_run_from_a_file_detached_with_overrides(
         run_id = capsys.readouterr().out.strip()
         assert run_id.startswith("agent-")
         await runner.attach(run_id).until_done()
-    assert fake_api.bodies() == [{"model": "claude-file", "max_tokens": 99, "system": "Be kind.", "messages": [USER]}]
+    assert fake_api.bodies() == [
+        {"model": "claude-file", "max_tokens": 99, "system": "Be kind.", "messages": [USER], "stream": True}
+    ]
 
 
 @pytest.mark.usefixtures("temporal_address")

@@ -121,6 +121,7 @@ async def test_inject_in_step_mode_then_advance_while_follow_shows_each_pause(
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [
             {
                 "role": "user",
@@ -271,6 +272,7 @@ async def test_params_wait_for_the_boundary_and_change_the_next_request(
     assert second == {
         "model": "claude-fake-1",
         "max_tokens": 2048,
+        "stream": True,
         "system": "Be brief.",
         "tool_choice": {"type": "auto"},
         "tools": [gated.to_dict()],
@@ -399,6 +401,7 @@ async def test_the_stock_temporal_cli_injects_denies_and_queries_with_plain_json
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [
             {
                 "role": "user",
