@@ -13,8 +13,9 @@ call publishes, for each attempt (``attempt``, 1 for the first):
 The workflow publishes (at no cost in history): ``iteration_started``, ``reply`` (``message``: the whole reply as
 recorded), ``tool_started`` (``tool_use_id``, ``name``, ``input``), ``approval_waiting`` (``approval``: the pending
 approval), ``approval_decided`` (``tool_use_id``, ``approved``, ``reason``), ``tool_finished`` (``tool_use_id``,
-``name``, ``result``: the exact ``tool_result`` block), ``limit_reached`` (``limit``: ``max_iterations`` or
-``budget_exhausted``, ``detail``) and, last, ``run_finished`` (``status``, ``detail``).
+``name``, ``result``: the exact ``tool_result`` block), ``step_waiting`` (``status``: ``waiting_for_step`` after a
+reply, ``waiting_for_review`` before its tool results go out, in step mode), ``limit_reached`` (``limit``:
+``max_iterations`` or ``budget_exhausted``, ``detail``) and, last, ``run_finished`` (``status``, ``detail``).
 
 A model call that fails mid-stream is retried by Temporal: its next attempt starts again from the first token. A
 client therefore reads the events through ``AttemptFilter`` (``Run.events`` does), which yields one ``retracted``
@@ -44,6 +45,7 @@ TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
 APPROVAL_WAITING = "approval_waiting"
 APPROVAL_DECIDED = "approval_decided"
+STEP_WAITING = "step_waiting"
 LIMIT_REACHED = "limit_reached"
 RUN_FINISHED = "run_finished"
 RETRACTED = "retracted"

@@ -657,6 +657,7 @@ class AgentRun:
         self._waiting_for_step = True
         self._status = status
         self._publish_search_attributes()
+        self._event(events.STEP_WAITING, status=status)
         try:
             await workflow.wait_condition(
                 lambda: not self._waiting_for_step or self._stop is not None, timeout=spec.step.timeout
