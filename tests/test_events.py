@@ -7,6 +7,10 @@ import math
 import time
 from typing import Any
 
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.events import FLUSH_INTERVAL, RunEvent
 from agent_runner.fake_api import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
@@ -134,3 +138,36 @@ async def test_many_small_deltas_are_coalesced_into_few_text_events(
     assert took >= deltas * delay
     assert len(texts) <= math.ceil(took / FLUSH_INTERVAL) + 1
     assert len(texts) < deltas / 3
+
+
+@pytest.fixture
+def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point the CLI at the session's test server."""
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    return address
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_follow_prints_the_streamed_text_once_and_marks_the_cut_off_attempt(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reply = end_turn("Sunny and mild in Paris today.")
+    # The cut-off attempt streamed two of the text's three deltas ("Sunny and mild in Pa") before the drop.
+    fake_api.script(DropMidStream(reply, 5), reply)
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], model_activity=FAST_RETRY)
+        live = asyncio.ensure_future(cli.amain(["follow", run.id]))
+        assert await asyncio.wait_for(live, 30) == 0
+        live_out = capsys.readouterr().out
+        assert await cli.amain(["follow", run.id]) == 0  # a late follower sees the same
+        late_out = capsys.readouterr().out
+    expected = (
+        "── turn 1 ──\n"
+        "Sunny and mild in Pa\n"
+        "↺ attempt 1 of turn 1 was cut off; retrying\n"
+        "Sunny and mild in Paris today.\n"
+        "── completed · 1 turn · stop_reason end_turn · 10 input / 5 output tokens ──\n"
+    )
+    assert live_out == expected
+    assert late_out == expected
