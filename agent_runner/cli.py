@@ -722,8 +722,6 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         try:
             async for event in run.events():
                 follower.show(event)
-        except RPCError as e:
-            raise _rpc_error(run, e) from e
         finally:
             follower.finish()
         result = await run.result()

@@ -246,12 +246,15 @@ class Run:
         client = self._runner.client if self._runner is not None else self.handle._client
         stream = WorkflowStreamClient.create(client, self.id)
         attempts = AttemptFilter()
-        async for item in stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL):
-            event = cast(RunEvent, {**item.data, "offset": item.offset})
-            for out in attempts.feed(event):
-                yield out
-            if event["type"] == RUN_FINISHED:
-                return
+        try:
+            async for item in stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL):
+                event = cast(RunEvent, {**item.data, "offset": item.offset})
+                for out in attempts.feed(event):
+                    yield out
+                if event["type"] == RUN_FINISHED:
+                    return
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
 
     async def until_done(self) -> BetaMessage:
         """Wait for the run to end and return its last reply.

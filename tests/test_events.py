@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
-from agent_runner.events import FLUSH_INTERVAL, RunEvent
+from agent_runner.events import FLUSH_INTERVAL, AttemptFilter, RunEvent
 from agent_runner.fake_api import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
@@ -171,3 +171,28 @@ async def test_follow_prints_the_streamed_text_once_and_marks_the_cut_off_attemp
     )
     assert live_out == expected
     assert late_out == expected
+
+
+def test_the_attempt_filter_retracts_a_replaced_attempt_once_and_drops_its_late_deltas() -> None:
+    attempts = AttemptFilter()
+    fed: list[RunEvent] = [
+        {"type": "model_call_started", "iteration": 2, "attempt": 1},
+        {"type": "text", "iteration": 2, "attempt": 1, "index": 0, "text": "Hel"},
+        {"type": "model_call_started", "iteration": 2, "attempt": 2},
+        {"type": "text", "iteration": 2, "attempt": 1, "index": 0, "text": "lo"},  # a zombie attempt still streaming
+        {"type": "text", "iteration": 2, "attempt": 2, "index": 0, "text": "Hello"},
+        {"type": "model_call_started", "iteration": 3, "attempt": 1},
+        {"type": "model_call_started", "iteration": 3, "attempt": 2},  # attempt 1 streamed nothing: no retraction
+        {"type": "reply", "iteration": 3},
+    ]
+    out = [event for item in fed for event in attempts.feed(item)]
+    assert out == [
+        fed[0],
+        fed[1],
+        {"type": "retracted", "iteration": 2, "attempt": 1},
+        fed[2],
+        fed[4],
+        fed[5],
+        fed[6],
+        fed[7],
+    ]
