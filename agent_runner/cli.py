@@ -4,7 +4,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
 
     agent-runner run "What's the weather in Paris?" --tools get_weather    # start a run and follow it
     agent-runner run --file run.json --detach                              # start a run, print its id
-    agent-runner follow RUN_ID [--from-iteration N]                        # print replies as they come
+    agent-runner follow RUN_ID [--from-iteration N]                        # print turns as they stream
     agent-runner transcript RUN_ID [--json]                                # the whole conversation
     agent-runner list [--status running] [--limit N]                       # a table of runs
     agent-runner status RUN_ID [--json]                                    # status, turns, token usage
@@ -891,7 +891,7 @@ async def _announce_and_follow(run: Run, *, follow: bool) -> int:
 
 
 async def cmd_follow(args: argparse.Namespace) -> int:
-    """``follow``: print a run's replies as they come."""
+    """``follow``: print a run's turns as they stream."""
     async with connected() as client:
         run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
         code = await follow_until_interrupted(run, from_iteration=args.from_iteration, color=_use_color(sys.stdout))

@@ -207,8 +207,8 @@ class AgentRun:
             self._ended = True
             self._fail_queued_edits()
             self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._stop)
+            self._stream.detach_pollers()  # subscribers' long polls must not keep the run open
         self._publish_search_attributes()
-        self._stream.detach_pollers()  # subscribers' long polls must not keep the run open
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
 
