@@ -242,6 +242,13 @@ class Run:
 
         Args:
             after: The stream offset to start at (``event["offset"] + 1`` resumes after an event).
+
+        Yields:
+            ``RunEvent`` dicts (``type``, ``iteration``, ``offset``, and the fields of their type), ``run_finished``
+            last; the iterator also ends when the run closed without one (it failed before it began).
+
+        Raises:
+            RunNotFound: No run has this id.
         """
         client = self._runner.client if self._runner is not None else self.handle._client
         stream = WorkflowStreamClient.create(client, self.id)
