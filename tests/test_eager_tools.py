@@ -52,8 +52,7 @@ async def test_an_eager_tool_starts_before_the_reply_ends_and_the_run_sends_what
         eager_order = await activity_order(eager)
         plain_order = await activity_order(plain)
     model_call_done = eager_order.index(("completed", CREATE_MESSAGE_ACTIVITY))
-    assert eager_order.index(("scheduled", RUN_TOOL_ACTIVITY)) < model_call_done
-    assert eager_order.index(("completed", RUN_TOOL_ACTIVITY)) < model_call_done  # 20 x 0.05 s of text to go
+    assert eager_order.index(("scheduled", RUN_TOOL_ACTIVITY)) < model_call_done  # with 20 x 0.05 s of text to go
     assert plain_order.index(("scheduled", RUN_TOOL_ACTIVITY)) > plain_order.index(
         ("completed", CREATE_MESSAGE_ACTIVITY)
     )
