@@ -733,11 +733,17 @@ class AgentRun:
     def tool_use_ready(self, ready: dict[str, Any]) -> None:
         """With ``eager_tools``: start a tool whose ``tool_use`` block is complete while the reply still streams.
 
-        Only a block of the model call under way counts; a later attempt's blocks replace an earlier one's (whose
-        tools already ran, as the SDK's eager mode also runs tools before the reply is final).
+        Only a block of the model call under way counts, of a registered tool that needs no approval; a later
+        attempt's blocks replace an earlier one's (whose tools already ran, as the SDK's eager mode also runs tools
+        before the reply is final).
         """
         iteration, attempt, block = ready.get("iteration"), int(ready.get("attempt") or 0), ready.get("block") or {}
         if iteration != self._in_flight or attempt < self._eager_attempt or block.get("type") != "tool_use":
+            return
+        # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
+        # run: both start with the reply instead.
+        spec = self._tools.get(str(block.get("name")))
+        if spec is None or self._needs_approval(spec):
             return
         if attempt > self._eager_attempt:
             self._eager, self._eager_attempt = {}, attempt

@@ -112,7 +112,8 @@ class RunSpec(BaseModel):
     eager_tools: bool = False
     """Start each tool as soon as its ``tool_use`` block has streamed, before the reply ends (the SDK's
     ``run_tools_eagerly``). A tool started so runs even when the reply then turns out not to run tools (its stop
-    reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Ignored in step mode."""
+    reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Tools that need approval
+    start with the reply, as usual; ``eager_tools`` is ignored in step mode."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
