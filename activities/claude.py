@@ -1,10 +1,15 @@
-"""The model call: one Messages API request per activity attempt.
+"""The model call: one streamed Messages API request per activity attempt.
 
 Temporal owns retries, so every attempt is visible in the run's history and survives a worker crash: the client is
 built with ``max_retries=0``, and each API failure becomes an ``ApplicationError`` that says whether retrying can
 help, with the server's ``retry-after`` as the next delay. The rule is the SDK's own (``_base_client._should_retry``):
 408, 409, 429, 5xx (529 overloaded included) and connection errors are retried; ``x-should-retry`` overrides the
-status; other statuses fail the run with the API's own message.
+status; other statuses fail the run with the API's own message. Once the stream began, an SSE ``error`` event is
+retried when its ``error.type`` is an overload, an API error or a rate limit, and a dropped connection always is.
+
+The reply is streamed (``client.beta.messages.stream``): each event heartbeats, and the reply is published as it
+comes on the run's Workflow Stream (``activities/live_events.py``). With ``eager_tools``, each complete ``tool_use``
+block is signalled to the run at once, so the tool starts before the reply ends.
 
 The API key and base URL come only from the worker's environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``):
 nothing secret is ever part of a workflow's input or history.
@@ -21,15 +26,20 @@ from datetime import timedelta
 from typing import Any
 
 import anthropic
+import httpx2
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.content import Content
+from activities.live_events import EventPublisher, stream_client
+from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from workflows.conversation import build_request, compaction_params
 from workflows.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
     THREAD_REPLAY_CODES,
+    TOOL_USE_READY_SIGNAL,
     CreateMessageInput,
     CreateMessageOutput,
 )
@@ -37,6 +47,12 @@ from workflows.types import (
 logger = logging.getLogger(__name__)
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+_RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+"""``error.type`` values of an SSE ``error`` event (sent after a 200) that another attempt may get past."""
+
+_DELTA_KEYS = frozenset({"stop_reason", "stop_sequence", "stop_details"})
+"""Message fields that ``message_start`` and ``message_delta`` carry only when the API sends them."""
 
 
 class ClaudeActivities:
@@ -77,7 +93,7 @@ class ClaudeActivities:
         """
         turn = input.turn
         if turn is None:
-            return CreateMessageOutput(message=await self._call(input.request, input))
+            return CreateMessageOutput(message=await self._call(input.request, input), attempt=activity.info().attempt)
         settings = turn.settings
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
@@ -115,7 +131,7 @@ class ClaudeActivities:
         message = {**reply, "content": content}
         await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": content}])
         await self.content.append(input.replies_head, [message])
-        return CreateMessageOutput(message=message, stored=True)
+        return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)
 
     async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
         """One Messages API request; the reply's body."""
@@ -127,33 +143,32 @@ class ClaudeActivities:
             info.attempt,
             request.get("model"),
         )
-        # An explicit timeout (the attempt's own) also keeps the SDK from refusing a large `max_tokens` without
-        # streaming: its "streaming is required" guard protects calls that would outlive its 10-minute default.
+        # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        try:
-            create = self.client.beta.messages.create(**request, timeout=timeout)
-        except (TypeError, ValueError) as e:
-            raise _bad_request(e) from e
-        call = asyncio.ensure_future(create)
-        try:
-            # A long reply must not look like a dead worker: heartbeat until it arrives, which also lets a
-            # cancellation of the run reach the call.
-            while not call.done():
-                activity.heartbeat()
-                await asyncio.wait({call}, timeout=self._heartbeat_every)
-            message = call.result()
-        except anthropic.APIStatusError as e:
-            raise api_status_error(e) from e
-        except (TypeError, ValueError) as e:
-            raise _bad_request(e) from e
-        except anthropic.APIConnectionError as e:
-            raise ApplicationError(
-                f"Could not reach Claude's API ({type(e).__name__}: {e}); retrying.",
-                type=type(e).__name__,
-            ) from e
-        finally:
-            call.cancel()
-        body: dict[str, Any] = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        async with EventPublisher(stream_client(), iteration=input.iteration, attempt=info.attempt) as events:
+            call = asyncio.ensure_future(self._stream(request, input, timeout, events))
+            try:
+                # Heartbeat while waiting for the first byte too (each event heartbeats as well), so a slow start
+                # does not look like a dead worker and a cancellation of the run reaches the call.
+                while not call.done():
+                    activity.heartbeat()
+                    events.tick()
+                    await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
+                body = call.result()
+            except anthropic.APIStatusError as e:
+                raise api_status_error(e) from e
+            except (TypeError, ValueError) as e:
+                raise _bad_request(e) from e
+            except (anthropic.APIConnectionError, httpx2.TransportError) as e:
+                # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
+                # error, not as the SDK's APIConnectionError: both are worth another attempt.
+                raise ApplicationError(
+                    f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); "
+                    "retrying.",
+                    type=type(e).__name__,
+                ) from e
+            finally:
+                call.cancel()
         logger.info(
             "Claude replied: run=%s iteration=%d id=%s stop_reason=%s",
             input.run_id,
@@ -162,6 +177,53 @@ class ClaudeActivities:
             body.get("stop_reason"),
         )
         return body
+
+    async def _stream(
+        self, request: dict[str, Any], input: CreateMessageInput, timeout: float, events: EventPublisher
+    ) -> dict[str, Any]:
+        """Read the reply's stream, publishing it as live events; the final message as a response body."""
+        set_on_wire: set[str] = set()
+        async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
+            async for event in stream:
+                activity.heartbeat()
+                if event.type == "message_start":
+                    set_on_wire |= event.message.model_fields_set
+                elif event.type == "message_delta":
+                    set_on_wire |= event.delta.model_fields_set
+                elif event.type == "content_block_start":
+                    block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
+                    events.publish(BLOCK_START, index=event.index, block=block)
+                elif event.type == "content_block_delta":
+                    delta = event.delta
+                    if delta.type == "text_delta":
+                        events.delta(TEXT, event.index, delta.text)
+                    elif delta.type == "thinking_delta":
+                        events.delta(THINKING, event.index, delta.thinking)
+                    elif delta.type == "input_json_delta":
+                        events.delta(TOOL_INPUT, event.index, delta.partial_json)
+                elif event.type == "content_block_stop":
+                    events.publish(BLOCK_STOP, index=event.index)
+                    if input.eager_tools and event.content_block.type == "tool_use":
+                        block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
+                        await _tool_use_ready(input.iteration, block)
+            message = await stream.get_final_message()
+        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        # The SDK's accumulator assigns every field of `message_delta`, so a field the wire never carried (such as
+        # `stop_details`) would show up as null: keep the body the non-streaming response would have been.
+        for key in _DELTA_KEYS - set_on_wire:
+            body.pop(key, None)
+        return body
+
+
+async def _tool_use_ready(iteration: int, block: dict[str, Any]) -> None:
+    """Tell the run a ``tool_use`` block is complete, so it can start the tool before the reply ends."""
+    info = activity.info()
+    handle = activity.client().get_workflow_handle(info.workflow_id or "")
+    try:
+        await handle.signal(TOOL_USE_READY_SIGNAL, {"iteration": iteration, "attempt": info.attempt, "block": block})
+    except RPCError as e:
+        # The run then starts the tool when the reply arrives, as without eager tools.
+        logger.warning("Could not signal a ready tool_use to run %s: %s", info.workflow_id, e.message)
 
 
 def _bad_request(error: Exception) -> ApplicationError:
@@ -181,6 +243,8 @@ def default_client() -> anthropic.AsyncAnthropic:
 def api_status_error(error: anthropic.APIStatusError) -> ApplicationError:
     """The ``ApplicationError`` for an API error status: retryable or not, with the server's suggested delay."""
     status = error.status_code
+    if status < 300:
+        return _stream_error(error)
     details = _error_details(error.body)
     error_code = details.get("error_code")
     if error_code in THREAD_REPLAY_CODES:
@@ -203,6 +267,21 @@ def api_status_error(error: anthropic.APIStatusError) -> ApplicationError:
         f"Claude's API rejected the request with {status}: {api_message}. Fix the run's input "
         "(or the worker's ANTHROPIC_API_KEY for 401/403) and start the run again.",
         {"status_code": status, "body": error.body, "request_id": error.request_id},
+        type="ModelRequestRejected",
+        non_retryable=True,
+    )
+
+
+def _stream_error(error: anthropic.APIStatusError) -> ApplicationError:
+    """An SSE ``error`` event after the stream began (with status 200): its ``error.type`` says what it was."""
+    inner = error.body.get("error") if isinstance(error.body, dict) else None
+    error_type = inner.get("type") if isinstance(inner, dict) else None
+    api_message = _error_message(error)
+    if error_type in _RETRYABLE_STREAM_ERRORS:
+        return ApplicationError(f"Claude's API failed mid-stream ({api_message}); retrying.", type=type(error).__name__)
+    return ApplicationError(
+        f"Claude's API failed mid-stream: {api_message}. Fix the run's input and start the run again.",
+        {"status_code": error.status_code, "body": error.body, "request_id": error.request_id},
         type="ModelRequestRejected",
         non_retryable=True,
     )

@@ -4,7 +4,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
 
     agent-runner run "What's the weather in Paris?" --tools get_weather    # start a run and follow it
     agent-runner run --file run.json --detach                              # start a run, print its id
-    agent-runner follow RUN_ID [--from-iteration N]                        # print replies as they come
+    agent-runner follow RUN_ID [--from-iteration N]                        # print turns as they stream
     agent-runner transcript RUN_ID [--json]                                # the whole conversation
     agent-runner list [--status running] [--limit N]                       # a table of runs
     agent-runner status RUN_ID [--json]                                    # status, turns, token usage
@@ -63,7 +63,6 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from anthropic.types.beta import BetaMessage
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -74,6 +73,22 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
+from agent_runner.events import (
+    APPROVAL_WAITING,
+    BLOCK_START,
+    BLOCK_STOP,
+    DELTA_FIELDS,
+    MODEL_CALL_STARTED,
+    REPLY,
+    RETRACTED,
+    RUN_FINISHED,
+    STEP_WAITING,
+    TEXT,
+    TOOL_FINISHED,
+    TOOL_INPUT,
+    TOOL_STARTED,
+    RunEvent,
+)
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
 from workflows.errors import AgentRunError, AgentRunnerError, ConfigurationError, RunCancelled, RunNotFound
 from workflows.run_input import parse_run_input
@@ -105,10 +120,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-_POLL_MIN = 0.05
-_POLL_MAX = 0.5
-_NOTICE_POLL = 0.5
-"""How often ``follow`` asks, between replies, whether the run waits for a person."""
 
 _DIM, _RED, _YELLOW, _BOLD, _RESET = "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[1m", "\x1b[0m"
 
@@ -167,6 +178,11 @@ def render_header(iteration: int, message: Mapping[str, Any], *, color: bool = F
         color: Whether to add ANSI styles.
     """
     return _paint(f"── turn {iteration} · stop_reason {message.get('stop_reason') or 'none'} ──", _BOLD, color)
+
+
+def render_turn(iteration: int, *, color: bool = False) -> str:
+    """The line ``follow`` opens a turn with, before its text streams: ``── turn 2 ──``."""
+    return _paint(f"── turn {iteration} ──", _BOLD, color)
 
 
 def render_block(block: Mapping[str, Any], *, color: bool = False) -> list[str]:
@@ -567,47 +583,114 @@ async def request_cancel(run: Run) -> None:
         raise _rpc_error(run, e) from e
 
 
-def _show_notices(run: Run, status: RunStatus, *, turns_shown: int, shown: set[str], color: bool) -> None:
-    """Print what the run waits for a person about, each notice once (``shown`` holds the keys printed)."""
-    for key, line in waiting_notices(run.id, status, turns_shown=turns_shown, color=color):
-        if key not in shown:
-            shown.add(key)
-            _out([line])
+class _Follower:
+    """Prints a run's live events for a person.
 
-
-async def _wait_for_tool_results(
-    run: Run, tool_use_ids: Sequence[str], *, turn: int, shown: set[str], color: bool = False
-) -> dict[str, dict[str, Any]]:
-    """The transcript's tool results once it holds one for each of ``tool_use_ids`` (the calls of reply ``turn``).
-
-    Also returns once the run ended or moved past ``turn`` (a retry discarded the reply, so its tools never ran).
-    Meanwhile, prints what the run waits for: approvals of these calls, or a client to advance it.
+    Text goes out as it streams, each other block once complete, a turn's tool results once they are all in, and
+    what the run waits for as soon as it waits.
     """
-    delay = _POLL_MIN
-    while True:
-        closed = await _run_is_closed(run)
-        status = await run.status()
-        results = tool_results_by_id(await run.transcript())
-        if closed or status.iterations > turn or all(i in results for i in tool_use_ids):
-            return results
-        _show_notices(run, status, turns_shown=turn, shown=shown, color=color)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, _POLL_MAX)
 
+    def __init__(self, run_id: str, *, from_iteration: int, color: bool) -> None:
+        self._run_id = run_id
+        self._from = from_iteration
+        self._color = color
+        self._blocks: dict[int, dict[str, Any]] = {}
+        """The blocks of the attempt streaming now, by index, as far as they streamed."""
+        self._mid_line = False
+        """Whether streamed text left the cursor in the middle of a line."""
+        self._calls: dict[int, list[str]] = {}
+        """Each turn's started tool calls, in order."""
+        self._results: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._replied: set[int] = set()
+        self._turns: set[int] = set()
+        """The turns whose header is printed."""
 
-async def _next_reply(
-    run: Run, replies: AsyncIterator[BetaMessage], *, turns_shown: int, shown: set[str], color: bool
-) -> BetaMessage | None:
-    """The run's next reply, or ``None`` once it ended; while it waits for a person, prints what for."""
-    pending = asyncio.ensure_future(anext(replies, None))
-    try:
-        while True:
-            done, _ = await asyncio.wait({pending}, timeout=_NOTICE_POLL)
-            if done:
-                return pending.result()
-            _show_notices(run, await run.status(), turns_shown=turns_shown, shown=shown, color=color)
-    finally:
-        pending.cancel()  # only when following stops early (an error, Ctrl-C)
+    def show(self, event: RunEvent) -> None:
+        """Print what ``event`` adds."""
+        kind, iteration = event["type"], event["iteration"]
+        if iteration < self._from and kind != RUN_FINISHED:
+            return
+        if kind in (BLOCK_START, REPLY) and iteration not in self._turns:
+            # A turn opens with its first output, so a model call that fails before any has no empty turn.
+            self._turns.add(iteration)
+            self._print(render_turn(iteration, color=self._color))
+        if kind == MODEL_CALL_STARTED:
+            self._blocks = {}
+        elif kind == RETRACTED:
+            self._end_line()
+            self._print(
+                _paint(f"↺ attempt {event['attempt']} of turn {iteration} was cut off; retrying", _YELLOW, self._color)
+            )
+            self._blocks = {}
+        elif kind == BLOCK_START:
+            self._blocks[event["index"]] = dict(event["block"])
+        elif kind in DELTA_FIELDS:
+            self._delta(event)
+        elif kind == BLOCK_STOP:
+            self._block_stop(event["index"])
+        elif kind == REPLY:
+            self._end_line()
+            self._replied.add(iteration)
+            self._show_results(iteration)
+        elif kind == TOOL_STARTED:
+            self._calls.setdefault(iteration, []).append(event["tool_use_id"])
+        elif kind == TOOL_FINISHED:
+            self._results[event["tool_use_id"]] = (event["name"], event["result"])
+            self._show_results(iteration)
+        elif kind == APPROVAL_WAITING:
+            self._print(render_pending_approval(self._run_id, event["approval"], color=self._color))
+        elif kind == STEP_WAITING and event.get("status") == "waiting_for_step":
+            self._print(render_step_pause(self._run_id, iteration, color=self._color))
+
+    def _delta(self, event: RunEvent) -> None:
+        kind = event["type"]
+        piece = str(event.get(DELTA_FIELDS[kind]) or "")
+        block = self._blocks.setdefault(event["index"], {"type": kind})
+        key = "partial_json" if kind == TOOL_INPUT else kind
+        block[key] = str(block.get(key) or "") + piece
+        if kind == TEXT and piece:
+            # Text goes out as it comes; everything else once its block is complete.
+            print(piece, end="", flush=True)
+            self._mid_line = not piece.endswith("\n")
+
+    def _block_stop(self, index: int) -> None:
+        block = self._blocks.pop(index, {})
+        if block.get("type") == "text":
+            self._end_line()
+            return
+        if "partial_json" in block:
+            with contextlib.suppress(ValueError):
+                block["input"] = json.loads(block.pop("partial_json") or "{}")
+        self._out(render_block(block, color=self._color))
+
+    def _show_results(self, iteration: int) -> None:
+        """Print the turn's tool results in its calls' order, once its reply is printed and all of them are in.
+
+        Together, so that their order does not depend on which tool finished first.
+        """
+        calls = self._calls.get(iteration, [])
+        if iteration in self._replied and calls and all(c in self._results for c in calls):
+            for call in calls:
+                name, result = self._results.pop(call)
+                self._out(render_tool_result(name, result, color=self._color))
+            del self._calls[iteration]
+
+    def finish(self) -> None:
+        """End a line of text that a stopped stream left open."""
+        self._end_line()
+
+    def _end_line(self) -> None:
+        if self._mid_line:
+            print(flush=True)
+            self._mid_line = False
+
+    def _print(self, line: str) -> None:
+        self._end_line()
+        print(line, flush=True)
+
+    def _out(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self._print(line)
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,34 +699,31 @@ async def _next_reply(
 
 
 async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) -> int:
-    """Print each of the run's replies and its tools' results as they come, then a summary line.
+    """Print the run's turns as they stream, its tools' results as they come, then a summary line.
 
-    While the run waits for a person, it says so once with the command to use, and leaves the decision to them:
+    Claude's text is printed as it arrives; a model call that failed mid-stream and is retried is marked
+    (``↺ attempt 1 of turn 2 was cut off; retrying``), and the new attempt's text follows. While the run waits for a
+    person, it says so once with the command to use, and leaves the decision to them:
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
     or advances anything itself.
 
     Args:
         run: The run to follow.
-        from_iteration: The first reply to print (1 is the first).
+        from_iteration: The first turn to print (1 is the first).
         color: Whether to add ANSI styles.
 
     Returns:
         The exit code: 0 when the run completed, reached ``max_iterations`` or was stopped by a person, 1 when it
         failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
-    iteration = from_iteration - 1
-    shown: set[str] = set()
-    replies = run.messages(from_iteration=from_iteration)
+    follower = _Follower(run.id, from_iteration=from_iteration, color=color)
     try:
-        while (reply := await _next_reply(run, replies, turns_shown=iteration, shown=shown, color=color)) is not None:
-            iteration += 1
-            message = reply.model_dump(mode="json", by_alias=True, exclude_unset=True)
-            _out(render_reply(message, iteration=iteration, color=color))
-            ids = client_tool_use_ids(message)
-            if ids:
-                results = await _wait_for_tool_results(run, ids, turn=iteration, shown=shown, color=color)
-                _out(render_tool_results(message, results, color=color))
+        try:
+            async for event in run.events():
+                follower.show(event)
+        finally:
+            follower.finish()
         result = await run.result()
     except AgentRunnerError as e:
         _err(f"error: {e}")
@@ -811,7 +891,7 @@ async def _announce_and_follow(run: Run, *, follow: bool) -> int:
 
 
 async def cmd_follow(args: argparse.Namespace) -> int:
-    """``follow``: print a run's replies as they come."""
+    """``follow``: print a run's turns as they stream."""
     async with connected() as client:
         run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
         code = await follow_until_interrupted(run, from_iteration=args.from_iteration, color=_use_color(sys.stdout))

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any, NamedTuple, cast
 
 from anthropic.types.beta import BetaMessage
 from temporalio.client import (
@@ -31,11 +32,13 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.content import Content
 from activities.store import ContentStore
+from agent_runner.events import RUN_FINISHED, AttemptFilter, RunEvent
 from workflows.errors import ERRORS_BY_NAME, AgentRunError, AgentRunnerError, EditRejected, RunCancelled, RunNotFound
 from workflows.steering import (
     ADD_TOOLS_UPDATE,
@@ -54,6 +57,7 @@ from workflows.steering import (
     PendingApproval,
 )
 from workflows.types import (
+    EVENTS_TOPIC,
     FORK_POINT_QUERY,
     REPLIES_QUERY,
     STATUS_QUERY,
@@ -66,6 +70,8 @@ from workflows.types import (
 
 _POLL_MIN = 0.05
 _POLL_MAX = 1.0
+_EVENTS_POLL = timedelta(seconds=0.2)
+"""The least time between two polls of a run's live events once caught up (each poll is an update in its history)."""
 
 
 class AgentRunner:
@@ -232,6 +238,36 @@ class Run:
                 return
             delay = _POLL_MIN if replies else min(delay * 2, _POLL_MAX)
             await asyncio.sleep(delay)
+
+    async def events(self, after: int = 0) -> AsyncIterator[RunEvent]:
+        """The run's live events (``agent_runner/events.py``), each with its stream ``offset``, until it finishes.
+
+        Text arrives as it streams. When a model call fails mid-stream and Temporal retries it, a ``retracted``
+        event says which attempt's text to drop, and late events of that attempt are never yielded. Works for a
+        finished run too: from offset 0 it yields the whole run.
+
+        Args:
+            after: The stream offset to start at (``event["offset"] + 1`` resumes after an event).
+
+        Yields:
+            ``RunEvent`` dicts (``type``, ``iteration``, ``offset``, and the fields of their type), ``run_finished``
+            last; the iterator also ends when the run closed without one (it failed before it began).
+
+        Raises:
+            RunNotFound: No run has this id.
+        """
+        client = self._runner.client if self._runner is not None else self.handle._client
+        stream = WorkflowStreamClient.create(client, self.id)
+        attempts = AttemptFilter()
+        try:
+            async for item in stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL):
+                event = cast(RunEvent, {**item.data, "offset": item.offset})
+                for out in attempts.feed(event):
+                    yield out
+                if event["type"] == RUN_FINISHED:
+                    return
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
 
     async def until_done(self) -> BetaMessage:
         """Wait for the run to end and return its last reply.

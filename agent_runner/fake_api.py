@@ -222,10 +222,12 @@ class SlowStream:
     Attributes:
         reply: The reply to stream.
         event_delay: Seconds between SSE events.
+        chunks: How many deltas each text, thinking or tool input is cut into (at most).
     """
 
     reply: Reply
     event_delay: float
+    chunks: int = _TEXT_CHUNKS
 
 
 @dataclass
@@ -396,7 +398,7 @@ def _chunks(s: str, parts: int) -> list[str]:
     return [s[i : i + size] for i in range(0, len(s), size)]
 
 
-def sse_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[tuple[str, dict[str, Any]]]:
     """The ``(event, data)`` SSE events that stream ``message`` the way the real API does.
 
     Order: ``message_start``, ``ping``, then per content block ``content_block_start``, its
@@ -407,6 +409,7 @@ def sse_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
     Args:
         message: A complete Messages API response object.
+        chunks: How many deltas each text, thinking or tool input is cut into (at most).
 
     Returns:
         The events; their count is what :class:`DropMidStream` ``after_events`` refers to.
@@ -429,15 +432,15 @@ def sse_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         deltas: list[dict[str, Any]] = []
         if block_type == "text":
             start_block = {**block, "text": ""}
-            deltas = [{"type": "text_delta", "text": c} for c in _chunks(str(block.get("text", "")), _TEXT_CHUNKS)]
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(str(block.get("text", "")), chunks)]
         elif block_type in _TOOL_INPUT_BLOCKS:
             start_block = {**block, "input": {}}
             partial = json.dumps(block.get("input", {}))
-            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(partial, _TEXT_CHUNKS)]
+            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(partial, chunks)]
         elif block_type == "thinking":
             start_block = {**block, "thinking": "", "signature": ""}
             deltas = [
-                {"type": "thinking_delta", "thinking": c} for c in _chunks(str(block.get("thinking", "")), _TEXT_CHUNKS)
+                {"type": "thinking_delta", "thinking": c} for c in _chunks(str(block.get("thinking", "")), chunks)
             ]
             deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         else:
@@ -971,7 +974,7 @@ class FakeMessagesAPI:
             return web.json_response(message, headers={"request-id": request_id})
 
         event_delay = item.event_delay if isinstance(item, SlowStream) else reply.event_delay
-        events = sse_events(message)
+        events = sse_events(message, item.chunks if isinstance(item, SlowStream) else _TEXT_CHUNKS)
         cut = item.after_events if isinstance(item, DropMidStream | ErrorMidStream) else len(events)
         response = web.StreamResponse(
             status=200,

@@ -75,3 +75,19 @@ def test_a_lost_thread_is_its_own_error_type_for_the_workflow_to_replay() -> Non
 def test_retry_after_headers_set_the_next_delay(headers: dict[str, str], delay: timedelta | None) -> None:
     assert retry_after(httpx.Headers(headers)) == delay
     assert api_status_error(status_error(429, headers)).next_retry_delay == delay
+
+
+@pytest.mark.parametrize(
+    ("error_type", "retryable"),
+    [("overloaded_error", True), ("api_error", True), ("rate_limit_error", True), ("invalid_request_error", False)],
+)
+def test_an_sse_error_event_after_a_200_is_judged_by_its_error_type(error_type: str, retryable: bool) -> None:
+    # The SDK raises a plain APIStatusError with the stream's status (200) for an `event: error` mid-stream.
+    body = {"type": "error", "error": {"type": error_type, "message": "went wrong"}}
+    error = api_status_error(status_error(200, body=body))
+    assert error.non_retryable is (not retryable)
+    assert error.message == (
+        f"Claude's API failed mid-stream ({error_type}: went wrong); retrying."
+        if retryable
+        else f"Claude's API failed mid-stream: {error_type}: went wrong. Fix the run's input and start the run again."
+    )

@@ -1,5 +1,5 @@
 """Differential test: the same scripted conversations through the SDK's in-process tool runner and through a
-durable run, asserting that Claude's API received identical request bodies.
+durable run, asserting that Claude's API received identical request bodies (both stream: `"stream": true`).
 
 Documented differences (each has its own assertion below, so a change on either side is noticed):
 
@@ -90,7 +90,8 @@ def sdk_bodies(fake: FakeMessagesAPI, script: list[Any], options: dict[str, Any]
     kwargs: dict[str, Any] = {**PARAMS, "tools": TOOLS, **options}
     if not thread:
         kwargs["thread"] = False
-    runner = client.beta.messages.tool_runner(**kwargs)
+    # stream=True: the SDK's runner then streams each request, as our model call does.
+    runner = client.beta.messages.tool_runner(**kwargs, stream=True)
     runner.until_done()
     return fake.bodies()
 

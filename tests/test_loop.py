@@ -35,6 +35,7 @@ GET_WEATHER_DEF = {
     },
 }
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
+# Every request streams (the model call reads the reply as SSE), so each body on the wire says so.
 
 
 def weather_call(tool_id: str = "toolu_A1") -> Reply:
@@ -53,9 +54,10 @@ async def test_one_tool_call_full_history_sends_the_sdk_bodies(
         final = await run.until_done()
     assert final.content[0].type == "text" and final.content[0].text == "Sunny, 21C."
     assert fake_api.bodies() == [
-        {**BASE, "messages": [USER], "tools": [GET_WEATHER_DEF]},
+        {**BASE, "messages": [USER], "tools": [GET_WEATHER_DEF], "stream": True},
         {
             **BASE,
+            "stream": True,
             "messages": [
                 USER,
                 {
@@ -85,11 +87,18 @@ async def test_thread_mode_creates_then_continues_with_only_new_messages(
         await run.until_done()
         transcript = await run.transcript()
     first, second = fake_api.requests
-    assert first.body == {**BASE, "messages": [USER], "tools": [GET_WEATHER_DEF], "thread": {"type": "create"}}
+    assert first.body == {
+        **BASE,
+        "messages": [USER],
+        "tools": [GET_WEATHER_DEF],
+        "thread": {"type": "create"},
+        "stream": True,
+    }
     assert first.headers["anthropic-beta"] == "message-threads-2026-08-12"
     assert second.body == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [
             {
                 "role": "user",
@@ -163,6 +172,7 @@ async def test_pause_turn_resumes_with_empty_messages_and_counts_as_an_iteration
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [],
         "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
     }
@@ -343,6 +353,7 @@ async def test_thread_lost_replays_the_full_history_on_a_new_thread(
     ]
     assert bodies[2] == {
         **BASE,
+        "stream": True,
         "tools": [GET_WEATHER_DEF],
         "thread": {"type": "create"},
         "messages": [

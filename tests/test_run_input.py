@@ -31,6 +31,7 @@ def test_api_params_pass_through_and_runner_options_split_off() -> None:
             "max_iterations": 3,
             "thread": False,
             "model_activity": {"heartbeat_timeout": "PT2S"},
+            "eager_tools": True,
         }
     )
     assert spec.params == {
@@ -42,6 +43,7 @@ def test_api_params_pass_through_and_runner_options_split_off() -> None:
     }
     assert spec.tools == ["get_weather", {"type": "web_search_20250305", "name": "web_search"}]
     assert (spec.max_iterations, spec.thread, spec.model_activity.heartbeat_timeout.total_seconds()) == (3, False, 2)
+    assert spec.eager_tools is True and parse_run_input(MINIMAL).eager_tools is False
 
 
 @pytest.mark.parametrize(
@@ -90,6 +92,12 @@ def test_api_params_pass_through_and_runner_options_split_off() -> None:
             "The run's input was rejected:\n- `thread` must be true (server-side message threads) or false (full "
             "history every turn).",
             id="thread_not_bool",
+        ),
+        pytest.param(
+            {**MINIMAL, "eager_tools": "yes"},
+            "The run's input was rejected:\n- `eager_tools` must be true (start tools while the reply streams) or "
+            "false.",
+            id="eager_tools_not_bool",
         ),
     ],
 )

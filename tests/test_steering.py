@@ -68,6 +68,7 @@ async def test_a_message_injected_after_the_final_reply_continues_the_conversati
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "In French, please."}]}],
         "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
     }
@@ -359,6 +360,7 @@ async def test_compaction_summarizes_the_history_on_a_new_thread_and_does_not_co
     assert {k: v for k, v in compaction.items() if k != "messages"} == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "tools": first["tools"],
         "thread": {"type": "create"},
         "compaction": {"type": "summarize"},

@@ -105,13 +105,13 @@ async def test_inject_in_step_mode_then_advance_while_follow_shows_each_pause(
             assert await cli.amain(["advance", run.id]) == 0
             assert await follow == 0
     assert output.lines() == [
-        "── turn 1 · stop_reason end_turn ──",
+        "── turn 1 ──",
         "Sunny.",
         f"⏸ paused after turn 1 — agent-runner advance {run.id}",
         ACCEPTED,
         ACCEPTED,
         "advanced",
-        "── turn 2 · stop_reason end_turn ──",
+        "── turn 2 ──",
         "Ensoleillé.",
         f"⏸ paused after turn 2 — agent-runner advance {run.id}",
         "advanced",
@@ -121,6 +121,7 @@ async def test_inject_in_step_mode_then_advance_while_follow_shows_each_pause(
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [
             {
                 "role": "user",
@@ -163,7 +164,7 @@ async def test_approvals_table_then_deny_and_approve_with_edited_input_while_fol
             assert await cli.amain(["approve", run.id, "toolu_E", "--input", '{"path": "/tmp/scratch"}']) == 0
             assert await follow == 0
     assert [_timeless(line) for line in output.lines()] == [
-        "── turn 1 · stop_reason tool_use ──",
+        "── turn 1 ──",
         '→ delete_file {"path": "/etc"}',
         '→ delete_file {"path": "/tmp/x"}',
         waiting_line(run.id, "toolu_D", "/etc"),
@@ -175,7 +176,7 @@ async def test_approvals_table_then_deny_and_approve_with_edited_input_while_fol
         "approved toolu_E with the given input: it runs now",
         "← ✗ delete_file: Never touch /etc.",
         "← delete_file: deleted /tmp/scratch",
-        "── turn 2 · stop_reason end_turn ──",
+        "── turn 2 ──",
         "Done.",
         "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
     ]
@@ -208,12 +209,12 @@ async def test_follow_goes_on_past_a_reply_that_a_retry_discarded(
             assert await cli.amain(["advance", run.id]) == 0
             assert await follow == 0
     assert output.lines() == [
-        "── turn 1 · stop_reason tool_use ──",
+        "── turn 1 ──",
         '→ delete_file {"path": "/etc"}',
         f"⏸ paused after turn 1 — agent-runner advance {run.id}",
         ACCEPTED,
         "advanced",
-        "── turn 2 · stop_reason end_turn ──",
+        "── turn 2 ──",
         "Sorry.",
         f"⏸ paused after turn 2 — agent-runner advance {run.id}",
         "advanced",
@@ -271,6 +272,7 @@ async def test_params_wait_for_the_boundary_and_change_the_next_request(
     assert second == {
         "model": "claude-fake-1",
         "max_tokens": 2048,
+        "stream": True,
         "system": "Be brief.",
         "tool_choice": {"type": "auto"},
         "tools": [gated.to_dict()],
@@ -399,6 +401,7 @@ async def test_the_stock_temporal_cli_injects_denies_and_queries_with_plain_json
     assert fake_api.bodies()[1] == {
         "model": "claude-fake-1",
         "max_tokens": 1024,
+        "stream": True,
         "messages": [
             {
                 "role": "user",

@@ -31,6 +31,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from agent_runner import events
     from workflows.budget import HistoryLimits
     from workflows.carry import (
         CARRIED_FORK_POINTS,
@@ -78,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
+        EVENTS_TOPIC,
         FORK_POINT_QUERY,
         PROCESS_RESULTS_ACTIVITY,
         REPLIES_QUERY,
@@ -85,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         SEARCH_ATTRIBUTE_TYPES,
         STATUS_QUERY,
         THREAD_LOST_ERROR,
+        TOOL_USE_READY_SIGNAL,
         TRANSCRIPT_QUERY,
         WORKFLOW_TYPE,
         ActivityOptions,
@@ -177,6 +180,14 @@ class AgentRun:
         """The tools the workers registered."""
         self._compactions = 0
         """Compaction replies among ``_replies``: like the SDK, ``max_iterations`` does not count them."""
+        self._eager: dict[str, tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]] = {}
+        """With ``eager_tools``: the blocks and tasks of tools started before the reply ended, by ``tool_use_id``."""
+        self._eager_attempt = 0
+        """The model-call attempt whose ``tool_use`` blocks ``_eager`` holds."""
+        self._in_flight: int | None = None
+        """The iteration whose model call is under way."""
+        self._reply_attempt = 0
+        """The attempt that wrote the last reply."""
         self._stored = False
         """Whether the last model call stored its turn (every call since the transcript store does)."""
         self._settings_stored: str | None = None
@@ -206,6 +217,7 @@ class AgentRun:
             spec = await self._begin(spec)
         conversation = self._conversation
         assert conversation is not None
+        failure: str | None = None
         try:
             result = await self._loop(spec, conversation)
         except asyncio.CancelledError:
@@ -213,11 +225,14 @@ class AgentRun:
             raise
         except FailureError as e:
             self._status = "cancelled" if isinstance(e.cause or e, CancelledError) else "failed"
+            failure = e.message
             raise
         finally:
             if not self._continuing:  # a continuation takes the queued edits over
                 self._ended = True
                 self._fail_queued_edits()
+                self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._stop)
+                self._stream.detach_pollers()  # subscribers' long polls must not keep the run open
         self._publish_search_attributes()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
@@ -350,6 +365,7 @@ class AgentRun:
                 break
             if spec.max_iterations is not None and self._iterations >= spec.max_iterations:
                 self._status = "max_iterations"
+                self._event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
                 break
             spent = spec.budget.spent(self._usage, self._started_at or workflow.info().start_time, workflow.now())
             if spent is not None:
@@ -357,6 +373,7 @@ class AgentRun:
                 if spec.budget.summarize:
                     await self._summary_turn(spec, conversation)
                 self._status = "budget_exhausted"
+                self._event(events.LIMIT_REACHED, limit="budget_exhausted", detail=self._stop)
                 break
             if spec.auto_compact is not None and self._turn_input_tokens >= spec.auto_compact.input_tokens:
                 workflow.logger.info(
@@ -369,6 +386,7 @@ class AgentRun:
                 await self._continue_as_new(spec)
             seen = len(conversation.transcript)
             reply = await self._create_message(spec, conversation)
+            eager = self._take_eager(reply)
             self._fork_points.append(self._fork_point_at(seen))
             _record_reply_metrics(reply)
             self._take_reply(conversation, reply)
@@ -393,7 +411,9 @@ class AgentRun:
             if advance is not None and advance.tool_results is not None:
                 results = advance.tool_results  # the client built them; no tool runs
             else:
-                results = list(await asyncio.gather(*(self._run_tool(block) for block in tool_uses)))
+                results = list(
+                    await asyncio.gather(*(eager.get(str(b.get("id"))) or self._run_tool(b) for b in tool_uses))
+                )
                 if spec.result_hooks:
                     results = await self._process_results(spec, results, tool_uses)
                 if spec.step is not None and spec.step.review_results and self._stop is None:
@@ -810,6 +830,7 @@ class AgentRun:
         self._waiting_for_step = True
         self._status = status
         self._publish_search_attributes()
+        self._event(events.STEP_WAITING, status=status)
         try:
             await workflow.wait_condition(
                 lambda: not self._waiting_for_step or self._stop is not None, timeout=spec.step.timeout
@@ -823,7 +844,7 @@ class AgentRun:
             self._publish_search_attributes()
         return self._advance
 
-    async def _approval(self, block: dict[str, Any], spec: ToolSpec) -> ApproveTool | DenyTool:
+    async def _approval(self, block: dict[str, Any], spec: ToolSpec, iteration: int) -> ApproveTool | DenyTool:
         run_spec = self._spec
         assert run_spec is not None
         tool_use_id = str(block.get("id"))
@@ -831,9 +852,10 @@ class AgentRun:
             tool_use_id=tool_use_id,
             name=spec.name,
             input=block.get("input"),
-            iteration=self._reply_count,
+            iteration=iteration,
             requested_at=workflow.now().isoformat(),
         )
+        self._event(events.APPROVAL_WAITING, iteration=iteration, approval=self._pending[tool_use_id].model_dump())
         self._status = "waiting_for_approval"
         self._publish_search_attributes()
         policy = run_spec.approval
@@ -856,12 +878,64 @@ class AgentRun:
             if not self._pending:
                 self._status = "running"
                 self._publish_search_attributes()
+        self._event(
+            events.APPROVAL_DECIDED,
+            iteration=iteration,
+            tool_use_id=tool_use_id,
+            approved=isinstance(decision, ApproveTool),
+            reason=decision.reason if isinstance(decision, DenyTool) else None,
+        )
         return decision
 
     def _needs_approval(self, spec: ToolSpec) -> bool:
         assert self._spec is not None
         tools = self._spec.approval.tools
         return spec.requires_approval or tools == "all" or spec.name in tools
+
+    # --- Live events and eager tools --------------------------------------------------------------------------
+
+    def _event(self, event_type: str, **fields: Any) -> None:
+        """Publish a live event (``agent_runner/events.py``) of the current turn unless it names its ``iteration``.
+
+        Publishing from the workflow costs no history: the stream is workflow state, rebuilt on replay.
+        """
+        turn = self._in_flight or self._reply_count + (event_type == events.ITERATION_STARTED)
+        self._stream.topic(EVENTS_TOPIC).publish({"type": event_type, "iteration": turn, **fields})
+
+    @workflow.signal(name=TOOL_USE_READY_SIGNAL)
+    def tool_use_ready(self, ready: dict[str, Any]) -> None:
+        """With ``eager_tools``: start a tool whose ``tool_use`` block is complete while the reply still streams.
+
+        Only a block of the model call under way counts, of a registered tool that needs no approval; a later
+        attempt's blocks replace an earlier one's (whose tools already ran, as the SDK's eager mode also runs tools
+        before the reply is final).
+        """
+        self._signals += 1
+        iteration, attempt, block = ready.get("iteration"), int(ready.get("attempt") or 0), ready.get("block") or {}
+        if iteration != self._in_flight or attempt < self._eager_attempt or block.get("type") != "tool_use":
+            return
+        # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
+        # run: both start with the reply instead.
+        spec = self._tools.get(str(block.get("name")))
+        if spec is None or self._needs_approval(spec):
+            return
+        if attempt > self._eager_attempt:
+            self._eager, self._eager_attempt = {}, attempt
+        tool_use_id = str(block.get("id"))
+        if tool_use_id not in self._eager:
+            self._eager[tool_use_id] = (block, asyncio.create_task(self._run_tool(block, iteration=iteration)))
+
+    def _take_eager(self, reply: dict[str, Any]) -> dict[str, asyncio.Task[dict[str, Any]]]:
+        """The tools started early for ``reply``'s own ``tool_use`` blocks (same attempt, same block).
+
+        The others are dropped: they ran, but their results are never sent.
+        """
+        started, self._eager, attempt, self._eager_attempt = self._eager, {}, self._eager_attempt, 0
+        if attempt != self._reply_attempt:
+            return {}
+        # Same attempt, same id: the same block (the reply may carry a big input as a placeholder instead).
+        names = {str(b.get("id")): b.get("name") for b in reply.get("content") or [] if b.get("type") == "tool_use"}
+        return {i: task for i, (block, task) in started.items() if i in names and names[i] == block.get("name")}
 
     # --- Activities ----------------------------------------------------------------------------------------
 
@@ -889,18 +963,22 @@ class AgentRun:
     ) -> dict[str, Any]:
         """One model call. The reply is returned, not recorded; ``_stored`` says whether the call stored the turn."""
         options = spec.model_activity
+        iteration = self._reply_count + 1
+        self._event(events.ITERATION_STARTED)
         while True:
             turn = conversation.turn(compaction)
             if turn.settings_ref == self._settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
+                self._in_flight = iteration
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
                     CreateMessageInput(
                         turn=turn,
                         replies_head=self._replies_head,
                         run_id=workflow.info().workflow_id,
-                        iteration=self._reply_count + 1,
+                        iteration=iteration,
+                        eager_tools=spec.eager_tools and spec.step is None,
                     ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
@@ -914,6 +992,8 @@ class AgentRun:
                     self._settings_stored = turn.settings_ref
                     self._replies_head = next_head(self._replies_head, message_ref(output.message))
                     conversation.transcript.store_pending()
+                self._reply_attempt = output.attempt
+                self._event(events.REPLY, message=output.message)
                 return output.message
             except ActivityError as e:
                 cause = e.cause
@@ -933,12 +1013,16 @@ class AgentRun:
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
                 raise _activity_failure(e) from None
+            finally:
+                self._in_flight = None
 
-    async def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+    async def _run_tool(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
         spec = self._tools.get(name)
+        iteration = iteration if iteration is not None else self._reply_count
+        self._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         if spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
@@ -950,16 +1034,17 @@ class AgentRun:
             )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
-            decision = await self._approval(block, spec) if self._needs_approval(spec) else None
+            decision = await self._approval(block, spec, iteration) if self._needs_approval(spec) else None
             if isinstance(decision, DenyTool):
                 result = ToolResult(content=decision.reason, is_error=True)
             else:
                 if decision is not None and decision.input is not None:
                     tool_input = decision.input
-                result = await self._execute_tool(spec, tool_use_id, tool_input)
+                result = await self._execute_tool(spec, tool_use_id, tool_input, iteration)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:
             tool_result["is_error"] = True
+        self._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
 
     async def _process_results(
@@ -989,7 +1074,7 @@ class AgentRun:
             self._stop = output.stop
         return output.results
 
-    async def _execute_tool(self, spec: ToolSpec, tool_use_id: str, tool_input: Any) -> ToolResult:
+    async def _execute_tool(self, spec: ToolSpec, tool_use_id: str, tool_input: Any, iteration: int) -> ToolResult:
         options = spec.options
         result: ToolResult = await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
@@ -998,14 +1083,14 @@ class AgentRun:
                 tool_use_id=tool_use_id,
                 input=tool_input,
                 run_id=workflow.info().workflow_id,
-                iteration=self._reply_count,
+                iteration=iteration,
             ),
             result_type=ToolResult,
             start_to_close_timeout=options.start_to_close_timeout,
             heartbeat_timeout=options.heartbeat_timeout,
             retry_policy=_retry_policy(options),
             task_queue=options.task_queue,
-            summary=f"turn {self._reply_count} · {spec.name}",
+            summary=f"turn {iteration} · {spec.name}",
         )
         return result
 

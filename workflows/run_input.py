@@ -68,6 +68,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "budget",
         "continue_as_new",
         "auto_compact",
+        "eager_tools",
     }
 )
 
@@ -116,6 +117,11 @@ class RunSpec(BaseModel):
 
     auto_compact: AutoCompact | None = None
     """Compact the history when a turn's input grows past a threshold."""
+    eager_tools: bool = False
+    """Start each tool as soon as its ``tool_use`` block has streamed, before the reply ends (the SDK's
+    ``run_tools_eagerly``). A tool started so runs even when the reply then turns out not to run tools (its stop
+    reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Tools that need approval
+    start with the reply, as usual; ``eager_tools`` is ignored in step mode."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -177,6 +183,9 @@ def parse_run_input(raw: object) -> RunSpec:
     budget = _option(raw, "budget", Budget, problems) or Budget()
     continue_as_new = _option(raw, "continue_as_new", HistoryLimits, problems) or HistoryLimits()
     auto_compact = _option(raw, "auto_compact", AutoCompact, problems)
+    eager_tools = raw.get("eager_tools", False)
+    if not isinstance(eager_tools, bool):
+        problems.append("`eager_tools` must be true (start tools while the reply streams) or false.")
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -195,6 +204,7 @@ def parse_run_input(raw: object) -> RunSpec:
         budget=budget,
         continue_as_new=continue_as_new,
         auto_compact=auto_compact,
+        eager_tools=eager_tools,
     )
 
 

@@ -180,6 +180,8 @@ class CreateMessageOutput(BaseModel):
     message: dict[str, Any]
     stored: bool = False
     """Whether the call stored the turn's pending messages and the reply (every call since the store does)."""
+    attempt: int = 0
+    """The activity attempt that got the reply, so the run knows which attempt's eagerly started tools are its."""
 
 
 class RunToolInput(BaseModel):
