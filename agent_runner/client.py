@@ -261,7 +261,9 @@ class Run:
         attempts = AttemptFilter()
         try:
             async for item in stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL):
-                event = cast(RunEvent, {**item.data, "offset": item.offset})
+                # A reply or tool result may carry big content as placeholders: put it back from the store.
+                data = await self._content.resolve(item.data)
+                event = cast(RunEvent, {**data, "offset": item.offset})
                 for out in attempts.feed(event):
                     yield out
                 if event["type"] == RUN_FINISHED:

@@ -324,3 +324,23 @@ async def test_a_transcript_of_tens_of_megabytes_runs_with_a_small_history(
     assert transcript[-2]["content"][0]["content"] == "4" * 6_000_000
     history = await run.handle.fetch_history()
     assert len(history.to_json()) < 300_000
+
+
+async def test_a_live_event_subscriber_follows_the_run_across_continue_as_new(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    script(fake_api)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], continue_as_new={"events": 40})
+        seen = [event async for event in run.events()]
+        status = await run.status()
+    assert status.continuations >= 2
+    replies = [e for e in seen if e["type"] == "reply"]
+    assert [e["iteration"] for e in replies] == list(range(1, 10))
+    assert [e["message"]["content"][0] for e in replies[:8]] == [text(f"Checking {c}.") for c in CITIES]
+    finished = [e for e in seen if e["type"] == "tool_finished"]
+    assert [e["result"]["content"] for e in finished] == [f"sunny, 21C in {c}" for c in CITIES]
+    assert "".join(e["text"] for e in seen if e["type"] == "text" and e["iteration"] == 9) == "All done."
+    assert seen[-1]["type"] == "run_finished" and seen[-1]["status"] == "completed"
+    offsets = [e["offset"] for e in seen]
+    assert offsets == sorted(set(offsets))

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner import events
     from workflows.budget import HistoryLimits
     from workflows.carry import (
+        CARRIED_BYTES,
+        CARRIED_EVENTS,
         CARRIED_FORK_POINTS,
         CARRIED_INPUT_MESSAGES_BYTES,
         CARRIED_OUTCOMES,
@@ -303,8 +305,9 @@ class AgentRun:
     async def _continue_as_new(self, spec: RunSpec) -> NoReturn:
         """Start a fresh history for the same run, carrying everything: the iteration boundary has nothing in flight.
 
-        Live-event subscribers are released first and follow the run to its continuation; the events before it are
-        dropped from the log (the transcript keeps what they said).
+        Live-event subscribers are released first and follow the run to its continuation, which keeps the last
+        ``CARRIED_EVENTS`` events for a subscriber a poll behind; older events are dropped from the log (the
+        transcript keeps what they said).
         """
         conversation = self._conversation
         assert conversation is not None
@@ -313,7 +316,8 @@ class AgentRun:
         # The stream's own offset query is the public way to read its length from workflow code.
         offset_query = workflow.get_query_handler(STREAM_OFFSET_QUERY)
         assert offset_query is not None
-        self._stream.truncate(offset_query())
+        offset = offset_query()
+        self._stream.truncate(max(0, offset - CARRIED_EVENTS))
         workflow.logger.info(
             "Continuing as new after %d iterations: history has %d events, %d bytes",
             self._iterations,
@@ -349,6 +353,10 @@ class AgentRun:
             turn_input_tokens=self._turn_input_tokens,
             stream=self._stream.get_state(),
         )
+        if len(canonical(carried.model_dump(mode="json"))) > CARRIED_BYTES:
+            # Big events (a long reply, whole tool results) must not push the input past Temporal's payload limit.
+            self._stream.truncate(offset)
+            carried = carried.model_copy(update={"stream": self._stream.get_state()})
         self._continuing = True
         run_input = dict(self._input)
         if len(canonical(run_input.get("messages"))) > CARRIED_INPUT_MESSAGES_BYTES:

@@ -32,6 +32,12 @@ CARRIED_OUTCOMES = 256
 
 CARRIED_FORK_POINTS = 1024
 
+CARRIED_EVENTS = 256
+"""Live events kept in the stream's log across a continuation, for subscribers a poll or two behind."""
+
+CARRIED_BYTES = 1_000_000
+"""Above this, a continuation drops the carried events: its input must stay well under the 2 MiB payload limit."""
+
 CARRIED_INPUT_MESSAGES_BYTES = 64_000
 """The run's first messages are repeated in a continuation's input only up to this size (the transcript has them)."""
 
