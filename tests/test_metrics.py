@@ -47,6 +47,7 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
             max_tokens=64,
             messages=[{"role": "user", "content": "Hi"}],
             tools=[get_weather, fail_disk],
+            approval={"tools": ["get_weather"], "timeout": 0.2, "on_timeout": "approve"},
         )
         await run.until_done()
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
@@ -67,4 +68,8 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
     assert value("agent_runner_tokens", kind="output", task_queue=queue) == 27
     assert value("agent_runner_tool_calls", tool="get_weather", outcome="ok", task_queue=queue) == 1
     assert value("agent_runner_tool_calls", tool="fail_disk", outcome="error", task_queue=queue) == 1
+    assert value("agent_runner_approvals_requested", tool="get_weather", task_queue=queue) == 1
+    assert value("agent_runner_approvals_decided", tool="get_weather", outcome="approved", task_queue=queue) == 1
+    assert value("agent_runner_runs_started", task_queue=queue) == 1
+    assert value("agent_runner_runs_finished", status="completed", task_queue=queue) == 1
     assert "temporal_workflow_completed" in text

@@ -216,6 +216,7 @@ class AgentRun:
         if self._carried is not None:
             spec = self._route_model_calls(spec, self._carried.model_task_queue)
         else:
+            _count("agent_runner_runs_started", "Runs started")
             spec = await self._begin(spec)
         conversation = self._conversation
         assert conversation is not None
@@ -234,6 +235,11 @@ class AgentRun:
                 self._ended = True
                 self._fail_queued_edits()
                 self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._stop)
+                _count(
+                    "agent_runner_runs_finished",
+                    "Runs ended, by status (running = started - finished)",
+                    status=self._status,
+                )
                 self._stream.detach_pollers()  # subscribers' long polls must not keep the run open
         self._publish_search_attributes()
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -864,6 +870,7 @@ class AgentRun:
             requested_at=workflow.now().isoformat(),
         )
         self._event(events.APPROVAL_WAITING, iteration=iteration, approval=self._pending[tool_use_id].model_dump())
+        _count("agent_runner_approvals_requested", "Tool calls that waited for approval", tool=spec.name)
         self._status = "waiting_for_approval"
         self._publish_search_attributes()
         policy = run_spec.approval
@@ -886,6 +893,12 @@ class AgentRun:
             if not self._pending:
                 self._status = "running"
                 self._publish_search_attributes()
+        _count(
+            "agent_runner_approvals_decided",
+            "Approvals decided, by outcome (waiting = requested - decided)",
+            tool=spec.name,
+            outcome="approved" if isinstance(decision, ApproveTool) else "denied",
+        )
         self._event(
             events.APPROVAL_DECIDED,
             iteration=iteration,
@@ -1195,6 +1208,11 @@ def _record_reply_metrics(reply: dict[str, Any]) -> None:
         count = int(usage.get(kind) or 0)
         if count:
             tokens.add(count, {"kind": kind.removesuffix("_tokens")})
+
+
+def _count(name: str, description: str, **attributes: str) -> None:
+    """Add one to a counter of the workflow's meter (which counts nothing while replaying)."""
+    workflow.metric_meter().create_counter(name, description).add(1, attributes)
 
 
 def _fail(error: AgentRunnerError) -> ApplicationError:
