@@ -32,10 +32,10 @@ from temporalio.worker import Worker
 from activities.claude import ClaudeActivities
 from activities.content import Content
 from activities.hooks import HookActivities
-from activities.store import ContentStore
+from activities.store import ContentStore, open_store
 from activities.tools import Tool, ToolActivities, ToolRegistry
 from workflows.agent_run import AgentRun
-from workflows.errors import ConfigurationError
+from workflows.errors import AgentRunnerError, ConfigurationError
 from workflows.types import TASK_QUEUE
 
 ROLES = ("workflows", "model", "tools")
@@ -146,17 +146,19 @@ async def run_worker(
         connect_options["runtime"] = Runtime(
             telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
         )
+    store = open_store()  # at start, so a wrong AGENT_RUNNER_STORE stops the worker with its reason
     client, server = await connect(**connect_options)
-    worker = build_worker(client, registry=registry, task_queue=task_queue, **options)
+    worker = build_worker(client, registry=registry, task_queue=task_queue, store=store, **options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     logger.info(
-        "Worker ready: task_queue=%s tools=%s temporal=%s",
+        "Worker ready: task_queue=%s tools=%s temporal=%s store=%s",
         task_queue,
         ",".join(registry.names) or "-",
         client.service_client.config.target_host,
+        store.url,
     )
     try:
         async with worker:
@@ -243,17 +245,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
     sys.path.insert(0, os.getcwd())
-    asyncio.run(
-        run_worker(
-            tool_modules(args.tools),
-            args.task_queue,
-            serve=[role.strip() for role in args.serve.split(",") if role.strip()],
-            model_task_queue=args.model_task_queue,
-            max_activities_per_second=args.max_activities_per_second,
-            metrics_port=args.metrics_port,
-            search_attributes=args.search_attributes,
+    try:
+        asyncio.run(
+            run_worker(
+                tool_modules(args.tools),
+                args.task_queue,
+                serve=[role.strip() for role in args.serve.split(",") if role.strip()],
+                model_task_queue=args.model_task_queue,
+                max_activities_per_second=args.max_activities_per_second,
+                metrics_port=args.metrics_port,
+                search_attributes=args.search_attributes,
+            )
         )
-    )
+    except AgentRunnerError as e:  # a configuration the worker cannot start with: say why, without a traceback
+        logger.error("error: %s", e)
+        return 2
     return 0
 
 

@@ -447,3 +447,20 @@ async def test_postgres_store_recovers_when_the_server_drops_its_connections(pos
         assert dropped is not None and dropped[0] >= 1
 
         assert await store.get([ref]) == {ref: data}
+
+
+def test_a_worker_with_a_wrong_store_url_stops_at_start_saying_why() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "worker.py")],
+        env={**os.environ, "AGENT_RUNNER_STORE": "bogus://x", "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "unknown store URL 'bogus://x'" in done.stderr and "Traceback" not in done.stderr
