@@ -3,7 +3,7 @@
 Run it only when a deliberate, versioned change to `AgentRun` makes new histories necessary; keep the old files,
 since runs started on the old code must still replay:
 
-    python tests/histories/record.py
+    python tests/histories/record.py NAME     # writes tests/histories/NAME.json
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from worker import build_worker  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-async def record() -> None:
+async def record(name: str) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=TEMPORAL_BIN,
         dev_server_extra_args=FAST_SERVER_ARGS,
@@ -85,7 +85,7 @@ async def record() -> None:
             await run.stop("recorded")
             await run.result()
             history = await run.handle.fetch_history()
-        (HERE / "steered_run.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+        (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
     await env.shutdown()
 
 
@@ -102,6 +102,8 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/histories/record.py NAME (a new name: keep the recorded histories)")
+    asyncio.run(record(sys.argv[1]))
     sys.stdout.flush()
     os._exit(0)
