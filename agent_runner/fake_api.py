@@ -586,12 +586,26 @@ def _betas(headers: Mapping[str, str]) -> set[str]:
 
 @dataclass
 class _Thread:
-    """The conversation the server holds under one reply id."""
+    """The conversation the server holds under one reply id: ``parent``'s, then ``messages``.
+
+    Linked rather than copied, so a thread of N turns costs O(N) memory, not O(N²).
+    """
 
     messages: list[dict[str, Any]]
+    """The messages this turn added, ending with its reply."""
     system: Any
     tools: Any
     continued: bool = False
+    parent: _Thread | None = None
+
+    def history(self) -> list[dict[str, Any]]:
+        """The whole conversation up to and including this turn's reply."""
+        turns: list[_Thread] = []
+        entry: _Thread | None = self
+        while entry is not None:
+            turns.append(entry)
+            entry = entry.parent
+        return [message for turn in reversed(turns) for message in turn.messages]
 
 
 @dataclass
@@ -768,7 +782,7 @@ class FakeMessagesAPI:
             entry = self._threads.get(reply_id)
             if entry is None:
                 raise KeyError(f"fake Messages API holds no thread at reply {reply_id!r}")
-            return copy.deepcopy(entry.messages)
+            return copy.deepcopy(entry.history())
 
     def forget_threads(self) -> None:
         """Make every known thread "not found", as if the server's thread storage expired."""
@@ -910,7 +924,8 @@ class FakeMessagesAPI:
                     f"thread: another request is still continuing from message {previous_id}",
                     error_code="thread_continue_in_flight",
                 )
-            _validate_tool_pairing([*base.messages, *messages], len(base.messages))
+            # Pairing depends only on the reply right before the new messages, which ends `base.messages`.
+            _validate_tool_pairing([base.messages[-1], *messages], 1)
             self._in_flight.add(previous_id)
             return _Claim(previous_id, base, self._generation)
 
@@ -1034,7 +1049,7 @@ class FakeMessagesAPI:
             else:
                 base = claim.base
                 base.continued = True
-                entry = _Thread([*copy.deepcopy(base.messages), *new_messages, assistant], base.system, base.tools)
+                entry = _Thread([*new_messages, assistant], base.system, base.tools, parent=base)
             self._threads[message["id"]] = entry
 
 

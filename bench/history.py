@@ -33,10 +33,9 @@ quadratically (each model call carries every earlier result), so its slope depen
 over 4 KB to the store.
 
 **Long mode** (``--long [N]``, N = 10,000 by default): one ``AgentRun`` of N iterations over a message thread with a
-small transcript, ``continue_as_new`` at its defaults, against ``TailThreadsFake`` (the fake keeping O(1) per thread
-position rather than a copy of the whole conversation per reply). Its worker is a real subprocess (``python
-worker.py --tools bench.history``, env ``TEMPORAL_ADDRESS`` / ``AGENT_RUNNER_STORE`` / ``ANTHROPIC_BASE_URL``), so
-the peak worker memory is the worker's own ``VmHWM`` from ``/proc/<pid>/status``, sampled along the run with
+small transcript, ``continue_as_new`` at its defaults, against the fake Messages API. Its worker is a real
+subprocess (``python worker.py --tools bench.history``, env ``TEMPORAL_ADDRESS`` / ``AGENT_RUNNER_STORE`` /
+``ANTHROPIC_BASE_URL``), so the peak worker memory is the worker's own ``VmHWM`` from ``/proc/<pid>/status``, sampled along the run with
 ``VmRSS`` to show growth. It prints wall time, iterations/s, continuations (``run.status()``), the last run's history
 length, and the store's size.
 
@@ -50,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import importlib.metadata
 import itertools
 import os
@@ -84,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.content import Content
     from activities.store import ContentStore, open_store
     from agent_runner.client import AgentRunner
-    from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, _Claim, _Thread, tool_use
+    from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.temporal_server import EmbeddedTemporal
     from worker import build_registry, build_worker
 
@@ -451,29 +449,6 @@ def print_probes(probes: list[tuple[str, Sample]]) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-class TailThreadsFake(FakeMessagesAPI):
-    """The fake Messages API, keeping only the last reply of each thread position.
-
-    The stock fake stores, under every reply id, a deep copy of the whole conversation so far: O(N²) memory and time
-    over an N-iteration thread (1.2 GB in the bench process after 1,300 iterations). A ``continue`` only needs the
-    previous reply to check that the new ``tool_result`` blocks answer its ``tool_use`` blocks, so this keeps that.
-    """
-
-    def _commit_thread(
-        self, body: dict[str, Any], claim: _Claim | None, message: dict[str, Any], generation: int
-    ) -> None:
-        if not isinstance(body.get("thread"), dict) or generation != self._generation:
-            return
-        assistant = {"role": "assistant", "content": copy.deepcopy(message["content"])}
-        with self._lock:
-            if claim is None:
-                entry = _Thread([assistant], copy.deepcopy(body.get("system")), copy.deepcopy(body.get("tools")))
-            else:
-                claim.base.continued = True
-                entry = _Thread([assistant], claim.base.system, claim.base.tools)
-            self._threads[message["id"]] = entry
-
-
 def proc_status_mib(pid: int, field: str) -> float:
     """``VmHWM`` or ``VmRSS`` of ``pid`` in MiB, from ``/proc`` (``nan`` if unreadable)."""
     try:
@@ -494,7 +469,7 @@ async def measure_long(iterations: int) -> None:
     """One ``AgentRun`` of ``iterations`` iterations on a subprocess worker; print what it took."""
     state = Path(tempfile.mkdtemp(prefix="agent-runner-bench-long-"))
     server = EmbeddedTemporal(state / "temporal.db")
-    fake = TailThreadsFake().start()
+    fake = FakeMessagesAPI().start()
     fake.responder = always_ping
     store_path = state / "store.db"
     store_url = f"sqlite:///{store_path}"
