@@ -36,8 +36,8 @@ over 4 KB to the store.
 small transcript, ``continue_as_new`` at its defaults, against the fake Messages API. Its worker is a real
 subprocess (``python worker.py --tools bench.history``, env ``TEMPORAL_ADDRESS`` / ``AGENT_RUNNER_STORE`` /
 ``ANTHROPIC_BASE_URL``), so the peak worker memory is the worker's own ``VmHWM`` from ``/proc/<pid>/status``,
-sampled along the run with ``VmRSS`` to show growth. It prints wall time, iterations/s, continuations (``run.status()``), the last run's history
-length, and the store's size.
+sampled along the run with ``VmRSS`` to show growth. It prints wall time, iterations/s, continuations
+(``run.status()``), the last run's history length, and the store's size.
 
 Usage::
 
