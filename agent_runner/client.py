@@ -403,11 +403,21 @@ class Run:
         """Tool calls waiting for a person."""
         return [PendingApproval.model_validate(p) for p in await self._query(PENDING_APPROVALS_QUERY)]
 
-    async def advance(self, *, tool_results: list[dict[str, Any]] | None = None) -> None:
-        """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself."""
+    async def advance(self, *, tool_results: list[dict[str, Any]] | None = None, iteration: int | None = None) -> None:
+        """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself.
+
+        Args:
+            tool_results: ``tool_result`` blocks for the last reply's ``tool_use`` blocks; then no tool runs.
+            iteration: The iteration the run paused after, as read; by default the run's status is read for it. The
+                run refuses the advance if it has moved on since.
+        """
         if tool_results is not None:
             tool_results = await self._content.offload_content(tool_results)
-        await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results}, True)
+        if iteration is None:
+            status = await self.status()
+            if status.status in ("waiting_for_step", "waiting_for_review"):
+                iteration = status.iterations
+        await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results, "iteration": iteration}, True)
 
     async def steps(self) -> AsyncIterator[BetaMessage]:
         """Drive a step-mode run as the SDK's loop: each reply is yielded while the run waits.
@@ -425,7 +435,7 @@ class Run:
                     yield reply
                 after = await self.status()
                 if after.status == "waiting_for_step" and after.iterations == seen:
-                    await self.advance()
+                    await self.advance(iteration=seen)
                 delay = _POLL_MIN
                 continue
             if await self._is_closed():

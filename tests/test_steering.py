@@ -7,12 +7,17 @@ import asyncio
 from typing import Any
 
 import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
 
+from activities.claude import ClaudeActivities
+from activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
+from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import get_time, get_weather
+from workflows.agent_run import AgentRun
 from workflows.errors import EditRejected
 
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -437,3 +442,36 @@ async def test_fork_resumes_a_run_from_a_chosen_iteration_as_a_new_run(
     bodies = fake_api.bodies()
     assert bodies[3] == bodies[1]
     assert fork.id != run.id
+
+
+async def test_advance_reaches_a_worker_replaying_the_run_and_a_stale_one_is_refused(
+    client: Client, task_queue: str, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """A worker with no workflow cache replays the run for every task, and Temporal may then hand it the update
+    together with the reply the run pauses on: the advance waits for that pause instead of being refused."""
+    fake_api.script(
+        SlowStream(
+            Reply([text("Checking. " * 20), tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), 0.02
+        ),
+        SlowStream(Reply([text("Sunny. " * 20)], "end_turn"), 0.02),
+    )
+    registry = ToolRegistry([get_weather])
+    claude = ClaudeActivities(anthropic_client_factory(fake_api))
+    tools = ToolActivities(registry)
+    uncached = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentRun],
+        activities=[claude.create_message, tools.describe_tools, tools.run_tool],
+        max_cached_workflows=0,
+    )
+    async with uncached:
+        run = await runner.start(**BASE, tools=[get_weather], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected, match="advance was refused"):  # stale: the run paused after iteration 1
+            await run.advance(iteration=0)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    assert result.status == "completed" and result.iterations == 2

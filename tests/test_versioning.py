@@ -55,10 +55,7 @@ def v2_worker(client: Client, queue: str, claude: ClaudeActivities) -> Worker:
         task_queue=queue,
         workflows=[AgentRunV2],
         activities=[claude.create_message, tools.describe_tools, HookActivities(registry.hooks).process_results],
-        # A new worker replays the run's whole history on its first task, as a freshly deployed fleet does. (Not on
-        # every task: with no cache at all, an update sent after a model call that signalled live events is
-        # validated before the call's result is applied, in Temporal's replay of that task, and `advance` is refused.
-        # The same happens without this project's code as soon as any signal arrives during an activity.)
+        max_cached_workflows=0,  # every task replays from history, as on a freshly deployed fleet
         # This module imports HTTP clients, which the sandbox refuses to re-import; the workflow code is the same.
         workflow_runner=UnsandboxedWorkflowRunner(),
     )

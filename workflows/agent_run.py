@@ -799,32 +799,76 @@ class AgentRun:
             raise ValueError(f"Tool call {tool_use_id!r} is not waiting for approval. Waiting: {waiting or 'none'}.")
 
     @workflow.update(name=ADVANCE_UPDATE)
-    def advance(self, raw: dict[str, Any]) -> dict[str, Any]:
+    async def advance(self, raw: dict[str, Any]) -> dict[str, Any]:
         """In step mode, let the run go on past the reply it paused after."""
-        self._advance = parse_update(Advance, raw or {})
+        edit = parse_update(Advance, raw or {})
         self._updates += 1
+        if not self._waiting_for_step:
+            # Accepted for an iteration whose pause had not begun yet (see the validator): wait for it, or refuse
+            # once the run has gone past it.
+            await workflow.wait_condition(
+                lambda: self._waiting_for_step or self._ended or self._iterations > (edit.iteration or 0)
+            )
+            if not self._waiting_for_step:
+                raise ApplicationError(self._not_paused(), type="EditRejected")
+            if self._iterations != edit.iteration:
+                raise ApplicationError(self._stale_advance(edit), type="EditRejected")
+        problem = self._tool_results_problem(edit)
+        if problem is not None:
+            raise ApplicationError(problem, type="EditRejected")
+        self._advance = edit
         self._waiting_for_step = False
         return {"version": self._version}
 
     @advance.validator
     def _validate_advance(self, raw: dict[str, Any]) -> None:
         edit = parse_update(Advance, raw or {})
-        if not self._waiting_for_step:
-            raise ValueError(
-                "The run is not paused for a step (it is "
-                f"{self._status}); `advance` applies to a run started with `step`, after each reply (and after its "
-                "tool results with `review_results`)."
+        if edit.tool_results is not None and any(b.get("type") != "tool_result" for b in edit.tool_results):
+            raise ValueError("`tool_results` may hold only `tool_result` blocks.")
+        if self._waiting_for_step:
+            if edit.iteration is not None and edit.iteration != self._iterations:
+                raise ValueError(self._stale_advance(edit))
+            problem = self._tool_results_problem(edit)
+            if problem is not None:
+                raise ValueError(problem)
+            return
+        # Temporal can hand an update to the run in the same task as the model or tool result the run is about to
+        # pause on (a worker replaying the run does), before the run has reacted to it: an advance for that very
+        # iteration is accepted and waits for the pause.
+        spec = self._spec
+        reply_coming = self._in_flight is not None and self._in_flight - self._compactions == edit.iteration
+        review_coming = (
+            spec is not None
+            and spec.step is not None
+            and spec.step.review_results
+            and self._status == "running"
+            and edit.iteration == self._iterations
+        )
+        if edit.iteration is not None and not self._ended and (reply_coming or review_coming):
+            return
+        raise ValueError(self._not_paused())
+
+    def _stale_advance(self, edit: Advance) -> str:
+        return f"The run is paused after iteration {self._iterations}, not {edit.iteration}: read its status again."
+
+    def _not_paused(self) -> str:
+        return (
+            f"The run is not paused for a step (it is {self._status}); `advance` applies to a run started with "
+            "`step`, after each reply (and after its tool results with `review_results`)."
+        )
+
+    def _tool_results_problem(self, edit: Advance) -> str | None:
+        """Why ``edit``'s client-built tool results do not answer the last reply, or ``None``."""
+        if edit.tool_results is None:
+            return None
+        wanted = [b.get("id") for b in self._replies[-1].get("content") or [] if b.get("type") == "tool_use"]
+        given = [b.get("tool_use_id") for b in edit.tool_results]
+        if sorted(map(str, given)) != sorted(map(str, wanted)):
+            return (
+                f"`tool_results` must answer each `tool_use` of the last reply exactly once: expected {wanted}, got "
+                f"{given}."
             )
-        if edit.tool_results is not None:
-            wanted = [b.get("id") for b in self._replies[-1].get("content") or [] if b.get("type") == "tool_use"]
-            given = [b.get("tool_use_id") for b in edit.tool_results]
-            if any(b.get("type") != "tool_result" for b in edit.tool_results):
-                raise ValueError("`tool_results` may hold only `tool_result` blocks.")
-            if sorted(map(str, given)) != sorted(map(str, wanted)):
-                raise ValueError(
-                    f"`tool_results` must answer each `tool_use` of the last reply exactly once: expected "
-                    f"{wanted}, got {given}."
-                )
+        return None
 
     async def _review(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Pause with the tool results before Claude sees them; ``advance`` may send changed ones instead."""

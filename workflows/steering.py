@@ -125,6 +125,11 @@ class Advance(_Strict):
     """``tool_result`` blocks the client built itself for the reply's ``tool_use`` blocks; then no tool runs. Each
     ``tool_use`` block of the reply needs exactly one result."""
 
+    iteration: int | None = None
+    """The iteration the client saw the run paused after (``status().iterations``). With it, an ``advance`` that
+    reaches the run together with the reply it pauses on (as a worker replaying the run can hand it over) waits for
+    that pause instead of being refused; a stale one (the run moved on) is refused."""
+
 
 class ApprovalPolicy(_Strict):
     """Which tool calls wait for a person's approval, and what happens if nobody answers."""
