@@ -99,33 +99,21 @@ class ClaudeActivities:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
             await self.content.put_value(settings)
-        # A turn that continues a thread sends only what the server does not hold: read only that.
-        skip = turn.answered if turn.threading and turn.previous_message_id and turn.compaction is None else 0
-        stored_count = turn.length - len(turn.pending)
-        skip = min(skip, stored_count)
+        # A turn that continues a thread sends only what the server does not hold: read only that. (A compaction
+        # turn has no `previous_message_id`, so it reads the whole history.)
+        skip = turn.answered if turn.threading and turn.previous_message_id else 0
+        skip = min(skip, turn.length - len(turn.pending))
         held = [*(await self.content.messages(turn.head, start=skip)), *turn.pending]
-        messages = [{} for _ in range(skip)] + await self.content.resolve(held)
+        request = build_request(
+            compaction_params(settings["params"]) if turn.compaction is not None else settings["params"],
+            settings["tools"],
+            await self.content.resolve(held),
+            threading=turn.threading,
+            answered=turn.answered - skip,
+            previous_message_id=turn.previous_message_id,
+        )
         if turn.compaction is not None:
-            request = {
-                **build_request(
-                    compaction_params(settings["params"]),
-                    settings["tools"],
-                    messages,
-                    threading=turn.threading,
-                    answered=turn.answered,
-                    previous_message_id=None,
-                ),
-                "compaction": turn.compaction,
-            }
-        else:
-            request = build_request(
-                settings["params"],
-                settings["tools"],
-                messages,
-                threading=turn.threading,
-                answered=turn.answered,
-                previous_message_id=turn.previous_message_id,
-            )
+            request["compaction"] = turn.compaction
         reply = await self._call(request, input)
         content = [await self.content.offload_block(block) for block in reply.get("content") or []]
         message = {**reply, "content": content}

@@ -14,7 +14,6 @@ from activities.store import ChainNode, ContentStore, open_store
 from workflows.transcript import (
     INLINE_LIMIT,
     canonical,
-    message_ref,
     next_head,
     offload,
     placeholder_refs,
@@ -83,13 +82,14 @@ class Content:
         """Store ``messages`` after the transcript ``head``; return the new head."""
         if not messages:
             return head
-        refs = self._chains.get(head, []) if head is not None else []
+        # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
+        known = [] if head is None else self._chains.get(head)
         blobs: dict[str, bytes] = {}
         nodes: list[ChainNode] = []
-        new_refs = list(refs)
+        new_refs = list(known or [])
         for message in messages:
             data = canonical(message)
-            ref = message_ref(message)
+            ref = ref_for(data)  # message_ref(message), without serializing it again
             blobs[ref] = data
             new_head = next_head(head, ref)
             nodes.append(ChainNode(head=new_head, parent=head, message=ref))
@@ -98,7 +98,7 @@ class Content:
             self._remember(ref, message, len(data))
         await self.store.put(blobs)
         await self.store.put_nodes(nodes)
-        if refs or nodes[0].parent is None:
+        if known is not None:
             assert head is not None
             self._remember_chain(head, new_refs)
         return head
@@ -115,11 +115,10 @@ class Content:
 
         Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call.
         """
-        if len(canonical(block)) <= INLINE_LIMIT:
-            return block
-        if block.get("type") == "tool_use" and "input" in block:
+        if block.get("type") == "tool_use" and "input" in block and len(canonical(block)) > INLINE_LIMIT:
             return {**block, "input": stored(await self.put_value(block["input"]))}
-        return stored(await self.put_value(block))
+        carried: dict[str, Any] = await self.offload(block)
+        return carried
 
     async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` with big content stored: a client sends the placeholders, so the run's history stays small."""
@@ -134,7 +133,7 @@ class Content:
         client), so an unchanged history sent back by a client matches what the run holds.
         """
         if not isinstance(content, list):
-            return await self._offload_value(content)
+            return await self.offload(content)
         blocks: list[Any] = []
         for block in content:
             if isinstance(block, dict) and block.get("type") == "tool_result" and "content" in block:
@@ -144,11 +143,6 @@ class Content:
             else:
                 blocks.append(block)
         return blocks
-
-    async def _offload_value(self, value: Any) -> Any:
-        if len(canonical(value)) <= INLINE_LIMIT:
-            return value
-        return stored(await self.put_value(value))
 
     async def put_value(self, value: Any) -> str:
         """Store one JSON value whole; return its ref."""

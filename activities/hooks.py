@@ -115,7 +115,7 @@ class HookActivities:
             try:
                 changed = hook(results, context)
             except StopRun as e:
-                return ProcessResultsOutput(results=await self._offload(results), stop=e.reason)
+                return ProcessResultsOutput(results=await self._content.offload_content(results), stop=e.reason)
             except Exception as e:
                 logger.exception("Result hook %s raised (run=%s iteration=%d)", name, input.run_id, input.iteration)
                 raise _hook_failed(f"Result hook {name!r} raised {e!r}; fix the hook and start the run again.") from e
@@ -126,10 +126,7 @@ class HookActivities:
                         "hook must return one `tool_result` per result, in order."
                     )
                 results = changed
-        return ProcessResultsOutput(results=await self._offload(results))
-
-    async def _offload(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**r, "content": await self._content.offload(r["content"])} if "content" in r else r for r in results]
+        return ProcessResultsOutput(results=await self._content.offload_content(results))
 
 
 def _hook_failed(message: str) -> ApplicationError:

@@ -146,7 +146,8 @@ class AgentRun:
         self._replies_head: str | None = None
         """Every reply of the run chain, in the store."""
         self._fork_offset = 0
-        self._started_at: datetime | None = None
+        self._started_at: datetime = workflow.info().start_time
+        """When the first run of the chain started: the wall-clock budget counts from there."""
         self._continuations = 0
         self._updates = 0
         """Updates this execution took (Temporal allows 2,000 per execution)."""
@@ -247,7 +248,6 @@ class AgentRun:
 
     async def _begin(self, spec: RunSpec) -> RunSpec:
         """Look up the run's tools and set up its conversation."""
-        self._started_at = workflow.info().start_time
         names = [t for t in spec.tools if isinstance(t, str)]
         described = await self._describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
@@ -354,7 +354,7 @@ class AgentRun:
             stop=self._stop,
             fork_points=self._fork_points[dropped_forks:],
             fork_offset=self._fork_offset + dropped_forks,
-            started_at=self._started_at or workflow.info().start_time,
+            started_at=self._started_at,
             continuations=self._continuations + 1,
             turn_input_tokens=self._turn_input_tokens,
             stream=self._stream.get_state(),
@@ -381,7 +381,7 @@ class AgentRun:
                 self._status = "max_iterations"
                 self._event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
                 break
-            spent = spec.budget.spent(self._usage, self._started_at or workflow.info().start_time, workflow.now())
+            spent = spec.budget.spent(self._usage, self._started_at, workflow.now())
             if spent is not None:
                 self._stop = f"The {spent} is spent."
                 if spec.budget.summarize:
@@ -398,10 +398,8 @@ class AgentRun:
                 await self._compact(conversation, spec.auto_compact.compaction)
             if self._should_continue_as_new(spec.continue_as_new):
                 await self._continue_as_new(spec)
-            seen = len(conversation.transcript)
             reply = await self._create_message(spec, conversation)
             eager = self._take_eager(reply)
-            self._fork_points.append(self._fork_point_at(seen))
             _record_reply_metrics(reply)
             self._take_reply(conversation, reply)
             self._publish_search_attributes()
@@ -454,9 +452,7 @@ class AgentRun:
             ]
         )
         conversation.params["tool_choice"] = {"type": "none"}
-        seen = len(conversation.transcript)
         reply = await self._create_message(spec, conversation)
-        self._fork_points.append(self._fork_point_at(seen))
         self._take_reply(conversation, reply)
         self._version += 2
 
@@ -472,20 +468,16 @@ class AgentRun:
         conversation.record_compaction(reply)
 
     def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
-        """Add a reply to the run: to its replies, usage and history (stored already when the call said so)."""
+        """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
+        transcript = conversation.transcript
+        # A fork starts from the history Claude answered, named by its head (unknown for runs older than the store).
+        self._fork_points.append(transcript.head if self._stored else None)
         self._replies.append(reply)
         self._usage = self._usage.add(reply.get("usage"))
-        usage = reply.get("usage") or {}
-        self._turn_input_tokens = sum(
-            int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
+        self._turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
         conversation.record_reply(reply)
         if self._stored:
-            conversation.transcript.store_pending()
-
-    def _fork_point_at(self, seen: int) -> str | None:
-        """The head of the history Claude just answered, which a fork starts from (unknown for older runs)."""
-        return self._conversation.transcript.head_at(seen) if self._stored and self._conversation else None
+            transcript.store_pending()
 
     # --- The iteration boundary -------------------------------------------------------------------------------
     #

@@ -63,7 +63,7 @@ class Budget(BaseModel):
 
     def spent(self, usage: Usage, started: datetime, now: datetime) -> str | None:
         """Which budget is spent, in words, or ``None``."""
-        input_tokens = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        input_tokens = usage.all_input_tokens
         if self.max_input_tokens is not None and input_tokens >= self.max_input_tokens:
             return f"input token budget ({input_tokens} of {self.max_input_tokens})"
         if self.max_output_tokens is not None and usage.output_tokens >= self.max_output_tokens:

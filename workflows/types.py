@@ -228,6 +228,11 @@ class Usage(BaseModel):
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
+    @property
+    def all_input_tokens(self) -> int:
+        """Input tokens, cache reads and writes included."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
     def add(self, usage: dict[str, Any] | None) -> Usage:
         """These totals plus one reply's ``usage``."""
         usage = usage or {}
