@@ -41,7 +41,6 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -376,17 +375,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Every way out goes through os._exit below, so no failure reaches interpreter finalization.
-    try:
-        code = main()
-    except SystemExit as exit_:  # argparse: --help, bad arguments
-        code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # temporalio's native threads can crash a finalizing interpreter (sdk-python#300): leave without finalizing.
-    os._exit(code)
+    from _script import run  # bench/ is this script's own directory
+
+    run(main)
