@@ -123,31 +123,61 @@ for tool in /usr/sbin/dockerd /usr/bin/docker /usr/bin/containerd /usr/sbin/debo
 done
 mkdir -p "$CACHE"
 
+# The first http(s) Debian mirror for bookworm that apt is configured with, in either source format: one-line
+# `deb URL bookworm ...` (sources.list, *.list) or deb822 stanzas (`URIs:` / `Suites:`, *.sources). Never fails
+# the script by itself: prints nothing and returns 1 when there is none (missing files are the normal case).
+# Takes apt's folder (default /etc/apt) so tests can run it on either form.
+find_mirror() {
+    if [[ -n "${AGENT_RUNNER_DEBIAN_MIRROR:-}" ]]; then
+        echo "$AGENT_RUNNER_DEBIAN_MIRROR"
+        return 0
+    fi
+    local apt="${1:-/etc/apt}" files=() f found=""
+    for f in "$apt/sources.list" "$apt"/sources.list.d/*.list "$apt"/sources.list.d/*.sources; do
+        [[ -f "$f" ]] && files+=("$f")
+    done
+    ((${#files[@]})) || return 1
+    # One awk per file: mawk (Debian's default awk) has no ENDFILE, and a deb822 stanza may end at end of file.
+    for f in "${files[@]}"; do
+        found="$(awk '
+            $1 == "deb" && $0 ~ /bookworm/ && $0 !~ /security/ {
+                for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit }
+            }
+            function stanza() { if (uris ~ /^https?:/ && uris !~ /security/ && suites ~ /bookworm/) { print uris; done = 1; exit } }
+            tolower($1) == "uris:" { uris = $2 }
+            tolower($1) == "suites:" { suites = $0 }
+            /^[[:space:]]*$/ { stanza(); uris = ""; suites = "" }
+            END { if (!done) stanza() }
+        ' "$f" 2>/dev/null || true)"
+        [[ -n "$found" ]] && break
+    done
+    [[ -n "$found" ]] || return 1
+    echo "$found"
+}
+
 # 2a. The base image's root filesystem: Debian bookworm minbase + python3, from the mirror apt is configured with.
 if [[ ! -s "$ROOTFS_TAR" ]]; then
-    mirror="$(
-        cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-            awk '$1 == "deb" && $0 ~ /bookworm/ && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }'
-    )"
-    if [[ -z "$mirror" ]]; then
-        mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-            awk 'tolower($1) == "uris:" && $2 !~ /security/ && $2 ~ /debian/ { print $2; exit }')"
-    fi
-    [[ -n "$mirror" ]] || fail "found no Debian mirror in /etc/apt/sources.list{,.d}"
+    say "finding the Debian mirror apt uses (one-line sources or deb822 .sources)"
+    mirror="$(find_mirror)" || fail "found no Debian bookworm mirror in /etc/apt/sources.list, \
+/etc/apt/sources.list.d/*.list or /etc/apt/sources.list.d/*.sources; set AGENT_RUNNER_DEBIAN_MIRROR to one"
     say "debootstrap bookworm from $mirror (once; cached in $CACHE)"
-    rootfs="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
+    rootfs="$(mktemp -d "$CACHE/rootfs.XXXXXX")" || fail "cannot create a scratch folder in $CACHE"
     cleanup_rootfs() {
-        # debootstrap mounts /proc and /sys in the target; never leave them behind.
-        grep -o " $rootfs/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+        # debootstrap mounts /proc and /sys in the target; never leave them behind. No mount is the usual case.
+        local m
+        while read -r m; do umount -l "$m" || true; done < <(awk -v r="$rootfs/" 'index($2, r) == 1 { print $2 }' \
+            /proc/mounts | sort -r)
         rm -rf "$rootfs" "$ROOTFS_TAR.tmp"
     }
     trap cleanup_rootfs EXIT
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" \
-        >"$CACHE/debootstrap.log" 2>&1 || { tail -20 "$CACHE/debootstrap.log" >&2; fail "debootstrap"; }
+        >"$CACHE/debootstrap.log" 2>&1 || { tail -20 "$CACHE/debootstrap.log" >&2; fail "debootstrap from $mirror \
+(log: $CACHE/debootstrap.log)"; }
     # python:*-slim images have `python`; deploy/Dockerfile runs `python -m venv` before the venv exists.
     ln -sf python3 "$rootfs/usr/bin/python"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" -cf "$ROOTFS_TAR.tmp" . && mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
+    tar -C "$rootfs" -cf "$ROOTFS_TAR.tmp" . || fail "tar of the root filesystem into $ROOTFS_TAR.tmp"
+    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR" || fail "mv $ROOTFS_TAR.tmp $ROOTFS_TAR"
     cleanup_rootfs
     trap - EXIT
 fi
