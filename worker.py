@@ -115,7 +115,7 @@ def build_worker(
     if "model" in serve:
         activities.append(claude.create_message)
     if "tools" in serve:
-        activities.append(tools.run_tool)
+        activities += [tools.run_tool, tools.reconcile_tool]
     return Worker(
         client,
         task_queue=task_queue,

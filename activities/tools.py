@@ -11,18 +11,29 @@ _tool_dispatch.py``), except where the SDK loses information the model needs:
 - a return value other than a string, a list of content blocks or ``None`` gives a clear ``is_error`` result (the
   SDK would send a dict's keys, or an ``int``'s ``TypeError``).
 
-Only exceptions become results. A crashed worker or a timed-out attempt is an activity failure, which Temporal
-retries under the tool's own options (``tool_options``).
+Only exceptions become results. A crashed worker is an activity failure, which Temporal retries under the tool's own
+options (``tool_options``) for an ``idempotent`` tool, and never for an ``at_most_once`` one.
+
+Once a tool returned, its outcome is what the call produced: nothing that happens after (a result that cannot be
+serialized, a store that cannot take a big result) runs the tool again; it becomes an ``is_error`` result. A worker
+remembers the calls it ran by idempotency key, so an attempt of the same call that reaches the same worker again
+waits for (or reuses) the first one's outcome instead of running the tool twice. The tool's timeout is enforced here:
+an async tool is cancelled; a sync one, whose thread cannot be stopped, is reported as timed out and never retried
+(a retry would run beside it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import importlib
 import inspect
+import json
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import ModuleType
 from typing import Any, TypeVar
@@ -37,6 +48,7 @@ from anthropic.lib.tools import (
 )
 from opentelemetry import trace
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.content import Content
 from activities.hooks import BUILTIN_HOOKS, ResultHook
@@ -44,11 +56,17 @@ from workflows.errors import ToolRegistrationError
 from workflows.transcript import placeholder_refs
 from workflows.types import (
     DESCRIBE_TOOLS_ACTIVITY,
+    RECONCILE_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,
+    TOOL_NOT_STARTED_ERROR,
+    TOOL_TIMEOUT_GRACE,
     ActivityOptions,
     DescribeToolsInput,
     DescribeToolsOutput,
+    OnUnknown,
+    ReconcileOutput,
     RunToolInput,
+    ToolEffects,
     ToolResult,
     ToolSpec,
 )
@@ -73,11 +91,78 @@ ERROR_TEXT_MAX = 4096
 MAX_RESULT_BYTES = 32_000_000
 """The largest tool result a run takes: the Messages API's request limit (32 MB), which no turn could exceed."""
 
+STORE_ATTEMPTS = 5
+"""Tries at storing a big result before it is given up as an ``is_error`` result (never by running the tool again)."""
+
+REMEMBERED_CALLS = 1024
+"""Finished calls a worker remembers by idempotency key, so a repeated attempt reuses the outcome."""
+
 _OPTIONS_ATTRIBUTE = "__agent_runner_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_requires_approval__"
+_EFFECTS_ATTRIBUTE = "__agent_runner_effects__"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ToolT = TypeVar("ToolT", bound=Tool)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """The ``tool_use`` a tool is running for, as ``current_tool_call()`` returns it inside the tool.
+
+    Attributes:
+        run_id: The run's workflow id.
+        tool_use_id: Claude's id for this call.
+        name: The tool's name.
+        input: The call's input, as Claude (or the approving person) gave it.
+        idempotency_key: Stable for this ``tool_use`` of this run: the same on every attempt and across
+            continue-as-new, different in a fork. Pass it to the service the tool calls (a payment API's
+            ``Idempotency-Key``, a unique column) so it can recognize a repeat.
+        iteration: The reply that asked for the call.
+        attempt: The activity attempt, from 1.
+    """
+
+    run_id: str
+    tool_use_id: str
+    name: str
+    input: Any
+    idempotency_key: str
+    iteration: int
+    attempt: int
+
+
+Reconcile = Callable[[ToolCall], Any | Awaitable[Any]]
+"""``reconcile(call)``: ``None`` if the call did not take effect (it may run again), else its result for Claude."""
+
+_current_call: contextvars.ContextVar[ToolCall] = contextvars.ContextVar("agent_runner_tool_call")
+
+
+def current_tool_call() -> ToolCall:
+    """The call the running tool (or ``reconcile`` function) serves: its run, ``tool_use_id`` and idempotency key.
+
+    Example::
+
+        @tool_options(effects="at_most_once")
+        @beta_tool
+        def charge(customer: str, cents: int) -> str:
+            key = current_tool_call().idempotency_key
+            return payments.charge(customer, cents, idempotency_key=key).id
+
+    Raises:
+        LookupError: outside a tool's call.
+    """
+    try:
+        return _current_call.get()
+    except LookupError:
+        raise LookupError(
+            "current_tool_call() is only available while a tool (or its reconcile function) runs in a worker."
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Effects:
+    effects: ToolEffects
+    on_unknown: OnUnknown
+    reconcile: Reconcile | None
 
 
 def tool_options(
@@ -89,8 +174,11 @@ def tool_options(
     maximum_interval: timedelta | None = None,
     task_queue: str | None = None,
     requires_approval: bool = False,
+    effects: ToolEffects = "idempotent",
+    on_unknown: OnUnknown | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Callable[[ToolT], ToolT]:
-    """Set how a tool's calls are scheduled and retried. Apply it above ``@beta_tool``.
+    """Set how a tool's calls are scheduled, retried and protected from running twice. Apply it above ``@beta_tool``.
 
     Example::
 
@@ -103,15 +191,29 @@ def tool_options(
         start_to_close_timeout: How long one attempt may take (default 5 minutes).
         heartbeat_timeout: How long an attempt may go silent before it is retried on another worker (default 30 s;
             the worker heartbeats for the tool while it runs).
-        maximum_attempts: Attempts after worker crashes or timeouts before the run fails; 0 for no limit (default).
-            A tool's exceptions are not retried: they become ``is_error`` results.
+        maximum_attempts: Attempts after worker crashes or timeouts before the run fails (default 10); 0 for no
+            limit. A tool's exceptions are not retried: they become ``is_error`` results. An ``at_most_once`` tool
+            is never retried after an attempt that may have started it.
         initial_interval: The first retry's delay (default 1 s).
         maximum_interval: The longest retry delay (default 60 s).
         task_queue: Run this tool only on workers polling this task queue (default: the run's queue).
         requires_approval: Each call waits for a person to approve or deny it before it runs.
+        effects: ``"idempotent"`` (default): running a call again is harmless, so an attempt lost with its worker is
+            retried. ``"at_most_once"``: a call is never run again blindly; an attempt lost with its worker leaves
+            the call's outcome unknown, and ``on_unknown`` decides.
+        on_unknown: For ``at_most_once``: ``"reconcile"`` asks ``reconcile`` whether the call took effect (default
+            when ``reconcile`` is given); ``"ask"`` asks a person through the approval machinery (approve: run it
+            again; deny: Claude is told); ``"tell"`` (default otherwise) tells Claude plainly that the outcome is
+            unknown.
+        reconcile: ``reconcile(call: ToolCall)``, sync or async: ``None`` if the call did not take effect (it then
+            runs again), else the call's result for Claude (a string or content blocks). Read
+            ``call.idempotency_key`` to look the call up.
 
     Returns:
         A decorator that records the options on the tool and returns it unchanged.
+
+    Raises:
+        ToolRegistrationError: for options that contradict each other or are out of range.
     """
     given = {
         "start_to_close_timeout": start_to_close_timeout,
@@ -121,7 +223,26 @@ def tool_options(
         "maximum_interval": maximum_interval,
         "task_queue": task_queue,
     }
-    options = DEFAULT_TOOL_OPTIONS.model_copy(update={k: v for k, v in given.items() if v is not None})
+    try:
+        options = ActivityOptions.model_validate(
+            {**DEFAULT_TOOL_OPTIONS.model_dump(), **{k: v for k, v in given.items() if v is not None}}
+        )
+    except pydantic.ValidationError as e:
+        raise ToolRegistrationError(f"tool_options() got options out of range: {e.errors()[0]['msg']}.") from None
+    if effects not in ("idempotent", "at_most_once"):
+        raise ToolRegistrationError(f"tool_options(effects={effects!r}): use 'idempotent' or 'at_most_once'.")
+    if effects == "idempotent" and (on_unknown is not None or reconcile is not None):
+        raise ToolRegistrationError(
+            "tool_options(on_unknown=..., reconcile=...) applies to effects='at_most_once' only: an idempotent "
+            "tool is simply retried."
+        )
+    chosen: OnUnknown = on_unknown or ("reconcile" if reconcile is not None else "tell")
+    if chosen not in ("reconcile", "ask", "tell"):
+        raise ToolRegistrationError(f"tool_options(on_unknown={on_unknown!r}): use 'reconcile', 'ask' or 'tell'.")
+    if chosen == "reconcile" and reconcile is None:
+        raise ToolRegistrationError("tool_options(on_unknown='reconcile') needs reconcile=<function>.")
+    if reconcile is not None and not callable(reconcile):
+        raise ToolRegistrationError("tool_options(reconcile=...) must be a function taking a ToolCall.")
 
     def apply(tool: ToolT) -> ToolT:
         if not isinstance(tool, TOOL_TYPES):
@@ -129,8 +250,9 @@ def tool_options(
                 f"tool_options() applies to a tool made with @beta_tool or @beta_async_tool, got "
                 f"{type(tool).__name__}. Put @tool_options(...) above @beta_tool."
             )
-        setattr(tool, _OPTIONS_ATTRIBUTE, ActivityOptions.model_validate(options.model_dump()))
+        setattr(tool, _OPTIONS_ATTRIBUTE, options)
         setattr(tool, _APPROVAL_ATTRIBUTE, requires_approval)
+        setattr(tool, _EFFECTS_ATTRIBUTE, _Effects(effects, chosen, reconcile))
         return tool
 
     return apply
@@ -207,11 +329,14 @@ class ToolRegistry:
         tool = self._tools.get(name)
         if tool is None:
             return None
+        effects = _effects_of(tool)
         return ToolSpec(
             name=name,
             definition=dict(tool.to_dict()),
             options=getattr(tool, _OPTIONS_ATTRIBUTE, DEFAULT_TOOL_OPTIONS),
             requires_approval=getattr(tool, _APPROVAL_ATTRIBUTE, False),
+            effects=effects.effects,
+            on_unknown=effects.on_unknown,
         )
 
 
@@ -240,6 +365,8 @@ class ToolActivities:
         self._heartbeat_every = heartbeat_every
         self._model_task_queue = model_task_queue
         self._search_attributes = search_attributes
+        self._calls: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
+        """Calls this worker ran or runs, by idempotency key."""
 
     @activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
     async def describe_tools(self, input: DescribeToolsInput) -> DescribeToolsOutput:
@@ -260,14 +387,26 @@ class ToolActivities:
         tool = self._registry.get(input.name)
         if tool is None:
             return ToolResult(content=f"Error: Tool '{input.name}' not found", is_error=True)
+        info = activity.info()
         logger.info(
             "Running tool: run=%s iteration=%d tool=%s tool_use_id=%s attempt=%d",
             input.run_id,
             input.iteration,
             input.name,
             input.tool_use_id,
-            activity.info().attempt,
+            info.attempt,
         )
+        if any(True for _ in placeholder_refs(input.input)):
+            try:
+                input = input.model_copy(update={"input": await self._content.resolve(input.input)})
+            except Exception as e:
+                # The tool has not started: running this attempt again cannot repeat an effect.
+                raise ApplicationError(
+                    f"Could not read the stored input of tool '{input.name}' ({type(e).__name__}: {e}); the tool "
+                    "did not start.",
+                    type=TOOL_NOT_STARTED_ERROR,
+                    non_retryable=getattr(e, "non_retryable", False),
+                ) from e
         # The SDK's span for a tool call, so traces read the same as for its in-process runner.
         with _tracer.start_as_current_span(
             f"anthropic.custom_tool_use {input.name}",
@@ -279,61 +418,215 @@ class ToolActivities:
                 "agent_runner.iteration": input.iteration,
             },
         ) as span:
-            if any(True for _ in placeholder_refs(input.input)):
-                input = input.model_copy(update={"input": await self._content.resolve(input.input)})
-            result = await self._result(tool, input)
+            result = await self._outcome(tool, input, self._deadline(info))
             if result.is_error:
                 span.set_status(trace.StatusCode.ERROR)
                 span.set_attribute("error.type", "tool_error")
         activity.metric_meter().create_counter("agent_runner_tool_calls", "Tool calls, by tool and outcome").add(
             1, {"tool": input.name, "outcome": "error" if result.is_error else "ok"}
         )
-        if not result.is_error:
-            # A big result (an image, a PDF) goes to the store; the run carries a placeholder.
-            result = result.model_copy(update={"content": await self._content.offload(result.content)})
-        return result
+        return await self._recorded(input, result)
 
-    async def _result(self, tool: Tool, input: RunToolInput) -> ToolResult:
+    @activity.defn(name=RECONCILE_TOOL_ACTIVITY)
+    async def reconcile_tool(self, input: RunToolInput) -> ReconcileOutput:
+        """Ask an ``at_most_once`` tool's ``reconcile`` function whether a call whose outcome is unknown happened."""
+        tool = self._registry.get(input.name)
+        reconcile = _effects_of(tool).reconcile if tool is not None else None
+        if reconcile is None:
+            raise ApplicationError(
+                f"No worker on task queue {activity.info().task_queue!r} registered a reconcile function for tool "
+                f"'{input.name}'. Register it with @tool_options(effects='at_most_once', reconcile=...).",
+                type="ToolRegistrationError",
+                non_retryable=True,
+            )
+        if any(True for _ in placeholder_refs(input.input)):
+            input = input.model_copy(update={"input": await self._content.resolve(input.input)})
+        token = _current_call.set(_call_of(input))
         try:
-            content = await self._call(tool, input.input)
-        except ToolError as e:
-            return ToolResult(content=_well_formed_content(e.content), is_error=True)
-        except ValueError as e:
-            if isinstance(e.__cause__, pydantic.ValidationError):
-                return ToolResult(content=_invalid_input_text(e, e.__cause__), is_error=True)
-            return self._error_result(input, e)
+            answer = reconcile(_current_call.get())
+            if inspect.isawaitable(answer):
+                answer = await answer
         except Exception as e:
-            return self._error_result(input, e)
-        return _within_payload_limit(input.name, _checked_result(input.name, content))
+            logger.exception("Reconciling tool %s (tool_use_id=%s) failed", input.name, input.tool_use_id)
+            return ReconcileOutput(
+                happened=True,
+                result=ToolResult(
+                    content=f"Error: The outcome of this call of '{input.name}' is unknown, and checking it failed: "
+                    f"{_error_text(e)}. It was not run again. Check before calling it again.",
+                    is_error=True,
+                ),
+            )
+        finally:
+            _current_call.reset(token)
+        if answer is None:
+            return ReconcileOutput(happened=False)
+        return ReconcileOutput(happened=True, result=await self._recorded(input, _safe_result(input.name, answer)))
 
-    async def _call(self, tool: Tool, tool_input: Any) -> Any:
-        if isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool)):
-            call: asyncio.Future[Any] = asyncio.ensure_future(tool.call(tool_input))
+    def _deadline(self, info: activity.Info) -> float | None:
+        """When the tool's own timeout passes, on the event loop's clock."""
+        own = _own_timeout(info)
+        return None if own is None else asyncio.get_running_loop().time() + own.total_seconds()
+
+    async def _outcome(self, tool: Tool, input: RunToolInput, deadline: float | None) -> ToolResult:
+        """The call's result: the one this worker already has for the call's idempotency key, or a new call's."""
+        key = input.idempotency_key or f"{input.run_id}/{input.tool_use_id}"
+        call = self._calls.get(key)
+        if call is not None and not call.cancelled():
+            # An earlier attempt of this very call ran here (its activity failed after, or timed out while a sync
+            # tool went on): its outcome is this attempt's; the tool does not run again.
+            logger.warning(
+                "Tool %s (tool_use_id=%s) already ran on this worker for attempt %d; reusing its outcome.",
+                input.name,
+                input.tool_use_id,
+                activity.info().attempt,
+            )
+            self._calls.move_to_end(key)
         else:
-            # A sync tool runs on a thread so the worker keeps heartbeating (and polling) while it works.
-            call = asyncio.ensure_future(asyncio.to_thread(tool.call, tool_input))
+            call = self._start(tool, input)
+            self._calls[key] = call
+            self._forget_old_calls()
+        sync = not isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool))
+        loop = asyncio.get_running_loop()
         try:
             while not call.done():
                 activity.heartbeat()
-                await asyncio.wait({call}, timeout=self._heartbeat_every)
-            result = call.result()
-        finally:
-            call.cancel()
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return await self._timed_out(input, call, sync=sync)
+                await asyncio.wait({call}, timeout=self._heartbeat_every if left is None else min(left, 1.0))
+        except asyncio.CancelledError:
+            if not sync:
+                call.cancel()  # a sync tool's thread cannot be stopped; its outcome stays remembered
+            raise
+        return _result_of(input, call)
 
-    @staticmethod
-    def _error_result(input: RunToolInput, error: Exception) -> ToolResult:
-        logger.exception(
-            "Error occurred while calling tool: %s (run=%s iteration=%d tool_use_id=%s)",
-            input.name,
-            input.run_id,
-            input.iteration,
-            input.tool_use_id,
-            exc_info=error,
+    def _start(self, tool: Tool, input: RunToolInput) -> asyncio.Future[Any]:
+        token = _current_call.set(_call_of(input))
+        try:
+            if isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool)):
+                return asyncio.ensure_future(_awaited(tool.call(input.input)))
+            # A sync tool runs on a thread (which copies the context) so the worker keeps heartbeating meanwhile.
+            return asyncio.ensure_future(_in_thread(tool, input.input))
+        finally:
+            _current_call.reset(token)
+
+    async def _timed_out(self, input: RunToolInput, call: asyncio.Future[Any], *, sync: bool) -> ToolResult:
+        own = _own_timeout(activity.info())
+        took = f"within {own.total_seconds():g} s" if own else "within its timeout"
+        if sync:
+            # Its thread goes on and cannot be stopped: a retry would run beside it, so the call ends here.
+            logger.error(
+                "Tool %s (tool_use_id=%s) did not finish %s; its thread goes on", input.name, input.tool_use_id, took
+            )
+            return ToolResult(
+                content=f"Error: Tool '{input.name}' did not finish {took}. It may still be running, so it was not "
+                "run again.",
+                is_error=True,
+            )
+        call.cancel()
+        await asyncio.wait({call}, timeout=5)
+        if call.done() and not call.cancelled():
+            return _result_of(input, call)  # it finished as it was cancelled: that is its outcome
+        raise ApplicationError(f"Tool '{input.name}' did not finish {took}; it was cancelled.", type="ToolTimedOut")
+
+    def _forget_old_calls(self) -> None:
+        while len(self._calls) > REMEMBERED_CALLS:
+            key, oldest = next(iter(self._calls.items()))
+            if not oldest.done():
+                break  # still running: remembered until it ends
+            del self._calls[key]
+
+    async def _recorded(self, input: RunToolInput, result: ToolResult) -> ToolResult:
+        """``result`` ready to leave the worker: a big one stored apart. Never raises: the tool has run."""
+        delay = 0.5
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return result.model_copy(update={"content": await self._content.offload(result.content)})
+            except Exception as e:
+                logger.warning("Storing the result of tool %s failed (try %d): %s", input.name, attempt, e)
+                if attempt == STORE_ATTEMPTS:
+                    return ToolResult(
+                        content=f"Error: Tool '{input.name}' ran, but its result could not be stored "
+                        f"({_error_text(e)}). It was not run again.",
+                        is_error=True,
+                    )
+                activity.heartbeat()
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+
+def _own_timeout(info: activity.Info) -> timedelta | None:
+    """The tool's own timeout, which this worker enforces.
+
+    The run schedules the activity with ``TOOL_TIMEOUT_GRACE`` added, so the worker reports a timeout before
+    Temporal's fires (runs started before the grace existed get most of their timeout).
+    """
+    timeout = info.start_to_close_timeout
+    if timeout is None:
+        return None
+    return timeout - TOOL_TIMEOUT_GRACE if timeout > TOOL_TIMEOUT_GRACE else timeout * 0.8
+
+
+def _effects_of(tool: Tool) -> _Effects:
+    effects: _Effects = getattr(tool, _EFFECTS_ATTRIBUTE, _Effects("idempotent", "tell", None))
+    return effects
+
+
+def _call_of(input: RunToolInput) -> ToolCall:
+    return ToolCall(
+        run_id=input.run_id,
+        tool_use_id=input.tool_use_id,
+        name=input.name,
+        input=input.input,
+        idempotency_key=input.idempotency_key or f"{input.run_id}/{input.tool_use_id}",
+        iteration=input.iteration,
+        attempt=activity.info().attempt,
+    )
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+async def _in_thread(tool: Tool, tool_input: Any) -> Any:
+    result = await asyncio.to_thread(tool.call, tool_input)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _result_of(input: RunToolInput, call: asyncio.Future[Any]) -> ToolResult:
+    """A finished call as its ``tool_result``: exceptions become ``is_error`` results, as in the SDK."""
+    error = call.exception()
+    if error is None:
+        return _safe_result(input.name, call.result())
+    if isinstance(error, ToolError):
+        return ToolResult(content=_well_formed_content(error.content), is_error=True)
+    if isinstance(error, ValueError) and isinstance(error.__cause__, pydantic.ValidationError):
+        return ToolResult(content=_invalid_input_text(error, error.__cause__), is_error=True)
+    logger.error(
+        "Error occurred while calling tool: %s (run=%s iteration=%d tool_use_id=%s)",
+        input.name,
+        input.run_id,
+        input.iteration,
+        input.tool_use_id,
+        exc_info=error,
+    )
+    return ToolResult(content=_error_text(error), is_error=True)
+
+
+def _safe_result(name: str, content: Any) -> ToolResult:
+    """What a tool returned as a result, or an ``is_error`` one saying why it cannot be sent: never an exception."""
+    try:
+        return _within_payload_limit(name, _checked_result(name, content))
+    except Exception as e:
+        return ToolResult(
+            content=f"Error: Tool '{name}' returned content that cannot be sent to Claude ({_error_text(e)}). A "
+            "tool must return a string or content blocks of JSON values (base64 text for images and documents). "
+            "Nothing else was sent, and the tool was not run again.",
+            is_error=True,
         )
-        return ToolResult(content=_error_text(error), is_error=True)
 
 
 def _within_payload_limit(name: str, result: ToolResult) -> ToolResult:
@@ -377,6 +670,7 @@ def _checked_result(name: str, content: Any) -> ToolResult:
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 return _wrong_return(name, f"a list holding {type(block).__name__}")
             blocks.append(block)
+        json.dumps(blocks, allow_nan=False)  # bytes, sets, NaN: refused here, with the reason, not in the store
         return ToolResult(content=_well_formed_content(blocks))
     return _wrong_return(name, type(content).__name__)
 

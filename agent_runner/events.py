@@ -13,7 +13,9 @@ call publishes, for each attempt (``attempt``, 1 for the first):
 The workflow publishes (at no cost in history): ``iteration_started``, ``reply`` (``message``: the whole reply as
 recorded), ``tool_started`` (``tool_use_id``, ``name``, ``input``), ``approval_waiting`` (``approval``: the pending
 approval), ``approval_decided`` (``tool_use_id``, ``approved``, ``reason``), ``tool_finished`` (``tool_use_id``,
-``name``, ``result``: the exact ``tool_result`` block), ``step_waiting`` (``status``: ``waiting_for_step`` after a
+``name``, ``result``: the exact ``tool_result`` block), ``tool_outcome_unknown`` (``tool_use_id``, ``name``,
+``detail``, ``on_unknown``: an ``at_most_once`` call's attempt was lost and will not be re-run blindly),
+``step_waiting`` (``status``: ``waiting_for_step`` after a
 reply, ``waiting_for_review`` before its tool results go out, in step mode), ``limit_reached`` (``limit``:
 ``max_iterations`` or ``budget_exhausted``, ``detail``) and, last, ``run_finished`` (``status``, ``detail``).
 
@@ -43,6 +45,7 @@ ITERATION_STARTED = "iteration_started"
 REPLY = "reply"
 TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
+TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
 APPROVAL_WAITING = "approval_waiting"
 APPROVAL_DECIDED = "approval_decided"
 STEP_WAITING = "step_waiting"
@@ -79,6 +82,7 @@ class RunEvent(TypedDict, total=False):
     limit: str
     status: str
     detail: str | None
+    on_unknown: str
 
 
 class AttemptFilter:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -84,11 +85,14 @@ with workflow.unsafe.imports_passed_through():
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         PROCESS_RESULTS_ACTIVITY,
+        RECONCILE_TOOL_ACTIVITY,
         REPLIES_QUERY,
         RUN_TOOL_ACTIVITY,
         SEARCH_ATTRIBUTE_TYPES,
         STATUS_QUERY,
         THREAD_LOST_ERROR,
+        TOOL_NOT_STARTED_ERROR,
+        TOOL_TIMEOUT_GRACE,
         TOOL_USE_READY_SIGNAL,
         TRANSCRIPT_QUERY,
         WORKFLOW_TYPE,
@@ -99,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
         DescribeToolsOutput,
         ProcessResultsInput,
         ProcessResultsOutput,
+        ReconcileOutput,
         RunResult,
         RunStatus,
         RunStatusName,
@@ -109,6 +114,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
+
+_ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
 
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
@@ -894,7 +901,17 @@ class AgentRun:
             self._publish_search_attributes()
         return self._advance
 
-    async def _approval(self, block: dict[str, Any], spec: ToolSpec, iteration: int) -> ApproveTool | DenyTool:
+    def _withdrawn(self) -> str | None:
+        """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
+        if self._stop is not None:
+            return "The run was stopped before this call was executed."
+        if self._retry_queued:
+            return "The turn is being retried; this call was not executed."
+        return None
+
+    async def _approval(
+        self, block: dict[str, Any], spec: ToolSpec, iteration: int, note: str | None = None
+    ) -> ApproveTool | DenyTool:
         run_spec = self._spec
         assert run_spec is not None
         tool_use_id = str(block.get("id"))
@@ -904,6 +921,7 @@ class AgentRun:
             input=block.get("input"),
             iteration=iteration,
             requested_at=workflow.now().isoformat(),
+            note=note,
         )
         self._event(events.APPROVAL_WAITING, iteration=iteration, approval=self._pending[tool_use_id].model_dump())
         _count("agent_runner_approvals_requested", "Tool calls that waited for approval", tool=spec.name)
@@ -912,10 +930,10 @@ class AgentRun:
         policy = run_spec.approval
         try:
             await workflow.wait_condition(
-                lambda: tool_use_id in self._decisions or self._stop is not None, timeout=policy.timeout
+                lambda: tool_use_id in self._decisions or self._withdrawn() is not None, timeout=policy.timeout
             )
             decision = self._decisions.get(tool_use_id) or DenyTool(
-                tool_use_id=tool_use_id, reason="The run was stopped before this call was approved."
+                tool_use_id=tool_use_id, reason=self._withdrawn() or "Not executed."
             )
         except TimeoutError:
             decision = (
@@ -1092,12 +1110,17 @@ class AgentRun:
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
             decision = await self._approval(block, spec, iteration) if self._needs_approval(spec) else None
+            withdrawn = self._withdrawn()
             if isinstance(decision, DenyTool):
                 result = ToolResult(content=decision.reason, is_error=True)
+            elif withdrawn is not None:
+                # The reply this call belongs to was stopped or is being retried while the call waited: it never
+                # runs (its result is discarded with the reply, or ends the run's transcript).
+                result = ToolResult(content=withdrawn, is_error=True)
             else:
                 if decision is not None and decision.input is not None:
                     tool_input = decision.input
-                result = await self._execute_tool(spec, tool_use_id, tool_input, iteration)
+                result = await self._execute_tool(spec, block, tool_input, iteration)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:
             tool_result["is_error"] = True
@@ -1131,23 +1154,116 @@ class AgentRun:
             self._stop = output.stop
         return output.results
 
-    async def _execute_tool(self, spec: ToolSpec, tool_use_id: str, tool_input: Any, iteration: int) -> ToolResult:
+    async def _execute_tool(self, spec: ToolSpec, block: dict[str, Any], tool_input: Any, iteration: int) -> ToolResult:
+        """Run the call under the tool's effect policy.
+
+        An ``idempotent`` tool is retried by Temporal under its options. An ``at_most_once`` tool gets one attempt:
+        an attempt that failed before the tool started is tried again, but one that may have started it (its
+        worker died, it timed out) leaves the outcome unknown, and ``on_unknown`` decides what it becomes.
+        """
+        call = RunToolInput(
+            name=spec.name,
+            tool_use_id=str(block.get("id")),
+            input=tool_input,
+            run_id=workflow.info().workflow_id,
+            iteration=iteration,
+            idempotency_key=_idempotency_key(str(block.get("id"))),
+        )
+        if spec.effects != "at_most_once":
+            try:
+                return await self._tool_activity(RUN_TOOL_ACTIVITY, spec, call, _retry_policy(spec.options), ToolResult)
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                raise _tool_failure(spec, e) from None
+        not_started = 0
+        for _ in range(MAX_UNKNOWN_ROUNDS):
+            try:
+                return await self._tool_activity(
+                    RUN_TOOL_ACTIVITY, spec, call, RetryPolicy(maximum_attempts=1), ToolResult
+                )
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                if _failure_type(e) == TOOL_NOT_STARTED_ERROR and not _non_retryable(e):
+                    not_started += 1
+                    limit = spec.options.maximum_attempts
+                    if limit and not_started >= limit:
+                        raise _tool_failure(spec, e) from None
+                    await workflow.sleep(_backoff(spec.options, not_started))
+                    continue
+                cause = str(e.cause.message if isinstance(e.cause, FailureError) else e)
+                workflow.logger.warning(
+                    "Outcome of at-most-once tool %s (tool_use_id=%s) unknown: %s", spec.name, call.tool_use_id, cause
+                )
+                self._event(
+                    events.TOOL_OUTCOME_UNKNOWN,
+                    iteration=iteration,
+                    tool_use_id=call.tool_use_id,
+                    name=spec.name,
+                    detail=cause,
+                    on_unknown=spec.on_unknown,
+                )
+                settled = await self._settle_unknown(spec, block, call, iteration, cause)
+                if settled is not None:
+                    return settled
+        return ToolResult(content=_unknown_text(spec.name, "it was left unknown after several tries"), is_error=True)
+
+    async def _settle_unknown(
+        self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, cause: str
+    ) -> ToolResult | None:
+        """What an at-most-once call whose outcome is unknown becomes; ``None`` to run it again (it did not happen)."""
+        tell = ToolResult(content=_unknown_text(spec.name, cause), is_error=True)
+        if spec.on_unknown == "reconcile":
+            try:
+                answer = await self._tool_activity(
+                    RECONCILE_TOOL_ACTIVITY,
+                    spec,
+                    call,
+                    RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
+                    ReconcileOutput,
+                )
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                message = e.cause.message if isinstance(e.cause, FailureError) else str(e)
+                return ToolResult(
+                    content=_unknown_text(spec.name, f"{cause}; reconciling failed: {message}"), is_error=True
+                )
+            if answer.happened:
+                return answer.result or ToolResult(content=None)
+            return None if self._withdrawn() is None else ToolResult(content=self._withdrawn(), is_error=True)
+        if spec.on_unknown == "ask":
+            decision = await self._approval(
+                {**block, "input": call.input},
+                spec,
+                iteration,
+                note=f"The outcome of this call is unknown ({cause}). Approve to run it again; deny to tell Claude "
+                "that its outcome is unknown.",
+            )
+            if isinstance(decision, DenyTool):
+                default = decision.reason == DenyTool(tool_use_id="").reason
+                return tell if default else ToolResult(content=decision.reason, is_error=True)
+            if self._withdrawn() is not None:
+                return ToolResult(content=self._withdrawn(), is_error=True)
+            return None
+        return tell
+
+    async def _tool_activity(
+        self, activity_name: str, spec: ToolSpec, call: RunToolInput, retry: RetryPolicy, result_type: type[_ResultT]
+    ) -> _ResultT:
         options = spec.options
-        result: ToolResult = await workflow.execute_activity(
-            RUN_TOOL_ACTIVITY,
-            RunToolInput(
-                name=spec.name,
-                tool_use_id=tool_use_id,
-                input=tool_input,
-                run_id=workflow.info().workflow_id,
-                iteration=iteration,
-            ),
-            result_type=ToolResult,
-            start_to_close_timeout=options.start_to_close_timeout,
+        result: _ResultT = await workflow.execute_activity(
+            activity_name,
+            call,
+            result_type=result_type,
+            # The worker enforces the tool's own timeout and reports it; Temporal's fires only for a silent worker.
+            start_to_close_timeout=options.start_to_close_timeout + TOOL_TIMEOUT_GRACE,
             heartbeat_timeout=options.heartbeat_timeout,
-            retry_policy=_retry_policy(options),
+            retry_policy=retry,
             task_queue=options.task_queue,
-            summary=f"turn {iteration} · {spec.name}",
+            summary=f"turn {call.iteration} · {spec.name}"
+            + (" · reconcile" if activity_name == RECONCILE_TOOL_ACTIVITY else ""),
         )
         return result
 
@@ -1262,6 +1378,50 @@ def _activity_failure(error: ActivityError) -> ApplicationError:
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
+
+
+MAX_UNKNOWN_ROUNDS = 3
+"""How often an at-most-once call may be found not to have happened and run again before Claude is told."""
+
+
+def _idempotency_key(tool_use_id: str) -> str:
+    """Stable for one ``tool_use`` of one run: the chain's first run id survives continue-as-new; a fork has its own."""
+    seed = f"{workflow.info().first_execution_run_id}/{tool_use_id}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def _unknown_text(name: str, cause: str) -> str:
+    return (
+        f"Error: The outcome of this call of '{name}' is unknown: {cause}. It may or may not have taken effect, and it "
+        "was not run again. Check before calling it again."
+    )
+
+
+def _failure_type(error: ActivityError) -> str | None:
+    return error.cause.type if isinstance(error.cause, ApplicationError) else None
+
+
+def _non_retryable(error: ActivityError) -> bool:
+    return isinstance(error.cause, ApplicationError) and error.cause.non_retryable
+
+
+def _backoff(options: ActivityOptions, attempt: int) -> timedelta:
+    delay: timedelta = options.initial_interval * (2 ** (attempt - 1))
+    return min(delay, options.maximum_interval)
+
+
+def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
+    """The run's failure when a tool's activity gave up: which tool, after what, and what to do."""
+    cause = error.cause
+    what = cause.message if isinstance(cause, FailureError) else str(error)
+    error_type = cause.type if isinstance(cause, ApplicationError) and cause.type else "ToolFailed"
+    attempts = spec.options.maximum_attempts
+    return ApplicationError(
+        f"Tool '{spec.name}' could not be run{f' in {attempts} attempts' if attempts else ''}: {what}. Check the "
+        "workers that serve it (their logs say why), then fork the run from its last turn to go on.",
+        type=error_type,
+        non_retryable=True,
+    )
 
 
 def _replies_to_drop(replies: list[dict[str, Any]]) -> int:

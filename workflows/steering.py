@@ -167,6 +167,8 @@ class PendingApproval(BaseModel):
     iteration: int
     requested_at: str
     """When the call started waiting (ISO 8601, workflow time)."""
+    note: str | None = None
+    """Why a person is asked, when it is not the tool's own approval rule (an at-most-once call's unknown outcome)."""
 
 
 class QueuedEdit(BaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TASK_QUEUE = "agent-runner"
 """The default task queue of runs, model calls and tools."""
@@ -24,6 +24,23 @@ CREATE_MESSAGE_ACTIVITY = "agent_runner.create_message"
 RUN_TOOL_ACTIVITY = "agent_runner.run_tool"
 DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
 PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
+RECONCILE_TOOL_ACTIVITY = "agent_runner.reconcile_tool"
+"""Asks an ``at_most_once`` tool's ``reconcile`` function whether a call whose outcome is unknown took effect."""
+
+TOOL_NOT_STARTED_ERROR = "ToolNotStarted"
+"""The ``ApplicationError.type`` of a tool attempt that failed before the tool's own code ran (its stored input could
+not be read, say): running it again cannot repeat an effect, so even an ``at_most_once`` call is retried."""
+
+TOOL_TIMEOUT_GRACE = timedelta(seconds=10)
+"""Added to a tool's ``start_to_close_timeout`` when its activity is scheduled: the worker enforces the tool's own
+timeout and reports it, so Temporal's timeout only fires for a worker that stopped answering."""
+
+ToolEffects = Literal["idempotent", "at_most_once"]
+"""What running a tool twice for one ``tool_use`` would do (``tool_options(effects=...)``)."""
+
+OnUnknown = Literal["reconcile", "ask", "tell"]
+"""What an ``at_most_once`` call whose outcome is unknown becomes: its ``reconcile`` function's answer, a person's
+decision (the approval machinery), or an ``is_error`` result telling Claude plainly."""
 
 EVENTS_TOPIC = "events"
 """The Workflow Streams topic a run publishes its live events on (``agent_runner/events.py`` describes them)."""
@@ -88,8 +105,9 @@ class ActivityOptions(BaseModel):
     heartbeat_timeout: timedelta | None = timedelta(seconds=30)
     """How long an attempt may go without a heartbeat before Temporal retries it elsewhere (a crashed worker)."""
 
-    maximum_attempts: int = Field(default=0, ge=0)
-    """Attempts before the call fails for good; 0 means no limit."""
+    maximum_attempts: int = Field(default=10, ge=0)
+    """Attempts before the call fails for good (each model call attempt is billed, so the default is bounded); 0
+    means no limit."""
 
     initial_interval: timedelta = timedelta(seconds=1)
     """The first retry's delay, doubled on each later retry up to ``maximum_interval``."""
@@ -99,6 +117,28 @@ class ActivityOptions(BaseModel):
 
     task_queue: str | None = None
     """The task queue the activity runs on; ``None`` is the run's own task queue."""
+
+    @model_validator(mode="after")
+    def _in_range(self) -> ActivityOptions:
+        # Checked here, once, so a run given impossible options is refused at start (InvalidRunInput) instead of
+        # failing every workflow task when Temporal rejects the schedule.
+        problems = []
+        if self.start_to_close_timeout <= timedelta(0):
+            problems.append("start_to_close_timeout must be positive")
+        if self.heartbeat_timeout is not None and self.heartbeat_timeout <= timedelta(0):
+            problems.append("heartbeat_timeout must be positive, or null for none")
+        if self.initial_interval <= timedelta(0):
+            problems.append("initial_interval must be positive")
+        if self.maximum_interval < self.initial_interval:
+            problems.append(
+                f"maximum_interval ({self.maximum_interval}) must be at least initial_interval "
+                f"({self.initial_interval})"
+            )
+        if self.task_queue is not None and not self.task_queue.strip():
+            problems.append("task_queue must be a non-empty name, or null for the run's own")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class ToolSpec(BaseModel):
@@ -111,6 +151,10 @@ class ToolSpec(BaseModel):
     options: ActivityOptions = ActivityOptions()
     requires_approval: bool = False
     """Whether each call waits for a person's approval before it runs."""
+    effects: ToolEffects = "idempotent"
+    """``at_most_once``: a call is never run again after an attempt that may have started it (see ``on_unknown``)."""
+    on_unknown: OnUnknown = "tell"
+    """For ``at_most_once``: what a call whose outcome is unknown becomes."""
 
 
 class DescribeToolsInput(BaseModel):
@@ -192,6 +236,8 @@ class RunToolInput(BaseModel):
     input: Any
     run_id: str = ""
     iteration: int = 0
+    idempotency_key: str = ""
+    """Stable for one ``tool_use`` of one run: the same across retries and continue-as-new, new in a fork."""
 
 
 class ProcessResultsInput(BaseModel):
@@ -218,6 +264,16 @@ class ToolResult(BaseModel):
     """A dict is a placeholder for content stored apart (``workflows/transcript.py``)."""
 
     is_error: bool = False
+
+
+class ReconcileOutput(BaseModel):
+    """What a tool's ``reconcile`` function said of a call whose outcome was unknown."""
+
+    happened: bool
+    """Whether the call took effect; if not, the run may run it again."""
+
+    result: ToolResult | None = None
+    """The call's result for Claude, when it happened (or when reconciling itself failed: an ``is_error`` one)."""
 
 
 class Usage(BaseModel):

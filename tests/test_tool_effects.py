@@ -1,0 +1,436 @@
+"""Never twice: what a tool's outcome becomes when something fails after (or while) it runs.
+
+Each test counts the tool's side effects in a journal the tools write, reads the exact `tool_result` Claude received
+from the fake Messages API, and checks how the run ended. The worker is real, the dev server is real, Claude is the
+fake over HTTP. Worker crashes (`kill -9`) are in tests/test_tool_effects_crash.py (slow tier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from anthropic import beta_async_tool, beta_tool
+
+from activities.store import ContentStore, open_store
+from activities.tools import ToolCall, current_tool_call, tool_options
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from workflows.errors import ToolRegistrationError
+from workflows.types import RunResult
+
+BASE = {"model": "claude-fake-1", "max_tokens": 256}
+USER = {"role": "user", "content": "Do it."}
+
+JOURNAL: list[str] = []
+"""Every side effect the tools below performed, in order."""
+
+
+def call(name: str, tool_id: str = "toolu_1", **tool_input: Any) -> Reply:
+    return Reply(content=[text("On it."), tool_use(tool_id, name, tool_input)], stop_reason="tool_use")
+
+
+def results_sent(fake: FakeMessagesAPI, request: int = 1) -> list[dict[str, Any]]:
+    """The tool_result blocks of the `request`-th body (0 is the first)."""
+    last = fake.bodies()[request]["messages"][-1]
+    return [b for b in last["content"] if b.get("type") == "tool_result"]
+
+
+@pytest.fixture(autouse=True)
+def clean_journal() -> None:
+    JOURNAL.clear()
+
+
+# ------------------------------------------------------------------------------------------------ the tools
+
+
+@beta_tool
+def send_bytes(to: str) -> list[dict[str, Any]]:  # type: ignore[type-var]
+    """Send an image, wrongly as raw bytes.
+
+    Args:
+        to: The recipient.
+    """
+    JOURNAL.append(f"send_bytes {to}")
+    return [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b"\x89PNG"}}]
+
+
+@beta_tool
+def big_report(title: str) -> str:
+    """Write a report too big to carry inline.
+
+    Args:
+        title: The report's title.
+    """
+    JOURNAL.append(f"big_report {title}")
+    return title + " " + "x" * 10_000
+
+
+_RELEASE = threading.Event()
+
+
+@tool_options(start_to_close_timeout=timedelta(seconds=1))
+@beta_tool
+def stuck_sync(job: str) -> str:
+    """A sync tool slower than its timeout.
+
+    Args:
+        job: The job.
+    """
+    JOURNAL.append(f"stuck_sync start {job}")
+    _RELEASE.wait(20)
+    JOURNAL.append(f"stuck_sync end {job}")
+    return "finished late"
+
+
+@tool_options(start_to_close_timeout=timedelta(seconds=1), maximum_attempts=2, initial_interval=timedelta(seconds=0.1))
+@beta_async_tool
+async def stuck_async(job: str) -> str:
+    """An async tool slower than its timeout.
+
+    Args:
+        job: The job.
+    """
+    JOURNAL.append(f"stuck_async start {job}")
+    await asyncio.sleep(30)
+    return "never"
+
+
+def _sent(call: ToolCall) -> str | None:
+    """Reconcile: look the call up by its idempotency key in the journal."""
+    JOURNAL.append(f"reconcile {call.name} {call.input['to']}")
+    return f"already sent to {call.input['to']}" if f"sent {call.idempotency_key}" in JOURNAL else None
+
+
+def _email(name: str, *, effect_before_hanging: bool = True, **options: Any) -> Any:
+    """An at-most-once tool whose first attempt hangs past its timeout (after its effect, or before it)."""
+    tried: set[str] = set()
+
+    @tool_options(effects="at_most_once", start_to_close_timeout=timedelta(seconds=1), **options)
+    @beta_async_tool(name=name)
+    async def send_email(to: str) -> str:
+        """Send an email.
+
+        Args:
+            to: The recipient.
+        """
+        key = current_tool_call().idempotency_key
+        JOURNAL.append(f"{name} start {to}")
+        if key not in tried:
+            tried.add(key)
+            if effect_before_hanging:
+                JOURNAL.append(f"sent {key}")
+            await asyncio.sleep(30)
+        JOURNAL.append(f"sent {key}")
+        return f"sent to {to}"
+
+    return send_email
+
+
+email_tell = _email("email_tell")
+email_reconciled = _email("email_reconciled", reconcile=_sent)
+email_reconciled_before = _email("email_reconciled_before", effect_before_hanging=False, reconcile=_sent)
+email_ask = _email("email_ask", on_unknown="ask")
+
+
+@beta_tool
+def whose_key(note: str) -> str:
+    """Return the call's idempotency key.
+
+    Args:
+        note: Anything.
+    """
+    del note
+    return current_tool_call().idempotency_key
+
+
+_KEYS_SEEN: list[str] = []
+
+
+@tool_options(start_to_close_timeout=timedelta(seconds=1), initial_interval=timedelta(seconds=0.1))
+@beta_async_tool
+async def key_then_hang_once(note: str) -> str:
+    """Return the call's idempotency key on its second attempt; the first hangs past its timeout.
+
+    Args:
+        note: Anything.
+    """
+    del note
+    call = current_tool_call()
+    _KEYS_SEEN.append(f"{call.attempt} {call.idempotency_key}")
+    if call.attempt == 1:
+        await asyncio.sleep(30)
+    return call.idempotency_key
+
+
+# ------------------------------------------------------------------------------------------------ the tests
+
+
+async def test_a_result_that_cannot_be_serialized_is_an_error_result_and_the_tool_ran_once(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("send_bytes", to="ana"), end_turn("Could not send."))
+    async with worker(send_bytes):
+        run = await runner.start(**BASE, messages=[USER], tools=[send_bytes], thread=False)
+        await run.until_done()
+    assert JOURNAL == ["send_bytes ana"]
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: Tool 'send_bytes' returned content that cannot be sent to Claude (TypeError('Object "
+            "of type bytes is not JSON serializable')). A tool must return a string or content blocks of JSON values "
+            "(base64 text for images and documents). Nothing else was sent, and the tool was not run again.",
+        }
+    ]
+
+
+class FailingBigPuts(ContentStore):
+    """A store that fails every write of a big blob: a tool's big result cannot be stored."""
+
+    def __init__(self) -> None:
+        self._inner = open_store("memory:")
+        self.url = "failing-big-puts:"
+        self.puts = 0
+
+    async def put(self, blobs: Mapping[str, bytes]) -> int:
+        if any(len(blob) > 8_000 for blob in blobs.values()):
+            self.puts += 1
+            raise OSError("disk full")
+        return await self._inner.put(blobs)
+
+    async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
+        return await self._inner.get(refs)
+
+    async def put_nodes(self, nodes: Any) -> None:
+        await self._inner.put_nodes(nodes)
+
+    async def chain(self, head: str) -> list[str]:
+        return await self._inner.chain(head)
+
+    async def stats(self) -> Any:
+        return await self._inner.stats()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def test_a_result_the_store_cannot_take_is_an_error_result_and_the_tool_ran_once(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    store = FailingBigPuts()
+    fake_api.script(call("big_report", title="Q3"), end_turn("Sorry."))
+    async with worker(big_report, store=store):
+        run = await runner.start(**BASE, messages=[USER], tools=[big_report], thread=False)
+        result = RunResult.model_validate(await run.handle.result())
+    assert result.status == "completed"
+    assert JOURNAL == ["big_report Q3"]
+    assert store.puts == 5  # STORE_ATTEMPTS, inside the one activity attempt
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: Tool 'big_report' ran, but its result could not be stored (OSError('disk full')). It "
+            "was not run again.",
+        }
+    ]
+
+
+async def test_a_sync_tool_past_its_timeout_is_reported_once_and_never_runs_beside_a_retry(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    _RELEASE.clear()
+    fake_api.script(call("stuck_sync", job="j1"), end_turn("It timed out."))
+    try:
+        async with worker(stuck_sync):
+            run = await runner.start(**BASE, messages=[USER], tools=[stuck_sync], thread=False)
+            await run.until_done()
+            assert JOURNAL == ["stuck_sync start j1"]  # no second copy was started while the first still ran
+    finally:
+        _RELEASE.set()
+    async with asyncio.timeout(10):  # the thread ends once released, and only then; no copy ran beside it
+        while JOURNAL[-1:] != ["stuck_sync end j1"]:
+            await asyncio.sleep(0.05)
+    assert JOURNAL == ["stuck_sync start j1", "stuck_sync end j1"]
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: Tool 'stuck_sync' did not finish within 1 s. It may still be running, so it was not "
+            "run again.",
+        }
+    ]
+
+
+async def test_an_idempotent_async_tool_past_its_timeout_is_cancelled_then_retried_within_its_attempts(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("stuck_async", job="j1"))
+    async with worker(stuck_async):
+        run = await runner.start(**BASE, messages=[USER], tools=[stuck_async], thread=False)
+        with pytest.raises(Exception) as failure:
+            await run.handle.result()
+    assert JOURNAL == ["stuck_async start j1", "stuck_async start j1"]  # maximum_attempts=2, one after the other
+    cause = failure.value.cause  # type: ignore[attr-defined]
+    assert (cause.type, cause.message) == (
+        "ToolTimedOut",
+        "Tool 'stuck_async' could not be run in 2 attempts: Tool 'stuck_async' did not finish within 1 s; it was "
+        "cancelled.. Check the workers that serve it (their logs say why), then fork the run from its last turn to "
+        "go on.",
+    )
+    assert len(fake_api.requests) == 1
+
+
+async def test_at_most_once_unknown_outcome_is_told_to_claude_and_never_rerun(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("email_tell", to="ana"), end_turn("I could not confirm it."))
+    async with worker(email_tell):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_tell], thread=False)
+        events = []
+        async for event in run.events():
+            events.append(event)
+            if event["type"] == "run_finished":
+                break
+    key = next(line.split()[1] for line in JOURNAL if line.startswith("sent "))
+    assert JOURNAL == ["email_tell start ana", f"sent {key}"]
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: The outcome of this call of 'email_tell' is unknown: Tool 'email_tell' did not finish "
+            "within 1 s; it was cancelled.. It may or may not have taken effect, and it was not run again. Check "
+            "before calling it again.",
+        }
+    ]
+    unknown = [e for e in events if e["type"] == "tool_outcome_unknown"]
+    assert [(e["tool_use_id"], e["name"], e["on_unknown"]) for e in unknown] == [("toolu_1", "email_tell", "tell")]
+
+
+async def test_at_most_once_reconcile_finds_the_effect_and_its_answer_is_the_result(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("email_reconciled", to="bo"), end_turn("Sent."))
+    async with worker(email_reconciled):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_reconciled], thread=False)
+        await run.until_done()
+    key = next(line.split()[1] for line in JOURNAL if line.startswith("sent "))
+    assert JOURNAL == ["email_reconciled start bo", f"sent {key}", "reconcile email_reconciled bo"]
+    assert results_sent(fake_api) == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "already sent to bo"}
+    ]
+
+
+async def test_at_most_once_reconcile_that_finds_nothing_runs_the_call_again_once(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("email_reconciled_before", to="cy"), end_turn("Sent."))
+    async with worker(email_reconciled_before):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_reconciled_before], thread=False)
+        await run.until_done()
+    sent = [line for line in JOURNAL if line.startswith("sent ")]
+    assert JOURNAL == [
+        "email_reconciled_before start cy",
+        "reconcile email_reconciled_before cy",
+        "email_reconciled_before start cy",
+        *sent,
+    ]
+    assert len(sent) == 1  # the effect happened exactly once
+    assert results_sent(fake_api) == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sent to cy"}]
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+async def test_at_most_once_ask_puts_the_unknown_call_to_a_person(
+    approve: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("email_ask", to="di"), end_turn("Done."))
+    async with worker(email_ask):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_ask], thread=False)
+        async with asyncio.timeout(30):
+            while not (pending := await run.pending_approvals()):
+                await asyncio.sleep(0.1)
+        assert [(p.tool_use_id, p.name, p.input, p.note) for p in pending] == [
+            (
+                "toolu_1",
+                "email_ask",
+                {"to": "di"},
+                "The outcome of this call is unknown (Tool 'email_ask' did not finish within 1 s; it was cancelled.). "
+                "Approve to run it again; deny to tell Claude that its outcome is unknown.",
+            )
+        ]
+        if approve:
+            await run.approve("toolu_1")
+        else:
+            await run.deny("toolu_1")
+        await run.until_done()
+    sent = [line for line in JOURNAL if line.startswith("sent ")]
+    if approve:
+        assert JOURNAL == ["email_ask start di", sent[0], "email_ask start di", sent[0]]
+        assert results_sent(fake_api) == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sent to di"}]
+    else:
+        assert JOURNAL == ["email_ask start di", sent[0]]
+        assert results_sent(fake_api)[0]["content"].startswith(
+            "Error: The outcome of this call of 'email_ask' is unknown: Tool 'email_ask' did not finish within 1 s"
+        )
+
+
+async def test_the_idempotency_key_is_stable_per_tool_use_across_continue_as_new_and_new_in_a_fork(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        call("whose_key", "toolu_1", note="a"),
+        call("whose_key", "toolu_2", note="b"),
+        end_turn("Keys."),
+        # the fork, from iteration 2: it asks again for toolu_2
+        call("whose_key", "toolu_2", note="b"),
+        end_turn("Keys again."),
+    )
+    async with worker(whose_key):
+        # Continue as new after every event budget: each turn starts on a fresh history.
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[whose_key], thread=False, continue_as_new={"events": 40}
+        )
+        await run.until_done()
+        status = await run.status()
+        fork = await run.fork(2)
+        await fork.until_done()
+    bodies = fake_api.bodies()
+    first, second = (results_sent(fake_api, i)[0]["content"] for i in (1, 2))
+    forked = bodies[4]["messages"][-1]["content"][0]["content"]
+    assert status.continuations >= 1
+    assert len({first, second, forked}) == 3 and all(len(k) == 32 for k in (first, second, forked))
+    first_run_id = (await run.handle.describe()).raw_description.workflow_execution_info.first_run_id
+    assert second == hashlib.sha256(f"{first_run_id}/toolu_2".encode()).hexdigest()[:32]
+
+
+async def test_the_idempotency_key_is_the_same_on_every_attempt(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    _KEYS_SEEN.clear()
+    fake_api.script(call("key_then_hang_once", note="a"), end_turn("Key."))
+    async with worker(key_then_hang_once):
+        run = await runner.start(**BASE, messages=[USER], tools=[key_then_hang_once], thread=False)
+        await run.until_done()
+    key = results_sent(fake_api)[0]["content"]
+    assert _KEYS_SEEN == [f"1 {key}", f"2 {key}"]
+
+
+def test_effect_options_that_contradict_each_other_are_refused_at_registration() -> None:
+    with pytest.raises(ToolRegistrationError, match="applies to effects='at_most_once' only"):
+        tool_options(on_unknown="ask")
+    with pytest.raises(ToolRegistrationError, match=r"on_unknown='reconcile'\) needs reconcile=<function>"):
+        tool_options(effects="at_most_once", on_unknown="reconcile")
+    with pytest.raises(ToolRegistrationError, match="maximum_interval .* must be at least initial_interval"):
+        tool_options(initial_interval=timedelta(seconds=5), maximum_interval=timedelta(seconds=1))
+    with pytest.raises(LookupError, match="only available while a tool"):
+        current_tool_call()
