@@ -14,7 +14,7 @@ from anthropic import beta_async_tool, beta_tool
 from anthropic.lib.tools import ToolError
 from temporalio import activity
 
-from activities.tools import tool_options
+from activities.tools import ToolCall, current_tool_call, tool_options
 
 
 @beta_tool
@@ -103,3 +103,47 @@ def slow_step(step: str) -> str:
         with Path(journal).open("a") as f:
             f.write(f"done {run_id} {step} {os.getpid()}\n")
     return f"done {step}"
+
+
+def _effects(line: str | None = None) -> list[str]:
+    """The payments journal (``AGENT_RUNNER_TEST_EFFECTS``): append ``line``; return every line."""
+    path = Path(os.environ["AGENT_RUNNER_TEST_EFFECTS"])
+    if line is not None:
+        with path.open("a") as f:
+            f.write(line + "\n")
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _pay(amount: int) -> str:
+    key = current_tool_call().idempotency_key
+    _effects(f"start {key}")
+    _effects(f"paid {key} {amount}")
+    time.sleep(float(os.environ.get("AGENT_RUNNER_TEST_SLOW_SECONDS", "3")))
+    return f"paid {amount}"
+
+
+def _already_paid(call: ToolCall) -> str | None:
+    found = [line for line in _effects() if line.startswith(f"paid {call.idempotency_key} ")]
+    return f"already paid {call.input['amount']} (found by reconcile)" if found else None
+
+
+@tool_options(effects="at_most_once", heartbeat_timeout=timedelta(seconds=2))
+@beta_tool
+def pay(amount: int) -> str:
+    """Pay an amount: an effect that must never happen twice. Slow, so a test can kill its worker mid-call.
+
+    Args:
+        amount: How much.
+    """
+    return _pay(amount)
+
+
+@tool_options(effects="at_most_once", reconcile=_already_paid, heartbeat_timeout=timedelta(seconds=2))
+@beta_tool
+def pay_reconciled(amount: int) -> str:
+    """Pay an amount, with a reconcile function that looks the payment up by its idempotency key.
+
+    Args:
+        amount: How much.
+    """
+    return _pay(amount)
