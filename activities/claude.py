@@ -35,6 +35,7 @@ from activities.content import Content
 from activities.live_events import EventPublisher, stream_client
 from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from workflows.conversation import build_request, compaction_params
+from workflows.reply import reply_problems
 from workflows.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -157,6 +158,15 @@ class ClaudeActivities:
                 ) from e
             finally:
                 call.cancel()
+        problems = reply_problems(body)
+        if problems:
+            # Another attempt is billed and would most likely get the same: fail the run, saying what was wrong.
+            raise ApplicationError(
+                f"Claude's API sent a reply the runner cannot use: {'; '.join(problems)}. If a proxy sits between "
+                "the worker and the API (ANTHROPIC_BASE_URL), check it; then fork the run from its last turn.",
+                type="MalformedReply",
+                non_retryable=True,
+            )
         logger.info(
             "Claude replied: run=%s iteration=%d id=%s stop_reason=%s",
             input.run_id,
@@ -191,11 +201,12 @@ class ClaudeActivities:
                         events.delta(TOOL_INPUT, event.index, delta.partial_json)
                 elif event.type == "content_block_stop":
                     events.publish(BLOCK_STOP, index=event.index)
-                    if input.eager_tools and event.content_block.type == "tool_use":
+                    if input.eager_tools and input.eager_token and event.content_block.type == "tool_use":
                         block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                        await _tool_use_ready(input.iteration, block)
+                        await _tool_use_ready(input, block)
             message = await stream.get_final_message()
-        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        # No serializer warnings: a malformed reply is refused right after, with the reason (`reply_problems`).
+        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)
         # The SDK's accumulator assigns every field of `message_delta`, so a field the wire never carried (such as
         # `stop_details`) would show up as null: keep the body the non-streaming response would have been.
         for key in _DELTA_KEYS - set_on_wire:
@@ -203,12 +214,13 @@ class ClaudeActivities:
         return body
 
 
-async def _tool_use_ready(iteration: int, block: dict[str, Any]) -> None:
+async def _tool_use_ready(input: CreateMessageInput, block: dict[str, Any]) -> None:
     """Tell the run a ``tool_use`` block is complete, so it can start the tool before the reply ends."""
     info = activity.info()
     handle = activity.client().get_workflow_handle(info.workflow_id or "")
+    ready = {"iteration": input.iteration, "attempt": info.attempt, "token": input.eager_token, "block": block}
     try:
-        await handle.signal(TOOL_USE_READY_SIGNAL, {"iteration": iteration, "attempt": info.attempt, "block": block})
+        await handle.signal(TOOL_USE_READY_SIGNAL, ready)
     except RPCError as e:
         # The run then starts the tool when the reply arrives, as without eager tools.
         logger.warning("Could not signal a ready tool_use to run %s: %s", info.workflow_id, e.message)

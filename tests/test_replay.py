@@ -38,7 +38,7 @@ class AgentRunWithAnExtraTimer(AgentRun):
     """A careless change: a pause before the run starts, shipped without `workflow.patched`."""
 
     @workflow.run
-    async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, raw_input: Any = None) -> dict[str, Any]:
         await workflow.sleep(1)
         return await super().run(raw_input)
 

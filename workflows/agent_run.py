@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import hashlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -45,7 +47,9 @@ with workflow.unsafe.imports_passed_through():
         Carried,
     )
     from workflows.conversation import Conversation
-    from workflows.errors import AgentRunnerError, InvalidRunInput, ToolNotRegistered
+    from workflows.errors import AgentRunnerError, InvalidRunInput, MalformedReply, ToolNotRegistered
+    from workflows.params import param_problems
+    from workflows.reply import parse_tool_use_ready, reply_problems
     from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
     from workflows.steering import (
         ADD_TOOLS_UPDATE,
@@ -78,7 +82,15 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         parse_update,
     )
-    from workflows.transcript import Transcript, canonical, is_placeholder, message_ref, next_head
+    from workflows.transcript import (
+        Transcript,
+        canonical,
+        is_placeholder,
+        message_ref,
+        next_head,
+        ref_for,
+        stored,
+    )
     from workflows.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -133,12 +145,39 @@ def _retry_policy(options: ActivityOptions) -> RetryPolicy:
     )
 
 
+_ValidatorT = TypeVar("_ValidatorT", bound=Callable[..., None])
+
+
+def _refusing(validator: _ValidatorT) -> _ValidatorT:
+    """A validator whose refusals reach every client as final: ``EditRejected``, not retryable.
+
+    A plain ``ValueError`` reaches the stock ``temporal`` CLI as ``ValueError, retryable: true``, which invites
+    resending what can never be accepted.
+    """
+
+    @functools.wraps(validator)
+    def checked(*args: Any) -> None:
+        try:
+            validator(*args)
+        except ValueError as e:
+            raise _refused(str(e)) from None
+
+    return cast(_ValidatorT, checked)
+
+
+def _refused(reason: str) -> ApplicationError:
+    return ApplicationError(reason, type="EditRejected", non_retryable=True)
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentRun:
     """One agent run: Claude and its tools in a loop until a stop reason, ``max_iterations`` or a stop ends it."""
 
     @workflow.init
-    def __init__(self, raw_input: dict[str, Any]) -> None:
+    def __init__(self, raw_input: Any = None) -> None:
+        # `Any`, with a default: the stock CLI can start a run with no input or a non-object one, and the data
+        # converter must hand it over as it is, so that the run fails with InvalidRunInput instead of the workflow
+        # task failing (and being retried) for ever.
         continued = raw_input.get("continued") if isinstance(raw_input, dict) else None
         self._carried = Carried.model_validate(continued) if continued is not None else None
         """The state a previous run of this chain handed over (``continued``), applied when the run starts."""
@@ -160,6 +199,11 @@ class AgentRun:
         """Updates this execution took (Temporal allows 2,000 per execution)."""
         self._signals = 0
         self._continuing = False
+        self._draining = False
+        """Set while the run waits for its handlers before continuing as new."""
+        self._edits_applied = 0
+        """Edits applied so far over the run chain: an edit's ``expected_version`` is judged against the ones that
+        applied after it was accepted, not the run's own tool results."""
         self._turn_input_tokens = 0
         """The last turn's input tokens (cache reads and writes included), which ``auto_compact`` watches."""
         self._usage = Usage()
@@ -194,6 +238,8 @@ class AgentRun:
         """With ``eager_tools``: the blocks and tasks of tools started before the reply ended, by ``tool_use_id``."""
         self._eager_attempt = 0
         """The model-call attempt whose ``tool_use`` blocks ``_eager`` holds."""
+        self._eager_token = ""
+        """The token of the model call under way with ``eager_tools``: only its signals start tools."""
         self._in_flight: int | None = None
         """The iteration whose model call is under way."""
         self._reply_attempt = 0
@@ -207,7 +253,7 @@ class AgentRun:
             self._restore(self._carried)
 
     @workflow.run
-    async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, raw_input: Any = None) -> dict[str, Any]:
         """Run the loop.
 
         Args:
@@ -296,6 +342,7 @@ class AgentRun:
         self._started_at = carried.started_at
         self._continuations = carried.continuations
         self._turn_input_tokens = carried.turn_input_tokens
+        self._edits_applied = carried.edits_applied
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
         """The fleet routes model calls to their own queue (with its rate limit): follow it, unless the run chose."""
@@ -325,6 +372,7 @@ class AgentRun:
         conversation = self._conversation
         assert conversation is not None
         self._stream.detach_pollers()
+        self._draining = True  # an `advance` waiting for a pause gives up: none comes in this execution
         await workflow.wait_condition(workflow.all_handlers_finished)
         # The stream's own offset query is the public way to read its length from workflow code.
         offset_query = workflow.get_query_handler(STREAM_OFFSET_QUERY)
@@ -364,6 +412,7 @@ class AgentRun:
             started_at=self._started_at,
             continuations=self._continuations + 1,
             turn_input_tokens=self._turn_input_tokens,
+            edits_applied=self._edits_applied,
             stream=self._stream.get_state(),
         )
         if len(canonical(carried.model_dump(mode="json"))) > CARRIED_BYTES:
@@ -499,6 +548,7 @@ class AgentRun:
             edit = self._queue.pop(0)
             try:
                 await self._apply(edit)
+                self._edits_applied += 1
                 self._version += 1
                 self._outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=self._version)
             except EditFailed as e:
@@ -508,7 +558,10 @@ class AgentRun:
         conversation = self._conversation
         assert conversation is not None
         expected = edit.payload.get("expected_version")
-        if expected is not None and expected != self._version:
+        # The version was checked when the edit was accepted. Since then the run's own tool results (for the reply
+        # the client saw) may have moved it; only another edit applied in between makes this one stale.
+        stale = expected != self._version if edit.edits_applied is None else edit.edits_applied != self._edits_applied
+        if expected is not None and stale:
             raise EditFailed(
                 f"The transcript changed since version {expected} (it is now at {self._version}); nothing was "
                 "changed. Read the transcript again and resend the edit with its version."
@@ -560,7 +613,9 @@ class AgentRun:
     def _enqueue(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         self._updates += 1
         self._next_seq += 1
-        self._queue.append(QueuedEdit(seq=self._next_seq, kind=kind, payload=payload))
+        self._queue.append(
+            QueuedEdit(seq=self._next_seq, kind=kind, payload=payload, edits_applied=self._edits_applied)
+        )
         return {"seq": self._next_seq, "version": self._version}
 
     def _fail_queued_edits(self) -> None:
@@ -605,6 +660,7 @@ class AgentRun:
         return self._enqueue(INJECT_MESSAGE_UPDATE, parse_update(InjectMessage, raw).model_dump())
 
     @inject_message.validator
+    @_refusing
     def _validate_inject_message(self, raw: dict[str, Any]) -> None:
         edit = parse_update(InjectMessage, raw)
         self._check_open()
@@ -627,6 +683,7 @@ class AgentRun:
         return self._enqueue(RETRY_TURN_UPDATE, parse_update(RetryTurn, raw or {}).model_dump())
 
     @retry_turn.validator
+    @_refusing
     def _validate_retry_turn(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RetryTurn, raw or {})
         self._check_open()
@@ -640,6 +697,7 @@ class AgentRun:
         return self._enqueue(REPLACE_HISTORY_UPDATE, parse_update(ReplaceHistory, raw).model_dump())
 
     @replace_history.validator
+    @_refusing
     def _validate_replace_history(self, raw: dict[str, Any]) -> None:
         edit = parse_update(ReplaceHistory, raw)
         self._check_open()
@@ -654,6 +712,7 @@ class AgentRun:
         return self._enqueue(UPDATE_PARAMS_UPDATE, parse_update(UpdateParams, raw).model_dump())
 
     @update_params.validator
+    @_refusing
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
         self._check_open()
@@ -664,6 +723,12 @@ class AgentRun:
         for required in ("model", "max_tokens"):
             if required in edit.params and edit.params[required] is None:
                 raise ValueError(f"`{required}` cannot be removed.")
+        current = self._conversation.params if self._conversation is not None else {}
+        merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
+        merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
+        problems = [p for p in param_problems(merged) if any(f"`{key}`" in p for key in edit.params)]
+        if problems:
+            raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
         if (
             self._conversation is not None
             and self._conversation.threading
@@ -681,6 +746,7 @@ class AgentRun:
         return self._enqueue(ADD_TOOLS_UPDATE, parse_update(AddTools, raw).model_dump())
 
     @add_tools.validator
+    @_refusing
     def _validate_add_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(AddTools, raw)
         self._check_open()
@@ -699,6 +765,7 @@ class AgentRun:
         return self._enqueue(REMOVE_TOOLS_UPDATE, parse_update(RemoveTools, raw).model_dump())
 
     @remove_tools.validator
+    @_refusing
     def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RemoveTools, raw)
         self._check_open()
@@ -747,6 +814,7 @@ class AgentRun:
         return self._enqueue(COMPACT_UPDATE, parse_update(Compact, raw or {}).model_dump())
 
     @compact.validator
+    @_refusing
     def _validate_compact(self, raw: dict[str, Any]) -> None:
         parse_update(Compact, raw or {})
         self._check_open()
@@ -761,6 +829,7 @@ class AgentRun:
         return {"version": self._version}
 
     @stop.validator
+    @_refusing
     def _validate_stop(self, raw: dict[str, Any]) -> None:
         parse_update(Stop, raw or {})
         if self._ended:
@@ -777,6 +846,7 @@ class AgentRun:
         return {"version": self._version}
 
     @approve_tool.validator
+    @_refusing
     def _validate_approve_tool(self, raw: dict[str, Any]) -> None:
         self._check_pending(parse_update(ApproveTool, raw).tool_use_id)
 
@@ -789,6 +859,7 @@ class AgentRun:
         return {"version": self._version}
 
     @deny_tool.validator
+    @_refusing
     def _validate_deny_tool(self, raw: dict[str, Any]) -> None:
         self._check_pending(parse_update(DenyTool, raw).tool_use_id)
 
@@ -806,20 +877,28 @@ class AgentRun:
             # Accepted for an iteration whose pause had not begun yet (see the validator): wait for it, or refuse
             # once the run has gone past it.
             await workflow.wait_condition(
-                lambda: self._waiting_for_step or self._ended or self._iterations > (edit.iteration or 0)
+                lambda: (
+                    self._waiting_for_step or self._ended or self._draining or self._iterations > (edit.iteration or 0)
+                )
             )
+            if self._draining and not self._waiting_for_step:
+                raise _refused(
+                    f"The run is continuing as new; it was not paused after iteration {edit.iteration}. Read its "
+                    "status again and advance the pause it reports."
+                )
             if not self._waiting_for_step:
-                raise ApplicationError(self._not_paused(), type="EditRejected")
+                raise _refused(self._not_paused())
             if self._iterations != edit.iteration:
-                raise ApplicationError(self._stale_advance(edit), type="EditRejected")
+                raise _refused(self._stale_advance(edit))
         problem = self._tool_results_problem(edit)
         if problem is not None:
-            raise ApplicationError(problem, type="EditRejected")
+            raise _refused(problem)
         self._advance = edit
         self._waiting_for_step = False
         return {"version": self._version}
 
     @advance.validator
+    @_refusing
     def _validate_advance(self, raw: dict[str, Any]) -> None:
         edit = parse_update(Advance, raw or {})
         if edit.tool_results is not None and any(b.get("type") != "tool_result" for b in edit.tool_results):
@@ -978,27 +1057,33 @@ class AgentRun:
         self._stream.topic(EVENTS_TOPIC).publish({"type": event_type, "iteration": turn, **fields})
 
     @workflow.signal(name=TOOL_USE_READY_SIGNAL)
-    def tool_use_ready(self, ready: dict[str, Any]) -> None:
+    def tool_use_ready(self, raw: Any) -> None:
         """With ``eager_tools``: start a tool whose ``tool_use`` block is complete while the reply still streams.
 
-        Only a block of the model call under way counts, of a registered tool that needs no approval; a later
-        attempt's blocks replace an earlier one's (whose tools already ran, as the SDK's eager mode also runs tools
-        before the reply is final).
+        Only a well-formed block of the model call under way counts, carrying that call's token, of a registered
+        tool that needs no approval; a later attempt's blocks replace an earlier one's (whose tools already ran, as
+        the SDK's eager mode also runs tools before the reply is final). Anything else is dropped with a warning:
+        a signal must never be able to wedge the run or run a tool the run did not ask for.
         """
         self._signals += 1
-        iteration, attempt, block = ready.get("iteration"), int(ready.get("attempt") or 0), ready.get("block") or {}
-        if iteration != self._in_flight or attempt < self._eager_attempt or block.get("type") != "tool_use":
+        ready, problem = parse_tool_use_ready(raw)
+        if ready is None or not self._eager_token or ready.token != self._eager_token:
+            workflow.logger.warning("Ignored a tool_use_ready signal: %s", problem or "not from the call under way")
             return
+        if ready.iteration != self._in_flight or ready.attempt < self._eager_attempt:
+            return
+        block = ready.block
         # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
         # run: both start with the reply instead.
-        spec = self._tools.get(str(block.get("name")))
+        spec = self._tools.get(str(block["name"]))
         if spec is None or self._needs_approval(spec):
             return
-        if attempt > self._eager_attempt:
-            self._eager, self._eager_attempt = {}, attempt
-        tool_use_id = str(block.get("id"))
+        if ready.attempt > self._eager_attempt:
+            self._eager, self._eager_attempt = {}, ready.attempt
+        tool_use_id = str(block["id"])
         if tool_use_id not in self._eager:
-            self._eager[tool_use_id] = (block, asyncio.create_task(self._run_tool(block, iteration=iteration)))
+            task = asyncio.create_task(self._run_tool(block, iteration=ready.iteration))
+            self._eager[tool_use_id] = (block, task)
 
     def _take_eager(self, reply: dict[str, Any]) -> dict[str, asyncio.Task[dict[str, Any]]]:
         """The tools started early for ``reply``'s own ``tool_use`` blocks (same attempt, same block).
@@ -1008,9 +1093,10 @@ class AgentRun:
         started, self._eager, attempt, self._eager_attempt = self._eager, {}, self._eager_attempt, 0
         if attempt != self._reply_attempt:
             return {}
-        # Same attempt, same id: the same block (the reply may carry a big input as a placeholder instead).
-        names = {str(b.get("id")): b.get("name") for b in reply.get("content") or [] if b.get("type") == "tool_use"}
-        return {i: task for i, (block, task) in started.items() if i in names and names[i] == block.get("name")}
+        # Only a block the reply itself holds, whole: same id, name and input (the reply may carry a big input as a
+        # placeholder instead). Any other started tool ran, but its result is never sent.
+        replied = {str(b.get("id")): b for b in reply.get("content") or [] if b.get("type") == "tool_use"}
+        return {i: task for i, (block, task) in started.items() if i in replied and _same_call(block, replied[i])}
 
     # --- Activities ----------------------------------------------------------------------------------------
 
@@ -1039,6 +1125,7 @@ class AgentRun:
         """One model call. The reply is returned, not recorded; ``_stored`` says whether the call stored the turn."""
         options = spec.model_activity
         iteration = self._reply_count + 1
+        eager = spec.eager_tools and spec.step is None and compaction is None
         self._event(events.ITERATION_STARTED)
         while True:
             turn = conversation.turn(compaction)
@@ -1046,6 +1133,7 @@ class AgentRun:
                 turn = turn.model_copy(update={"settings": None})
             try:
                 self._in_flight = iteration
+                self._eager_token = str(workflow.uuid4()) if eager else ""
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
                     CreateMessageInput(
@@ -1053,7 +1141,8 @@ class AgentRun:
                         replies_head=self._replies_head,
                         run_id=workflow.info().workflow_id,
                         iteration=iteration,
-                        eager_tools=spec.eager_tools and spec.step is None,
+                        eager_tools=eager,
+                        eager_token=self._eager_token,
                     ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
@@ -1062,6 +1151,9 @@ class AgentRun:
                     task_queue=options.task_queue,
                     summary=f"turn {self._reply_count + 1} · {conversation.params['model']}",
                 )
+                problems = reply_problems(output.message)
+                if problems:
+                    raise _fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
                 self._stored = output.stored
                 if output.stored:
                     self._settings_stored = turn.settings_ref
@@ -1090,6 +1182,7 @@ class AgentRun:
                 raise _activity_failure(e) from None
             finally:
                 self._in_flight = None
+                self._eager_token = ""
 
     async def _run_tool(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         name = str(block.get("name"))
@@ -1422,6 +1515,16 @@ def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
         type=error_type,
         non_retryable=True,
     )
+
+
+def _same_call(started: dict[str, Any], replied: dict[str, Any]) -> bool:
+    """Whether a block a tool started from is the reply's own block (whose big input may be stored apart)."""
+    if started.get("name") != replied.get("name"):
+        return False
+    given, held = started.get("input"), replied.get("input")
+    if is_placeholder(held) and not is_placeholder(given):
+        return bool(held == stored(ref_for(canonical(given))))
+    return canonical(given) == canonical(held)
 
 
 def _replies_to_drop(replies: list[dict[str, Any]]) -> int:

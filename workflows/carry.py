@@ -71,4 +71,5 @@ class Carried(BaseModel):
     """When the first run of the chain started: the wall-clock budget counts from there."""
     continuations: int = 0
     turn_input_tokens: int = 0
+    edits_applied: int = 0
     stream: WorkflowStreamState | None = None

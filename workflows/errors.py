@@ -10,6 +10,7 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
     │   ├── InvalidRunInput       the run's input was rejected at start; nothing was sent to Claude
     │   ├── ToolNotRegistered     the run names a tool no worker registered
     │   ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
+    │   ├── MalformedReply        Claude's API (or a proxy before it) sent a reply the loop cannot use
     │   ├── EditRejected          a steering update (inject, retry, approve, ...) was refused; the message says why
     │   ├── RunCancelled          somebody cancelled the run
     │   └── RunNotFound           no run has that id
@@ -54,6 +55,10 @@ class ModelRequestRejected(AgentRunError):
     """Claude's API rejected a request with a status that retrying cannot fix."""
 
 
+class MalformedReply(AgentRunError):
+    """Claude's API, or something between it and the worker, sent a reply the loop cannot use; the message says how."""
+
+
 class EditRejected(AgentRunError):
     """A steering update was refused, before or while it applied; nothing was changed."""
 
@@ -95,6 +100,7 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         InvalidRunInput,
         ToolNotRegistered,
         ModelRequestRejected,
+        MalformedReply,
         EditRejected,
         RunCancelled,
         RunNotFound,

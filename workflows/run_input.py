@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workflows.budget import AutoCompact, Budget, HistoryLimits
 from workflows.errors import InvalidRunInput
+from workflows.params import param_problems
 from workflows.steering import ApprovalPolicy, StepPolicy
 from workflows.transcript import is_placeholder
 from workflows.types import ActivityOptions
@@ -164,6 +165,9 @@ def parse_run_input(raw: object) -> RunSpec:
     max_tokens = raw.get("max_tokens")
     if "max_tokens" in raw and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         problems.append("`max_tokens` must be a positive integer.")
+    if not problems or all("`model`" not in p and "`max_tokens`" not in p for p in problems):
+        params = {k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS}
+        problems.extend(param_problems({**params, "model": str(raw.get("model")), "max_tokens": 1}))
     messages = raw.get("messages")
     if "messages" in raw:
         problems.extend(message_problems(messages))

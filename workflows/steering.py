@@ -179,6 +179,8 @@ class QueuedEdit(BaseModel):
     kind: str
     """The update that carried it (``inject_message``, ``retry_turn``, ...)."""
     payload: dict[str, Any]
+    edits_applied: int | None = None
+    """How many edits the run had applied when it accepted this one (``None`` in runs from before it was kept)."""
 
 
 class EditOutcome(BaseModel):

@@ -216,6 +216,8 @@ class CreateMessageInput(BaseModel):
     iteration: int = 0
     eager_tools: bool = False
     """Signal ``TOOL_USE_READY_SIGNAL`` to the run for each ``tool_use`` block as soon as its input is complete."""
+    eager_token: str = ""
+    """Sent back with each ``tool_use_ready`` signal: the run starts tools early only for the call it gave it to."""
 
 
 class CreateMessageOutput(BaseModel):

@@ -1,0 +1,191 @@
+"""No input can wedge a run: bad input is refused at the door, bad signals are dropped, bad replies fail clearly.
+
+A workflow task that raises is retried by Temporal for ever, so the run neither progresses nor ends. Each test sends
+what a careless or hostile client, tool or API could send, and checks that the run either goes on unharmed or ends
+at once with a clear error: judged by how the run ended, what Claude received and which tools ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from anthropic import beta_tool
+from temporalio.client import Client, WorkflowFailureError
+
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory, stock_temporal
+from workflows.errors import EditRejected, InvalidRunInput, MalformedReply
+from workflows.types import TOOL_USE_READY_SIGNAL
+
+BASE = {"model": "claude-fake-1", "max_tokens": 256}
+USER = {"role": "user", "content": "Hi."}
+RAN: list[str] = []
+
+
+@beta_tool
+def launch(target: str) -> str:
+    """Launch something: a side effect nobody asked for must never happen.
+
+    Args:
+        target: What to launch.
+    """
+    RAN.append(target)
+    return f"launched {target}"
+
+
+@pytest.fixture(autouse=True)
+def forget_launches() -> None:
+    RAN.clear()
+
+
+async def wait_for_request(fake: FakeMessagesAPI, count: int) -> None:
+    async with asyncio.timeout(20):
+        while len(fake.requests) < count:
+            await asyncio.sleep(0.02)
+
+
+FORGED: list[Any] = [
+    {"iteration": "one", "attempt": "x", "block": 5},  # malformed fields
+    "not even an object",
+    None,
+    {"iteration": 1, "attempt": 1, "block": {"type": "tool_use", "id": "toolu_evil", "name": "launch", "input": {}}},
+    {
+        "iteration": 1,
+        "attempt": 1,
+        "token": "guessed",
+        "block": {"type": "tool_use", "id": "toolu_evil", "name": "launch", "input": {"target": "moon"}},
+    },
+]
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["eager-off", "eager-on"])
+async def test_forged_or_malformed_tool_use_ready_signals_neither_wedge_the_run_nor_run_a_tool(
+    eager: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply(content=[text("Thinking.")], delay=1.5), end_turn("unused"))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], eager_tools=eager, thread=False)
+        await wait_for_request(fake_api, 1)  # the model call is under way: iteration 1, attempt 1
+        for payload in FORGED:
+            await run.handle.signal(TOOL_USE_READY_SIGNAL, payload)
+        async with asyncio.timeout(30):
+            result = await run.result()
+    assert (result.status, result.iterations) == ("completed", 1)
+    assert RAN == []
+    assert len(fake_api.requests) == 1
+
+
+async def test_an_eager_tool_started_from_a_block_the_reply_does_not_hold_whole_is_run_again_from_the_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The reply's own block decides: a started call whose input differs from the reply's is never sent back."""
+    fake_api.script(
+        Reply(content=[text("Go."), tool_use("toolu_1", "launch", {"target": "mars"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], eager_tools=True, thread=False)
+        await run.until_done()
+    assert RAN == ["mars"]  # started eagerly once, from the streamed block, which is the reply's
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched mars"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (
+            Reply(content=[tool_use("toolu_1", "launch", [1, 2])], stop_reason="tool_use"),  # type: ignore[arg-type]
+            "`content[0]` is a tool_use whose `input` is not an object",
+        ),
+        (
+            Reply(content=[text("hi")], usage={"input_tokens": -3, "output_tokens": 5}),
+            "`usage.input_tokens` is not a count",
+        ),
+    ],
+    ids=["tool-input-not-object", "negative-usage"],
+)
+async def test_a_malformed_reply_fails_the_run_at_once_with_the_reason(
+    reply: Reply, problem: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(reply)
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False)
+        async with asyncio.timeout(30):
+            with pytest.raises(MalformedReply) as failure:
+                await run.until_done()
+    assert str(failure.value) == (
+        f"Claude's API sent a reply the runner cannot use: {problem}. If a proxy sits between the worker and the API "
+        "(ANTHROPIC_BASE_URL), check it; then fork the run from its last turn."
+    )
+    assert len(fake_api.requests) == 1  # not retried: another attempt is billed and would get the same
+    assert RAN == []
+
+
+@pytest.mark.parametrize(
+    ("run_input", "expected"),
+    [
+        (None, "A run's input must be a JSON object with at least `model`, `max_tokens` and `messages`; got NoneType."),
+        ("hello", "A run's input must be a JSON object with at least `model`, `max_tokens` and `messages`; got str."),
+        ([1, 2], "A run's input must be a JSON object with at least `model`, `max_tokens` and `messages`; got list."),
+        (
+            {**BASE, "messages": [USER], "model_activity": {"initial_interval": "PT30S", "maximum_interval": "PT1S"}},
+            "The run's input was rejected:\n- `model_activity` is invalid: value: Value error, maximum_interval "
+            "(0:00:01) must be at least initial_interval (0:00:30)",
+        ),
+        (
+            {**BASE, "max_tokens": 5, "messages": [USER], "tool_choice": {"type": "tool"}},
+            "The run's input was rejected:\n- `tool_choice` is not what the Messages API takes "
+            "(BetaToolChoiceAutoParam.type: Input should be 'auto'; BetaToolChoiceAnyParam.type: Input should be "
+            "'any'; BetaToolChoiceToolParam.name: Field required; and 1 more). See the API reference for "
+            "`tool_choice`.",
+        ),
+    ],
+    ids=["no-input", "string", "list", "model-activity-out-of-range", "tool-choice-shape"],
+)
+async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_input(
+    run_input: Any, expected: str, client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    workflow_id = f"bad-input-{task_queue}"
+    args = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
+    if run_input is not None:
+        args += ["--input", json.dumps(run_input)]
+    async with worker(launch):
+        await asyncio.to_thread(stock_temporal, client, *args)
+        async with asyncio.timeout(30):
+            with pytest.raises(WorkflowFailureError) as failure:
+                await client.get_workflow_handle(workflow_id).result()
+    cause = failure.value.cause
+    assert (getattr(cause, "type", None), getattr(cause, "message", None)) == ("InvalidRunInput", expected)
+    assert fake_api.requests == []
+
+
+async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_run_goes_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply(content=[text("One.")], delay=1.0), end_turn("unused"))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False)
+        await wait_for_request(fake_api, 1)
+        with pytest.raises(EditRejected) as refused:
+            await run.update_params(max_tokens="4k")
+        with pytest.raises(EditRejected, match=r"`temperature` must be a number between 0.0 and 1.0; got 7."):
+            await run.update_params(temperature=7)
+        result = await run.result()
+    assert str(refused.value) == (
+        "update_params was refused: The new parameters were rejected:\n- `max_tokens` is not what the Messages API "
+        "takes (Input should be a valid integer). See the API reference for `max_tokens`."
+    )
+    assert (result.status, result.iterations) == ("completed", 1)
+
+
+def test_invalid_run_input_is_the_client_side_error_too() -> None:
+    from workflows.run_input import parse_run_input
+
+    with pytest.raises(InvalidRunInput, match="`max_tokens` must be a positive integer"):
+        parse_run_input({**BASE, "max_tokens": "4k", "messages": [USER]})

@@ -1,0 +1,101 @@
+"""Steering keeps its promises in every state the run can be in: waiting for approval, tools running, ended.
+
+Each test is a way the promise was seen broken: a retried turn whose tool still ran after approval, the README's
+read-then-replace example refused because the run's own tool results moved the version, a refusal that the stock
+CLI showed as retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import TEMPORAL_BIN, WorkerFactory
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
+
+USER = {"role": "user", "content": "Clean up."}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+pytestmark = pytest.mark.usefixtures("fresh_tools")
+
+
+async def test_a_turn_retried_while_its_call_waits_for_approval_never_runs_the_call(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(
+        Reply([text("Deleting."), tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"),
+        end_turn("On second thought, nothing to delete."),
+    )
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]}, thread=False)
+        await wait_status(run, "waiting_for_approval")
+        await run.retry()
+        result = await run.result()
+    assert CALLS == []
+    assert (result.status, result.iterations) == ("completed", 2)
+    assert fake_api.bodies()[1]["messages"] == [USER]  # the turn, sent again without the discarded reply
+
+
+async def test_replace_history_with_the_version_read_while_tools_run_applies(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The README's example: read the versioned transcript, then replace the history with that version."""
+    fake_api.script(
+        Reply([text("Reporting."), tool_use("toolu_G", "gated", {"city": "Oslo"})], "tool_use"),
+        end_turn("Hi."),
+    )
+    trimmed = [{"role": "user", "content": "Just say hi."}]
+    async with worker(gated):
+        run = await runner.start(**BASE, tools=[gated], thread=False)
+        async with asyncio.timeout(20):
+            while CALLS != ["Oslo"]:
+                await asyncio.sleep(0.02)
+        snapshot = await run.versioned_transcript()  # the reply is in; its tool is still running
+        replaced = asyncio.create_task(run.replace_history(trimmed, expected_version=snapshot.version))
+        await asyncio.sleep(0.3)
+        GATE.set()
+        version = await replaced
+        await run.until_done()
+    assert version is not None and version > snapshot.version
+    assert fake_api.bodies()[1]["messages"] == trimmed
+
+
+async def test_an_edit_refused_by_the_run_reaches_the_stock_cli_as_final(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Done."))
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [
+                TEMPORAL_BIN,
+                "workflow",
+                "update",
+                "execute",
+                "--address",
+                client.service_client.config.target_host,
+                "--workflow-id",
+                run.id,
+                "--name",
+                "retry_turn",
+                "--input",
+                json.dumps({"expected_version": 99}),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        await run.stop()
+    assert done.returncode != 0
+    refusal = done.stderr + done.stdout
+    assert "The transcript changed since version 99 (it is now at 1)" in refusal
+    assert "EditRejected" in refusal and "retryable: true" not in refusal.lower()
