@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from activities.hooks import HookContext, StopRun, result_hook
-    from activities.tools import tool_options
+    from activities.tools import ToolCall, current_tool_call, tool_options
     from agent_runner.client import AgentRunner, Run
     from workflows.errors import (
         AgentRunError,
         AgentRunnerError,
         ConfigurationError,
         InvalidRunInput,
+        MalformedReply,
         ModelRequestRejected,
         RunCancelled,
         RunNotFound,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "tool_options": "activities.tools",
+    "ToolCall": "activities.tools",
+    "current_tool_call": "activities.tools",
     "result_hook": "activities.hooks",
     "HookContext": "activities.hooks",
     "StopRun": "activities.hooks",
@@ -39,6 +42,7 @@ _HOMES = {
             "AgentRunnerError",
             "ConfigurationError",
             "InvalidRunInput",
+            "MalformedReply",
             "ModelRequestRejected",
             "RunCancelled",
             "RunNotFound",
@@ -58,6 +62,7 @@ __all__ = [
     "AgentRunnerError",
     "ConfigurationError",
     "InvalidRunInput",
+    "MalformedReply",
     "ModelRequestRejected",
     "Run",
     "RunCancelled",
@@ -65,6 +70,8 @@ __all__ = [
     "ToolNotRegistered",
     "ToolRegistrationError",
     "tool_options",
+    "ToolCall",
+    "current_tool_call",
 ]
 
 

@@ -1106,7 +1106,7 @@ class AgentRun:
             DescribeToolsInput(names=names, hooks=hooks or []),
             result_type=DescribeToolsOutput,
             start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
         )
         return described
 
@@ -1236,7 +1236,7 @@ class AgentRun:
                 ),
                 result_type=ProcessResultsOutput,
                 start_to_close_timeout=timedelta(minutes=1),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
                 summary=f"turn {self._reply_count} · result hooks",
             )
         except ActivityError as e:
