@@ -31,6 +31,8 @@ from temporalio.converter import PayloadCodec
 from workflows.errors import ConfigurationError
 
 KEYS_ENV = "AGENT_RUNNER_ENCRYPTION_KEYS"
+TOKEN_ENV = "AGENT_RUNNER_CODEC_TOKEN"
+"""The secret a codec server's callers must show."""
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
 _NONCE_BYTES = 12
@@ -108,11 +110,22 @@ def new_key() -> str:
     return base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()
 
 
-async def serve(codec: EncryptionCodec, port: int, allowed_origin: str) -> None:
-    """Serve Temporal's codec-server protocol (``POST /encode``, ``POST /decode``) for the web UI."""
+async def serve(codec: EncryptionCodec, port: int, allowed_origin: str, token: str) -> None:
+    """Serve Temporal's codec-server protocol (``POST /encode``, ``POST /decode``) for the web UI.
+
+    Anyone who can reach it can decrypt, so every request needs the token, either as ``Authorization: Bearer
+    <token>`` or as the first part of the path (``http://127.0.0.1:8081/<token>``, the codec endpoint to give the
+    UI when it sends no credentials of ours), and a browser request must come from ``allowed_origin``.
+    """
+    import hmac
+
     from aiohttp import web
     from google.protobuf import json_format
     from temporalio.api.common.v1 import Payloads
+
+    def authorized(request: web.Request) -> bool:
+        given = request.match_info.get("token") or request.headers.get("authorization", "").removeprefix("Bearer ")
+        return hmac.compare_digest(given.encode(), token.encode())
 
     def cors(response: web.StreamResponse) -> web.StreamResponse:
         response.headers["Access-Control-Allow-Origin"] = allowed_origin
@@ -123,8 +136,13 @@ async def serve(codec: EncryptionCodec, port: int, allowed_origin: str) -> None:
 
     def handler(decode: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
+            origin = request.headers.get("origin")
+            if origin is not None and origin != allowed_origin:
+                return web.Response(status=403, text=f"origin {origin} is not allowed; start with --origin {origin}")
             if request.method == "OPTIONS":
                 return cors(web.Response())
+            if not authorized(request):
+                return cors(web.Response(status=401, text="a token is needed (Authorization: Bearer, or in the path)"))
             payloads = json_format.Parse(await request.read(), Payloads())
             result = await (codec.decode if decode else codec.encode)(payloads.payloads)
             body = json_format.MessageToJson(Payloads(payloads=result))
@@ -134,8 +152,9 @@ async def serve(codec: EncryptionCodec, port: int, allowed_origin: str) -> None:
 
     app = web.Application()
     for path, decode in (("/decode", True), ("/encode", False)):
-        app.router.add_route("POST", path, handler(decode))
-        app.router.add_route("OPTIONS", path, handler(decode))
+        for route in (path, "/{token}" + path):
+            app.router.add_route("POST", route, handler(decode))
+            app.router.add_route("OPTIONS", route, handler(decode))
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -160,8 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if codec is None:
         sys.stderr.write(f"error: set {KEYS_ENV} to the keys the workers use.\n")
         return 1
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16:
+        sys.stderr.write(
+            f"error: set {TOKEN_ENV} to a secret of 16 characters or more (python -m agent_runner.codec new-key "
+            "makes one): anyone who can reach the codec server could decrypt your runs otherwise.\n"
+        )
+        return 1
     try:
-        asyncio.run(serve(codec, args.port, args.origin))
+        asyncio.run(serve(codec, args.port, args.origin, token))
     except KeyboardInterrupt:
         return 0
     return 0

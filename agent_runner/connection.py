@@ -12,18 +12,26 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 
 from agent_runner.codec import EncryptionCodec
 from agent_runner.temporal_server import EmbeddedTemporal, connect_client
 
 
 def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
-    """The pydantic data converter, encrypting every payload when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set."""
+    """The pydantic data converter, encrypting every payload when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set.
+
+    With encryption on, failures' messages and stack traces are encoded too: a failure can quote what it failed on
+    (an API error echoing the request, a tool's exception).
+    """
     codec = EncryptionCodec.from_env(environ)
     if codec is None:
         return pydantic_data_converter
-    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
 
 
 async def connect(**kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -17,12 +18,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
-from agent_runner.codec import KEYS_ENV, EncryptionCodec, new_key
+from agent_runner.codec import KEYS_ENV, TOKEN_ENV, EncryptionCodec, new_key
 from agent_runner.connection import data_converter
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.fake_api import FakeMessagesAPI, Fault, Reply, end_turn, error_body, text, tool_use
 from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import get_weather
-from workflows.errors import ConfigurationError
+from workflows.errors import ConfigurationError, ModelRequestRejected
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD, NEW = new_key(), new_key()
@@ -76,36 +77,59 @@ def test_a_malformed_key_says_how_to_make_one() -> None:
         EncryptionCodec.from_env({KEYS_ENV: "k1:not-base64!"})
 
 
-async def test_the_codec_server_decodes_for_the_ui() -> None:
+TOKEN = "a-codec-token-of-32-characters!!"
+
+
+async def test_the_codec_server_decodes_for_the_ui_with_its_token_and_origin_only() -> None:
     codec = EncryptionCodec.from_env({KEYS_ENV: f"k1:{NEW}"})
     assert codec is not None
     [encrypted] = await codec.encode([Payload(metadata={"encoding": b"json/plain"}, data=b'"hello"')])
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent_runner.codec", "serve", "--port", "18081"],
         cwd=ROOT,
-        env={**__import__("os").environ, KEYS_ENV: f"k1:{NEW}"},
+        env={**os.environ, KEYS_ENV: f"k1:{NEW}", TOKEN_ENV: TOKEN},
         stdout=subprocess.PIPE,
     )
+    body = {
+        "payloads": [
+            {
+                "metadata": {k: base64.b64encode(v).decode() for k, v in encrypted.metadata.items()},
+                "data": base64.b64encode(encrypted.data).decode(),
+            }
+        ]
+    }
+    base = "http://127.0.0.1:18081"
+    ui = {"Origin": "http://localhost:8233"}
     try:
         assert proc.stdout is not None
         line = await asyncio.to_thread(proc.stdout.readline)
-        assert line.decode().startswith("READY http://127.0.0.1:18081")
-        body = {
-            "payloads": [
-                {
-                    "metadata": {k: base64.b64encode(v).decode() for k, v in encrypted.metadata.items()},
-                    "data": base64.b64encode(encrypted.data).decode(),
-                }
-            ]
-        }
+        assert line.decode().startswith(f"READY {base}")
         async with aiohttp.ClientSession() as session:
-            async with session.post("http://127.0.0.1:18081/decode", json=body) as response:
-                decoded = await response.json()
-                assert response.headers["Access-Control-Allow-Origin"] == "http://localhost:8233"
+            refusals = []
+            for url, headers in [
+                (f"{base}/decode", ui),  # no token
+                (f"{base}/decode", {**ui, "Authorization": "Bearer wrong-token-of-some-length"}),
+                (f"{base}/wrong-token-of-some-length/decode", ui),
+                (f"{base}/{TOKEN}/decode", {"Origin": "http://evil.example"}),  # the right token, a foreign page
+            ]:
+                async with session.post(url, json=body, headers=headers) as response:
+                    refusals.append(response.status)
+            decoded = []
+            for url, headers in [
+                (f"{base}/decode", {**ui, "Authorization": f"Bearer {TOKEN}"}),
+                (f"{base}/{TOKEN}/decode", ui),
+                (f"{base}/{TOKEN}/decode", {}),  # no browser: no origin to check
+            ]:
+                async with session.post(url, json=body, headers=headers) as response:
+                    assert response.status == 200
+                    decoded.append(await response.json())
+                    if headers:
+                        assert response.headers["Access-Control-Allow-Origin"] == "http://localhost:8233"
     finally:
         proc.terminate()
         proc.wait()
-    assert decoded == {
+    assert refusals == [401, 401, 401, 403]
+    plain = {
         "payloads": [
             {
                 "metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
@@ -113,3 +137,40 @@ async def test_the_codec_server_decodes_for_the_ui() -> None:
             }
         ]
     }
+    assert decoded == [plain, plain, plain]
+
+
+def test_the_codec_server_will_not_start_without_a_token() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_runner.codec", "serve", "--port", "18082"],
+        cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if k != TOKEN_ENV}, KEYS_ENV: f"k1:{NEW}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"error: set {TOKEN_ENV} to a secret of 16 characters or more (python -m agent_runner.codec new-key makes "
+        "one): anyone who can reach the codec server could decrypt your runs otherwise.\n",
+    )
+
+
+async def test_a_failure_message_quoting_the_conversation_is_encrypted_too(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI
+) -> None:
+    converter = data_converter({KEYS_ENV: f"k1:{NEW}"})
+    client = await Client.connect(temporal_env.client.service_client.config.target_host, data_converter=converter)
+    queue = f"enc-fail-{uuid.uuid4()}"
+    fake_api.script(Fault(400, body=error_body(400, "prompt mentions Reykjavik, which is not allowed")))
+    async with fake_claude_worker(client, fake_api, queue):
+        run = await AgentRunner(client, task_queue=queue).start(
+            model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "Weather in Reykjavik?"}]
+        )
+        with pytest.raises(ModelRequestRejected, match="Reykjavik"):  # the client, with the key, reads it
+            await run.until_done()
+    raw = await temporal_env.client.get_workflow_handle(run.id).fetch_history()
+    stored = json.dumps(raw.to_json_dict())
+    assert "Reykjavik" not in stored and "not allowed" not in stored
+    assert "Encoded failure" in stored
