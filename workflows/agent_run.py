@@ -21,7 +21,6 @@ does. A reply that a pending retry will discard, or that arrived after a stop, n
 from __future__ import annotations
 
 import asyncio
-import copy
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -109,6 +108,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
+
+TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
+"""``workflow.patched`` id of the check that a tool the conversation withdrew is not run (issue 13)."""
 
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
@@ -257,12 +259,7 @@ class AgentRun:
         self._search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        self._conversation = Conversation(
-            params=spec.params,
-            tools=definitions,
-            transcript=Transcript(pending=copy.deepcopy(spec.messages)),
-            threading=spec.thread,
-        )
+        self._conversation = Conversation.start(spec.params, definitions, spec.messages, threading=spec.thread)
         return spec
 
     def _restore(self, carried: Carried) -> None:
@@ -974,7 +971,7 @@ class AgentRun:
         # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
         # run: both start with the reply instead.
         spec = self._tools.get(str(block.get("name")))
-        if spec is None or self._needs_approval(spec):
+        if spec is None or self._needs_approval(spec) or self._withdrawn(spec.name):
             return
         if attempt > self._eager_attempt:
             self._eager, self._eager_attempt = {}, attempt
@@ -1077,15 +1074,15 @@ class AgentRun:
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
-        spec = self._tools.get(name)
+        spec = self._tools.get(name) if not self._withdrawn(name) else None
         iteration = iteration if iteration is not None else self._reply_count
         self._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         if spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
             workflow.logger.warning(
-                "Tool %r not found: it is not registered (available: %s). A raw tool definition is sent to Claude "
-                "but never executed.",
+                "Tool %r not found: it is not registered, or the conversation withdrew it (registered: %s). A raw "
+                "tool definition is sent to Claude but never executed.",
                 name,
                 sorted(self._tools),
             )
@@ -1103,6 +1100,23 @@ class AgentRun:
             tool_result["is_error"] = True
         self._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
+
+    def _withdrawn(self, name: str) -> bool:
+        """Whether the conversation withdrew tool ``name``, so that a call to it is not run.
+
+        The SDK dispatches only on the names its history leaves available (``Conversation.withdrawn_tools``). Queued
+        ``remove_tools`` and ``add_tools`` count already, as the SDK's do for the reply being handled.
+        """
+        if self._conversation is None or name not in self._tools:
+            return False
+        queued: list[tuple[str, bool]] = []
+        for edit in self._queue:
+            if edit.kind == REMOVE_TOOLS_UPDATE:
+                queued.extend((n, False) for n in edit.payload["names"])
+            elif edit.kind == ADD_TOOLS_UPDATE:
+                queued.extend((t, True) for t in edit.payload["tools"] if isinstance(t, str))
+        # Runs recorded before this check ran withdrawn tools; they replay as they ran.
+        return name in self._conversation.withdrawn_tools(queued) and workflow.patched(TOOL_AVAILABILITY_PATCH)
 
     async def _process_results(
         self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
