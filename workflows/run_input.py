@@ -248,8 +248,11 @@ def message_problems(messages: object) -> list[str]:
             continue
         problems.extend(_shape_problems(where, role, message))
         content = message.get("content")
-        if role == "system" and content is None and message.get("output_config") is None:
-            problems.append(f"{where} is a system message with neither `content` nor `output_config`; give one.")
+        if role == "system" and content is None and not message.get("output_config"):
+            problems.append(
+                f"{where} is a system message with neither `content` nor an `output_config` field; the API rejects "
+                "it. Give it one."
+            )
         blocks = content if isinstance(content, list) else []
         tool_use_ids: set[str] = set()
         for j, block in enumerate(blocks):
@@ -286,9 +289,11 @@ def _shape_problems(where: str, role: str, message: dict[str, Any]) -> list[str]
     if isinstance(content, list):
         # A block without a `type` fails every member of the union at once: say what it lacks, once.
         untyped = [j for j, b in enumerate(content) if not (isinstance(b, dict) and isinstance(b.get("type"), str))]
+        stored = [j for j in untyped if is_placeholder(content[j])]  # blocks a client stored: the store has them
         for j in untyped:
-            lines[f"{where}.content[{j}] must be a content block object with a string `type`."] = None
-        # Checked in place of it: a text block, which every role takes, keeps the other blocks' places.
+            if j not in stored:
+                lines[f"{where}.content[{j}] must be a content block object with a string `type`."] = None
+        # Checked in place of them: a text block, which every role takes, keeps the other blocks' places.
         message = {**message, "content": [_BLANK if j in untyped else b for j, b in enumerate(content)]}
     errors: list[ErrorDetails] = []
     try:
