@@ -192,6 +192,12 @@ def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, o
             id="block_type_the_role_does_not_take",
         ),
         pytest.param(
+            {"role": "system", "content": [{"type": "image", "source": {}}, {"type": "text"}]},
+            "`messages[1]`.content[1].text: Field required.\n- `messages[1]`.content[0].type is 'image', not a content "
+            "block type that goes here; use one of 'text', 'tool_addition', 'tool_removal'.",
+            id="each_block_for_itself",
+        ),
+        pytest.param(
             {"role": "user", "content": [3]},
             "`messages[1]`.content[0] must be a content block object with a string `type`.",
             id="untyped_block",

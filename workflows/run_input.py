@@ -303,16 +303,11 @@ def _shape_problems(where: str, role: str, message: dict[str, Any]) -> list[str]
     else:
         # `Iterable` fields validate lazily, item by item, as they are read: read them all.
         errors.extend(_drain(validated, (0,)))
+    kept, unmatched = _relevant(errors, message)
     failures: dict[str, list[str]] = {}
-    types_expected: dict[str, list[str]] = {}
-    for error in _relevant(errors, message):
+    for error in kept:
         path = _path(message, error["loc"][1:], error["type"])
         if path is None:
-            continue
-        if error["type"] == "literal_error" and path.endswith(".type"):
-            # One error per union member: together they list the types that would do.
-            expected = types_expected.setdefault(path, [])
-            expected.extend(str(t) for t in error.get("ctx", {}).get("expected", "").split(" or ") if t)
             continue
         if error["type"] == "extra_forbidden":
             lines[f"{where}{path} is not a field the SDK's types allow here; remove it."] = None
@@ -321,12 +316,14 @@ def _shape_problems(where: str, role: str, message: dict[str, Any]) -> list[str]
     for path, messages in failures.items():
         # A value that is none of a union's members fails each of them: one line lists what would do.
         lines[f"{where}{path}: {'; or '.join(messages)}."] = None
-    for path, expected in types_expected.items():
-        given = _value_at(message, path)
-        lines[
-            f"{where}{path} is {given!r}, not a content block type that goes here; use one of "
-            f"{', '.join(sorted(set(expected)))}."
-        ] = None
+    for path, expected in unmatched.items():
+        if expected:
+            lines[
+                f"{where}{path}.type is {_value_at(message, path).get('type')!r}, not a content block type that goes "
+                f"here; use one of {', '.join(sorted(set(expected)))}."
+            ] = None
+        else:
+            lines[f"{where}{path} must be a content block object with a string `type`."] = None
     return list(lines)
 
 
@@ -354,35 +351,36 @@ def _drain(value: Any, loc: tuple[int | str, ...]) -> list[ErrorDetails]:
     return errors
 
 
-def _relevant(errors: list[ErrorDetails], message: dict[str, Any]) -> list[ErrorDetails]:
-    """The errors of the union members a block is meant for: a block's ``type`` says which member it is.
+def _relevant(errors: list[ErrorDetails], message: dict[str, Any]) -> tuple[list[ErrorDetails], dict[str, list[str]]]:
+    """Sort a union's errors: a block's ``type`` says which member it is meant to be.
 
-    A block that is no member at all keeps the errors on its ``type``, which list the types there are.
+    Returns:
+        The errors of the members whose ``type`` a block has, and the blocks that have no member's ``type`` (by
+        path, with the types there are), deepest only: a block is no member when one inside it is none.
     """
-    mismatched = {
-        e["loc"][:-1]
-        for e in errors
-        if e["loc"] and e["loc"][-1] == "type" and e["type"] in ("literal_error", "missing")
-    }
+    on_type = [e for e in errors if e["loc"] and e["loc"][-1] == "type" and e["type"] in ("literal_error", "missing")]
+    mismatched = {e["loc"][:-1] for e in on_type}  # the members a block was tried as and is not
+    expected: dict[str, list[str]] = {}
+    for error in on_type:
+        member = error["loc"][:-1]
+        if any(len(m) < len(member) and member[: len(m)] == m for m in mismatched):
+            continue  # inside a member the block is not: says nothing about the block
+        block = _path(message, member[1:], "")
+        if block is None:
+            continue  # content a client stored
+        ctx = error.get("ctx") or {}
+        types = expected.setdefault(block, [])
+        types.extend(t for t in str(ctx.get("expected", "")).split(" or ") if t and error["type"] == "literal_error")
+    kept = [e for e in errors if not any(e["loc"][: len(m)] == m for m in mismatched)]
+    kept_paths = [_path(message, e["loc"][1:], e["type"]) or "" for e in kept]
 
-    def in_mismatched(error: ErrorDetails) -> bool:
-        return any(error["loc"][: len(m)] == m for m in mismatched)
+    def within(path: str, block: str) -> bool:
+        return path.startswith(block) and path[len(block) : len(block) + 1] in ("", ".", "[")
 
-    kept = [e for e in errors if not in_mismatched(e)]
-    if kept:
-        return kept
-    # No member matched: report the `type` at the deepest place where none did (the place, not the `loc`, which
-    # also counts the members' tags).
-    on_type = [e for e in errors if e["loc"] and e["loc"][-1] == "type" and e["type"] == "literal_error"]
-    if not on_type:
-        return errors
-
-    def depth(error: ErrorDetails) -> int:
-        path = _path(message, error["loc"][1:], error["type"]) or ""
-        return path.count(".") + path.count("[")
-
-    deepest = max(map(depth, on_type))
-    return [e for e in on_type if depth(e) == deepest]
+    # A block some member's `type` matched has that member's errors; the others matched no member.
+    unmatched = {b: t for b, t in expected.items() if not any(within(p, b) for p in kept_paths)}
+    deepest = {b: t for b, t in unmatched.items() if not any(o != b and within(o, b) for o in unmatched)}
+    return kept, deepest
 
 
 def _path(message: dict[str, Any], loc: tuple[int | str, ...], error_type: str) -> str | None:
