@@ -299,3 +299,16 @@ class TestConversationFold:
         conversation = Conversation.start(PARAMS, [], [USER], threading=True)
         assert conversation.withdrawn_tools([("launch", False)]) == {"launch"}
         assert conversation.withdrawn_tools([("launch", False), ("launch", True)]) == set()
+
+    def test_changes_older_than_the_last_continue_as_new_keep_only_each_tools_last(self) -> None:
+        conversation = Conversation.start(PARAMS, [], [USER], threading=False)
+        for i in range(3):
+            conversation.append_system_content([REMOVAL])
+            conversation.append_user_content([{"type": "text", "text": str(i)}])
+            conversation.append_system_content([ADDITION])
+            conversation.append_user_content([{"type": "text", "text": str(i)}])
+        conversation.transcript.store_pending()
+        carried = conversation.model_copy(update={"transcript": conversation.transcript.carry(keep=1)})
+        carried.record_reply({"id": "m1", "content": [text("hi")], "stop_reason": "end_turn"})
+        assert carried.tool_changes == [ToolChange(index=11, name="launch", available=True)]
+        assert carried.withdrawn_tools() == set()

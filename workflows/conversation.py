@@ -310,6 +310,11 @@ class Conversation(BaseModel):
     def _append(self, message: dict[str, Any]) -> None:
         self.tool_changes.extend(tool_changes_in([message], start=len(self.transcript)))
         self.transcript.append(message)
+        # Messages older than the last continue-as-new can only be replaced all at once, never cut one by one: of
+        # their changes only each tool's last one matters, so a long run carries no more than one per tool.
+        older = [c for c in self.tool_changes if c.index < self.transcript.offset]
+        if len(older) > len({c.name for c in older}):
+            self.tool_changes = [*{c.name: c for c in older}.values(), *self.tool_changes[len(older) :]]
 
     def replace_messages(self, messages: list[dict[str, Any]]) -> int:
         """Take ``messages`` as the history. Unless they keep everything the server holds, start a new thread.
