@@ -16,12 +16,15 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic import beta_tool
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
+from workflows.agent_run import AgentRun
 from workflows.conversation import Conversation, ToolChange, tool_changes_in
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tool 'launch' not found in tool runner:UserWarning")
@@ -145,6 +148,28 @@ async def test_a_tool_removed_in_the_initial_messages_is_not_found_and_never_run
     assert actual == expected
     assert last_results(actual[1]) == [NOT_FOUND]
     assert (sdk_launched, launched) == ([], [])
+
+
+async def test_a_run_that_refused_a_withdrawn_tool_replays_on_the_current_code(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The check is behind `workflow.patched`, whose marker the history records where the check first refused."""
+    messages = [USER, {"role": "system", "content": [REMOVAL]}]
+    async with worker(*TOOLS):
+        fake_api.script(launch_call(), end_turn("Cannot launch."))
+        run = await runner.start(**PARAMS, messages=messages, tools=TOOLS, eager_tools=True)
+        await run.result()
+        history = await run.handle.fetch_history()
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers == ["core_patch"]
+    assert LAUNCHED == []
 
 
 @pytest.mark.parametrize("mode", WIRE_MODES)
