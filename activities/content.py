@@ -113,10 +113,15 @@ class Content:
     async def offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
         """A reply's content block, stored and replaced by a placeholder if it is too big to carry.
 
-        Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call.
+        Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call; of a big
+        ``compaction`` only the summary, so the run still sees its ``tool_changes``. ``tool_addition`` and
+        ``tool_removal`` blocks stay whole: which tools may run follows them (``conversation.tool_changes_in``).
         """
-        if block.get("type") == "tool_use" and "input" in block and len(canonical(block)) > INLINE_LIMIT:
-            return {**block, "input": stored(await self.put_value(block["input"]))}
+        if block.get("type") in ("tool_addition", "tool_removal"):
+            return block
+        for kind, key in (("tool_use", "input"), ("compaction", "content")):
+            if block.get("type") == kind and key in block and len(canonical(block)) > INLINE_LIMIT:
+                return {**block, key: stored(await self.put_value(block[key]))}
         carried: dict[str, Any] = await self.offload(block)
         return carried
 

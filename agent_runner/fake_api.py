@@ -521,6 +521,9 @@ def _validate_shape(body: dict[str, Any], *, is_continue: bool) -> None:
         if message.get("role") not in ("user", "assistant", "system"):
             raise _invalid(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
         if "content" not in message:
+            # A system message may carry only `output_config` (per-turn settings), as the API takes it.
+            if message["role"] == "system" and message.get("output_config") is not None:
+                continue
             raise _invalid(f"messages.{i}.content: Field required")
         if not isinstance(message["content"], str | list):
             raise _invalid(f"messages.{i}.content: Input should be a valid string or list of content blocks")

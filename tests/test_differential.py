@@ -21,7 +21,9 @@ import pytest
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 from tests.tools_for_tests import fail_disk, get_weather, refuse, returns_dict
+from workflows.errors import EditRejected
 
 TOOLS = [get_weather, fail_disk, refuse, returns_dict]
 PARAMS: dict[str, Any] = {
@@ -101,7 +103,7 @@ async def durable_bodies(
 ) -> list[dict[str, Any]]:
     fake.reset()
     fake.script(*script)
-    run = await runner.start(**PARAMS, tools=TOOLS, thread=thread, **options)
+    run = await runner.start(**{**PARAMS, **options}, tools=TOOLS, thread=thread)
     await run.result()
     return fake.bodies()
 
@@ -172,3 +174,72 @@ async def test_documented_differences_invalid_input_and_wrong_return_type(
     # Everything else about the two requests is the same.
     assert expected[0] == actual[0]
     assert expected[1]["messages"][:-1] == actual[1]["messages"][:-1]
+
+
+OUTPUT_CONFIG_ONLY = {"role": "system", "output_config": {"effort": "low"}}
+"""A system message that sets the next turn's effort and says nothing (2.14.0's types take it without content)."""
+
+CLEAR_AT = {"role": "system", "clear_at": "next_user_message", "content": "Answer in French."}
+"""A system message shown only until the next user message."""
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+@pytest.mark.parametrize("system", [OUTPUT_CONFIG_ONLY, CLEAR_AT], ids=["output_config_only", "clear_at"])
+async def test_system_message_shapes_of_the_sdk_types_start_a_run_and_are_sent_as_given(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, system: dict[str, Any], thread: bool
+) -> None:
+    """Every message shape the SDK's types take is taken, and sent as the SDK's runner sends it."""
+    messages = [*PARAMS["messages"], system]
+    options = {"messages": messages}
+    script = [Reply([weather("toolu_S1")], "tool_use"), end_turn("ok")]
+    expected = await asyncio.to_thread(sdk_bodies, fake_api, script, options, thread)
+    async with worker(*TOOLS):
+        actual = await durable_bodies(fake_api, runner, script, options, thread)
+    assert actual == expected
+    assert actual[0]["messages"] == messages
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_replace_history_takes_system_message_shapes_of_the_sdk_types_and_sends_them_as_given(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """The new history keeps what the server holds, so on a thread only the messages after it are sent."""
+    new = [
+        *PARAMS["messages"],
+        {"role": "assistant", "content": [text("Sunny.")]},
+        OUTPUT_CONFIG_ONLY,
+        CLEAR_AT,
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    fake_api.script(end_turn("Sunny."), end_turn("Ensoleillé."))
+    async with worker(*TOOLS):
+        run = await runner.start(**PARAMS, tools=TOOLS, step=True, thread=thread)
+        await wait_status(run, "waiting_for_step", 1)
+        snapshot = await run.versioned_transcript()
+        await run.replace_history(new, expected_version=snapshot.version)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.result()
+    second = fake_api.bodies()[1]
+    assert second["messages"] == (new[2:] if thread else new)
+    assert second.get("thread", {}).get("type") == ("continue" if thread else None)
+
+
+async def test_replace_history_refuses_a_malformed_message_naming_its_index_and_field(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Sunny."))
+    bad = [*PARAMS["messages"], {"role": "system", "clear_at": "sometimes", "content": "Answer in French."}]
+    async with worker(*TOOLS):
+        run = await runner.start(**PARAMS, tools=TOOLS, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        snapshot = await run.versioned_transcript()
+        with pytest.raises(EditRejected) as e:
+            await run.replace_history(bad, expected_version=snapshot.version)
+        await run.stop()
+        await run.result()
+    assert str(e.value) == (
+        "replace_history was refused: The new history was rejected:\n"
+        "- `messages[1]`.clear_at: Input should be 'next_user_message' or 'never'."
+    )

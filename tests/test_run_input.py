@@ -128,3 +128,88 @@ def test_a_tool_result_answering_the_previous_assistant_tool_use_is_accepted() -
         }
     )
     assert len(spec.messages) == 3
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param({"role": "system", "output_config": {"effort": "low"}}, id="system_output_config_only"),
+        pytest.param({"role": "system", "clear_at": "next_user_message", "content": "Be brief."}, id="clear_at"),
+        pytest.param(
+            {"role": "system", "content": [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": "t"}}]},
+            id="tool_removal",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [{"type": "text", "text": "Hi.", "citations": None}]},
+            id="reply_block_as_returned",
+        ),
+        pytest.param({"role": "user", "content": [{"agent_runner.stored": "sha256:0"}]}, id="stored_block"),
+    ],
+)
+def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, object]) -> None:
+    messages = [{"role": "user", "content": "hi"}, message]
+    assert parse_run_input({**MINIMAL, "messages": messages}).messages == messages
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        pytest.param(
+            {"role": "user", "content": [{"type": "text"}]},
+            "`messages[1]`.content[0].text: Field required.",
+            id="missing_field",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "text", "text": 5}]},
+            "`messages[1]`.content[0].text: Input should be a valid string.",
+            id="wrong_type",
+        ),
+        pytest.param(
+            {"role": "system", "clear_at": "sometimes", "content": "Be brief."},
+            "`messages[1]`.clear_at: Input should be 'next_user_message' or 'never'.",
+            id="bad_clear_at",
+        ),
+        pytest.param(
+            {"role": "system", "output_config": {}},
+            "`messages[1]` is a system message with neither `content` nor an `output_config` field; the API rejects "
+            "it. Give it one.",
+            id="empty_system_message",
+        ),
+        pytest.param(
+            {"role": "system", "output_config": {"format": {"type": "json_schema"}}},
+            "`messages[1]`.output_config.format is not a field the SDK's types allow here; remove it.",
+            id="format_only_top_level",
+        ),
+        pytest.param(
+            {"role": "user", "content": "hi", "name": "bob"},
+            "`messages[1]`.name is not a field the SDK's types allow here; remove it.",
+            id="unknown_message_key",
+        ),
+        pytest.param(
+            {"role": "system", "content": [{"type": "image", "source": {}}]},
+            "`messages[1]`.content[0].type is 'image', not a content block type that goes here; use one of 'text', "
+            "'tool_addition', 'tool_removal'.",
+            id="block_type_the_role_does_not_take",
+        ),
+        pytest.param(
+            {"role": "system", "content": [{"type": "image", "source": {}}, {"type": "text"}]},
+            "`messages[1]`.content[1].text: Field required.\n- `messages[1]`.content[0].type is 'image', not a content "
+            "block type that goes here; use one of 'text', 'tool_addition', 'tool_removal'.",
+            id="each_block_for_itself",
+        ),
+        pytest.param(
+            {"role": "user", "content": [3]},
+            "`messages[1]`.content[0] must be a content block object with a string `type`.",
+            id="untyped_block",
+        ),
+        pytest.param(
+            {"role": "system", "content": [{"type": "tool_removal", "tool": {"type": "tool_reference"}}]},
+            "`messages[1]`.content[0].tool.name: Field required.",
+            id="nested_missing_field",
+        ),
+    ],
+)
+def test_a_malformed_message_is_refused_naming_its_index_and_field(message: dict[str, object], problem: str) -> None:
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input({**MINIMAL, "messages": [{"role": "user", "content": "hi"}, message]})
+    assert str(e.value) == f"The run's input was rejected:\n- {problem}"

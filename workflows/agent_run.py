@@ -21,7 +21,6 @@ does. A reply that a pending retry will discard, or that arrived after a stop, n
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import hashlib
 from collections.abc import Callable
@@ -128,6 +127,9 @@ with workflow.unsafe.imports_passed_through():
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
 
 _ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
+
+TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
+"""``workflow.patched`` id of the check that a tool the conversation withdrew is not run (issue 13)."""
 
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
@@ -310,12 +312,7 @@ class AgentRun:
         self._search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         definitions = [self._tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        self._conversation = Conversation(
-            params=spec.params,
-            tools=definitions,
-            transcript=Transcript(pending=copy.deepcopy(spec.messages)),
-            threading=spec.thread,
-        )
+        self._conversation = Conversation.start(spec.params, definitions, spec.messages, threading=spec.thread)
         return spec
 
     def _restore(self, carried: Carried) -> None:
@@ -980,7 +977,7 @@ class AgentRun:
             self._publish_search_attributes()
         return self._advance
 
-    def _withdrawn(self) -> str | None:
+    def _abandoned(self) -> str | None:
         """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
         if self._stop is not None:
             return "The run was stopped before this call was executed."
@@ -1009,10 +1006,10 @@ class AgentRun:
         policy = run_spec.approval
         try:
             await workflow.wait_condition(
-                lambda: tool_use_id in self._decisions or self._withdrawn() is not None, timeout=policy.timeout
+                lambda: tool_use_id in self._decisions or self._abandoned() is not None, timeout=policy.timeout
             )
             decision = self._decisions.get(tool_use_id) or DenyTool(
-                tool_use_id=tool_use_id, reason=self._withdrawn() or "Not executed."
+                tool_use_id=tool_use_id, reason=self._abandoned() or "Not executed."
             )
         except TimeoutError:
             decision = (
@@ -1076,7 +1073,7 @@ class AgentRun:
         # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
         # run: both start with the reply instead.
         spec = self._tools.get(str(block["name"]))
-        if spec is None or self._needs_approval(spec):
+        if spec is None or self._needs_approval(spec) or self._withdrawn(spec.name):
             return
         if ready.attempt > self._eager_attempt:
             self._eager, self._eager_attempt = {}, ready.attempt
@@ -1188,28 +1185,28 @@ class AgentRun:
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
-        spec = self._tools.get(name)
+        spec = self._tools.get(name) if not self._withdrawn(name) else None
         iteration = iteration if iteration is not None else self._reply_count
         self._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         if spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
             workflow.logger.warning(
-                "Tool %r not found: it is not registered (available: %s). A raw tool definition is sent to Claude "
-                "but never executed.",
+                "Tool %r not found: it is not registered, or the conversation withdrew it (registered: %s). A raw "
+                "tool definition is sent to Claude but never executed.",
                 name,
                 sorted(self._tools),
             )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
             decision = await self._approval(block, spec, iteration) if self._needs_approval(spec) else None
-            withdrawn = self._withdrawn()
+            abandoned = self._abandoned()
             if isinstance(decision, DenyTool):
                 result = ToolResult(content=decision.reason, is_error=True)
-            elif withdrawn is not None:
+            elif abandoned is not None:
                 # The reply this call belongs to was stopped or is being retried while the call waited: it never
                 # runs (its result is discarded with the reply, or ends the run's transcript).
-                result = ToolResult(content=withdrawn, is_error=True)
+                result = ToolResult(content=abandoned, is_error=True)
             else:
                 if decision is not None and decision.input is not None:
                     tool_input = decision.input
@@ -1219,6 +1216,23 @@ class AgentRun:
             tool_result["is_error"] = True
         self._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
+
+    def _withdrawn(self, name: str) -> bool:
+        """Whether the conversation withdrew tool ``name``, so that a call to it is not run.
+
+        The SDK dispatches only on the names its history leaves available (``Conversation.withdrawn_tools``). Queued
+        ``remove_tools`` and ``add_tools`` count already, as the SDK's do for the reply being handled.
+        """
+        if self._conversation is None or name not in self._tools:
+            return False
+        queued: list[tuple[str, bool]] = []
+        for edit in self._queue:
+            if edit.kind == REMOVE_TOOLS_UPDATE:
+                queued.extend((n, False) for n in edit.payload["names"])
+            elif edit.kind == ADD_TOOLS_UPDATE:
+                queued.extend((t, True) for t in edit.payload["tools"] if isinstance(t, str))
+        # Runs recorded before this check ran withdrawn tools; they replay as they ran.
+        return name in self._conversation.withdrawn_tools(queued) and workflow.patched(TOOL_AVAILABILITY_PATCH)
 
     async def _process_results(
         self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
@@ -1325,7 +1339,7 @@ class AgentRun:
                 )
             if answer.happened:
                 return answer.result or ToolResult(content=None)
-            return None if self._withdrawn() is None else ToolResult(content=self._withdrawn(), is_error=True)
+            return None if self._abandoned() is None else ToolResult(content=self._abandoned(), is_error=True)
         if spec.on_unknown == "ask":
             decision = await self._approval(
                 {**block, "input": call.input},
@@ -1337,8 +1351,8 @@ class AgentRun:
             if isinstance(decision, DenyTool):
                 default = decision.reason == DenyTool(tool_use_id="").reason
                 return tell if default else ToolResult(content=decision.reason, is_error=True)
-            if self._withdrawn() is not None:
-                return ToolResult(content=self._withdrawn(), is_error=True)
+            if self._abandoned() is not None:
+                return ToolResult(content=self._abandoned(), is_error=True)
             return None
         return tell
 

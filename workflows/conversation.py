@@ -13,6 +13,12 @@ Claude receives byte-for-byte the bodies the SDK's tool runner sends (tests/test
 - The container of a reply is named in every later request, since container-bound server tools reject a follow-up
   that omits it.
 
+Which tools a ``tool_use`` may run follows the conversation, as in the SDK (``_tool_dispatch.available_tool_names``):
+a ``tool_removal`` in a ``system`` message, or in the ``tool_changes`` of a ``compaction`` block, withdraws a tool
+until a later ``tool_addition`` gives it back. The workflow holds only the recent part of the history whole, so
+``Conversation`` records each change with the index of the message that made it as messages are added, cut and
+replaced (``tool_changes``), and folds them when a tool is about to run.
+
 The workflow holds ``Conversation``: pure data and deterministic, with the messages by reference, so it travels
 through continue-as-new. The model call resolves the messages and builds the request with ``build_request``.
 """
@@ -20,6 +26,7 @@ through continue-as-new. The model call resolves the messages and builds the req
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -70,6 +77,72 @@ def build_request(
     return request
 
 
+class ToolChange(BaseModel):
+    """One ``tool_addition`` or ``tool_removal`` in the history."""
+
+    index: int
+    """The message that makes the change (over the whole run, as ``len(transcript)`` counts)."""
+
+    name: str
+    """The tool it names."""
+
+    available: bool
+    """``True`` for an addition, ``False`` for a removal."""
+
+
+def tool_changes_in(messages: Iterable[Any], start: int = 0) -> list[ToolChange]:
+    """The tool changes ``messages`` make, in order, the first message being number ``start``.
+
+    The SDK's fold (``anthropic/lib/tools/_tool_dispatch.py``, ``available_tool_names``): ``tool_addition`` and
+    ``tool_removal`` blocks of ``system`` messages, and the ``tool_changes`` of ``compaction`` blocks in ``assistant``
+    messages, which stand in for the system messages of the turns they summarized. A change names a tool by
+    ``tool_reference`` or by ``tool_definition``; any other (an MCP reference, a future type) and anything malformed
+    is ignored, as the SDK ignores it. Content stored apart (a placeholder) is not read: the run keeps the blocks it
+    dispatches on inline (``activities/content.py``).
+    """
+    changes: list[ToolChange] = []
+    for offset, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        role = message.get("role")
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if role == "system":
+                candidates: Iterable[Any] = [block]
+            elif role == "assistant" and block.get("type") == "compaction":
+                candidates = block.get("tool_changes") or ()
+            else:
+                continue
+            for change in candidates:
+                name = _changed_tool_name(change)
+                if name is not None:
+                    changes.append(
+                        ToolChange(index=start + offset, name=name, available=change["type"] == "tool_addition")
+                    )
+    return changes
+
+
+def _changed_tool_name(change: Any) -> str | None:
+    """The tool a ``tool_addition`` / ``tool_removal`` block names (the SDK's ``_changed_tool_name``), or ``None``."""
+    if not isinstance(change, dict) or change.get("type") not in ("tool_addition", "tool_removal"):
+        return None
+    tool = change.get("tool")
+    if not isinstance(tool, dict):
+        return None
+    if tool.get("type") == "tool_reference":
+        name = tool.get("name")
+    elif tool.get("type") == "tool_definition" and isinstance(tool.get("definition"), dict):
+        # Not every definition has a name (an `mcp_toolset` has none); such a tool is never run by the runner.
+        name = tool["definition"].get("name")
+    else:
+        return None
+    return name if isinstance(name, str) else None
+
+
 def compaction_params(params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of a compaction request (the SDK's ``compact_before_next_turn``).
 
@@ -112,6 +185,48 @@ class Conversation(BaseModel):
     previous_message_id: str | None = None
     """The reply the next turn continues from; ``None`` when the next turn creates a thread."""
 
+    tool_changes: list[ToolChange] = []
+    """Every ``tool_addition`` / ``tool_removal`` in the history, in order (see ``withdrawn_tools``)."""
+
+    retired_tools: list[str] = []
+    """Tools withdrawn when a compaction replaced the history that withdrew them. The SDK stops running them
+    (``_register_compaction_response``) whatever the new history says; the runner's own ``add_tools`` gives one back."""
+
+    @classmethod
+    def start(
+        cls, params: dict[str, Any], tools: list[dict[str, Any]], messages: list[dict[str, Any]], *, threading: bool
+    ) -> Conversation:
+        """A run's conversation before its first turn: ``messages`` may already withdraw tools."""
+        return cls(
+            params=params,
+            tools=tools,
+            transcript=Transcript(pending=copy.deepcopy(messages)),
+            threading=threading,
+            tool_changes=tool_changes_in(messages),
+        )
+
+    def withdrawn_tools(self, queued: Iterable[tuple[str, bool]] = ()) -> set[str]:
+        """The tools a ``tool_use`` must not run: it gets ``Error: Tool 'X' not found``, as in the SDK.
+
+        Args:
+            queued: Changes the runner was asked for and has not applied yet, as ``(name, available)`` in order: like
+                the SDK's ``add_tools`` / ``remove_tools``, they count for the reply being handled.
+        """
+        withdrawn = set(self.retired_tools)
+        history: set[str] = set()
+        for change in self.tool_changes:
+            if change.available:
+                history.discard(change.name)
+            else:
+                history.add(change.name)
+        for name, available in queued:
+            if available:
+                history.discard(name)
+                withdrawn.discard(name)
+            else:
+                history.add(name)
+        return withdrawn | history
+
     def turn(self, compaction: dict[str, Any] | None = None) -> ModelTurn:
         """What the model call needs to build the next request: settings, stored head, messages not stored yet."""
         settings = {"params": self.params, "tools": self.tools}
@@ -129,6 +244,7 @@ class Conversation(BaseModel):
 
     def record_compaction(self, message: dict[str, Any]) -> None:
         """Replace the history by the compaction reply; the next turn starts a new thread from it."""
+        self.retired_tools = sorted(self.withdrawn_tools())
         self.replace_messages([{"role": "assistant", "content": message.get("content") or []}])
         self.answered = 0
         self.previous_message_id = None
@@ -139,7 +255,7 @@ class Conversation(BaseModel):
         A refused turn is kept in the history but the thread is not continued from it, because the server may hold
         the refused turn: the next turn, if any, starts a new thread (as the SDK does).
         """
-        self.transcript.append({"role": "assistant", "content": message.get("content") or []})
+        self._append({"role": "assistant", "content": message.get("content") or []})
         container = message.get("container")
         if isinstance(container, dict) and container.get("id"):
             current = self.params.get("container")
@@ -157,7 +273,7 @@ class Conversation(BaseModel):
 
     def append_user_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add a user message holding ``blocks`` (such as tool results) after the last reply."""
-        self.transcript.append({"role": "user", "content": blocks})
+        self._append({"role": "user", "content": blocks})
 
     def join_user_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add ``blocks`` to the next user message: the last message if it is the user's, else a new one.
@@ -169,8 +285,11 @@ class Conversation(BaseModel):
     def append_system_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add ``tool_addition`` / ``tool_removal`` blocks in a ``system`` message after the last message.
 
-        Changes made before the next turn share one message, as the SDK sends them.
+        Changes made before the next turn share one message, as the SDK sends them. They are the runner's own, so an
+        addition also gives back a tool a compaction retired (the SDK's ``add_tools`` registers it again).
         """
+        added = {c.name for c in tool_changes_in([{"role": "system", "content": blocks}]) if c.available}
+        self.retired_tools = [name for name in self.retired_tools if name not in added]
         self._join("system", blocks)
 
     def _join(self, role: str, blocks: list[dict[str, Any]]) -> None:
@@ -178,11 +297,24 @@ class Conversation(BaseModel):
         if length > self.answered and self.transcript.role(length - 1) == role:
             last = self.transcript.last_pending()
             assert last is not None
-            content = last["content"]
-            existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-            last["content"] = [*existing, *blocks]
-        else:
-            self.transcript.append({"role": role, "content": blocks})
+            if set(last) == {"role", "content"}:
+                content = last["content"]
+                existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+                last["content"] = [*existing, *blocks]
+                self.tool_changes.extend(tool_changes_in([{"role": role, "content": blocks}], start=length - 1))
+                return
+            # A system message with more than content (`output_config`, `clear_at`) is the client's: the blocks
+            # would change what it means, so they get a message of their own.
+        self._append({"role": role, "content": blocks})
+
+    def _append(self, message: dict[str, Any]) -> None:
+        self.tool_changes.extend(tool_changes_in([message], start=len(self.transcript)))
+        self.transcript.append(message)
+        # Messages older than the last continue-as-new can only be replaced all at once, never cut one by one: of
+        # their changes only each tool's last one matters, so a long run carries no more than one per tool.
+        older = [c for c in self.tool_changes if c.index < self.transcript.offset]
+        if len(older) > len({c.name for c in older}):
+            self.tool_changes = [*{c.name: c for c in older}.values(), *self.tool_changes[len(older) :]]
 
     def replace_messages(self, messages: list[dict[str, Any]]) -> int:
         """Take ``messages`` as the history. Unless they keep everything the server holds, start a new thread.
@@ -191,6 +323,8 @@ class Conversation(BaseModel):
             How many leading messages are unchanged.
         """
         kept = self.transcript.replace(copy.deepcopy(messages))
+        self.tool_changes = [c for c in self.tool_changes if c.index < kept]
+        self.tool_changes.extend(tool_changes_in(messages[kept:], start=kept))
         if kept < self.answered:
             self.answered = 0
             self.previous_message_id = None
@@ -211,6 +345,7 @@ class Conversation(BaseModel):
                 raise ValueError("the last reply is older than the run's last continue-as-new")
             if role == "assistant":
                 self.transcript.truncate(i)
+                self.tool_changes = [c for c in self.tool_changes if c.index < i]
                 if i < self.answered:
                     self.answered = 0
                     self.previous_message_id = None

@@ -11,9 +11,13 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import re
+from collections.abc import Iterator
+from typing import Any, TypeVar, get_args, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from anthropic.types.beta import BetaMessageParam
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from workflows.budget import AutoCompact, Budget, HistoryLimits
 from workflows.errors import InvalidRunInput
@@ -73,7 +77,19 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
     }
 )
 
-ROLES = ("user", "assistant", "system")
+_MESSAGE_ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
+    get_args(get_type_hints(member)["role"])[0]: TypeAdapter(list[member], config=ConfigDict(extra="forbid"))  # type: ignore[valid-type]
+    for member in get_args(BetaMessageParam)
+}
+"""A validator per role, over the SDK's own message type for it (built once: building one takes a while).
+
+A list of one, because the config (no unknown keys, as the API has none) cannot be given to a ``TypedDict`` itself;
+it applies to every ``TypedDict`` inside."""
+
+_BLANK = {"type": "text", "text": ""}
+
+ROLES = tuple(_MESSAGE_ADAPTERS)
+"""The roles a message can have, in the SDK's order."""
 
 _OptionT = TypeVar("_OptionT", bound=BaseModel)
 
@@ -213,7 +229,13 @@ def parse_run_input(raw: object) -> RunSpec:
 
 
 def message_problems(messages: object) -> list[str]:
-    """What makes ``messages`` a conversation the Messages API would reject, or the runner could not continue."""
+    """What makes ``messages`` a conversation the Messages API would reject, or the runner could not continue.
+
+    Each message is checked against the SDK's own type for its role (``BetaMessageParam``'s members), so every
+    shape the installed SDK accepts is accepted, and a new one arrives with an SDK upgrade. On top come the rules the
+    types cannot express and the API enforces: a ``tool_result`` only in a user message, answering a ``tool_use``
+    of the assistant message before it, and a system message with ``content`` or ``output_config``.
+    """
     if not isinstance(messages, list) or not messages:
         return ['`messages` must be a non-empty list of messages such as {"role": "user", "content": "Hi"}.']
     problems: list[str] = []
@@ -224,30 +246,25 @@ def message_problems(messages: object) -> list[str]:
             problems.append(f"{where} must be an object with `role` and `content`.")
             previous_tool_use_ids = set()
             continue
-        extra = sorted(set(message) - {"role", "content"})
-        if extra:
-            problems.append(f"{where} has unknown keys {extra}; a message has only `role` and `content`.")
         role = message.get("role")
-        if role not in ROLES:
+        if role not in _MESSAGE_ADAPTERS:
             problems.append(f"{where}.role must be one of {list(ROLES)}, got {role!r}.")
+            continue
+        problems.extend(_shape_problems(where, role, message))
         content = message.get("content")
-        if isinstance(content, str) or is_placeholder(content):
-            blocks: list[Any] = []
-        elif isinstance(content, list):
-            blocks = content
-        else:
-            problems.append(f"{where}.content must be a string or a list of content blocks.")
-            blocks = []
+        if role == "system" and content is None and not message.get("output_config"):
+            problems.append(
+                f"{where} is a system message with neither `content` nor an `output_config` field; the API rejects "
+                "it. Give it one."
+            )
+        blocks = content if isinstance(content, list) else []
         tool_use_ids: set[str] = set()
         for j, block in enumerate(blocks):
-            if is_placeholder(block):
-                continue  # content a client stored (``AgentRunner`` stores big blocks before sending them)
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                problems.append(f"{where}.content[{j}] must be a content block object with a string `type`.")
+            if not isinstance(block, dict) or is_placeholder(block):
                 continue
-            if block["type"] == "tool_use":
+            if block.get("type") == "tool_use":
                 tool_use_ids.add(str(block.get("id")))
-            if block["type"] == "tool_result":
+            if block.get("type") == "tool_result":
                 if role != "user":
                     problems.append(
                         f"{where}.content[{j}] is a `tool_result` in a {role!r} message; only user "
@@ -261,6 +278,142 @@ def message_problems(messages: object) -> list[str]:
         if role != "system":
             previous_tool_use_ids = tool_use_ids
     return problems
+
+
+def _shape_problems(where: str, role: str, message: dict[str, Any]) -> list[str]:
+    """What the SDK's type for ``role`` messages finds wrong with ``message``, one line per field."""
+    content = message.get("content")
+    if is_placeholder(content):
+        message = {**message, "content": ""}  # content a client stored: only the store can check it
+        content = ""
+    if content is not None and not isinstance(content, str | list):
+        # The types take any iterable, which JSON has only as a list: an object would be read as its keys.
+        return [f"{where}.content must be a string or a list of content blocks."]
+    lines: dict[str, None] = {}
+    if isinstance(content, list):
+        # A block without a `type` fails every member of the union at once: say what it lacks, once.
+        untyped = [j for j, b in enumerate(content) if not (isinstance(b, dict) and isinstance(b.get("type"), str))]
+        stored = [j for j in untyped if is_placeholder(content[j])]  # blocks a client stored: the store has them
+        for j in untyped:
+            if j not in stored:
+                lines[f"{where}.content[{j}] must be a content block object with a string `type`."] = None
+        # Checked in place of them: a text block, which every role takes, keeps the other blocks' places.
+        message = {**message, "content": [_BLANK if j in untyped else b for j, b in enumerate(content)]}
+    errors: list[ErrorDetails] = []
+    try:
+        validated = _MESSAGE_ADAPTERS[role].validate_python([message])[0]
+    except ValidationError as e:
+        errors.extend(e.errors(include_url=False))
+    else:
+        # `Iterable` fields validate lazily, item by item, as they are read: read them all.
+        errors.extend(_drain(validated, (0,)))
+    kept, unmatched = _relevant(errors, message)
+    failures: dict[str, list[str]] = {}
+    for error in kept:
+        path = _path(message, error["loc"][1:], error["type"])
+        if path is None:
+            continue
+        if error["type"] == "extra_forbidden":
+            lines[f"{where}{path} is not a field the SDK's types allow here; remove it."] = None
+        elif error["msg"] not in failures.setdefault(path, []):
+            failures[path].append(error["msg"])
+    for path, messages in failures.items():
+        # A value that is none of a union's members fails each of them: one line lists what would do.
+        lines[f"{where}{path}: {'; or '.join(messages)}."] = None
+    for path, expected in unmatched.items():
+        if expected:
+            lines[
+                f"{where}{path}.type is {_value_at(message, path).get('type')!r}, not a content block type that goes "
+                f"here; use one of {', '.join(sorted(set(expected)))}."
+            ] = None
+        else:
+            lines[f"{where}{path} must be a content block object with a string `type`."] = None
+    return list(lines)
+
+
+def _drain(value: Any, loc: tuple[int | str, ...]) -> list[ErrorDetails]:
+    """Read every lazily validated iterable in ``value``; the errors found, located from the message list."""
+    errors: list[ErrorDetails] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            errors.extend(_drain(item, (*loc, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            errors.extend(_drain(item, (*loc, index)))
+    elif isinstance(value, Iterator):
+        index = 0
+        while True:
+            try:
+                item = next(value)
+            except StopIteration:
+                break
+            except ValidationError as e:
+                errors.extend({**error, "loc": (*loc, *error["loc"])} for error in e.errors(include_url=False))
+            else:
+                errors.extend(_drain(item, (*loc, index)))
+            index += 1
+    return errors
+
+
+def _relevant(errors: list[ErrorDetails], message: dict[str, Any]) -> tuple[list[ErrorDetails], dict[str, list[str]]]:
+    """Sort a union's errors: a block's ``type`` says which member it is meant to be.
+
+    Returns:
+        The errors of the members whose ``type`` a block has, and the blocks that have no member's ``type`` (by
+        path, with the types there are), deepest only: a block is no member when one inside it is none.
+    """
+    on_type = [e for e in errors if e["loc"] and e["loc"][-1] == "type" and e["type"] in ("literal_error", "missing")]
+    mismatched = {e["loc"][:-1] for e in on_type}  # the members a block was tried as and is not
+    expected: dict[str, list[str]] = {}
+    for error in on_type:
+        member = error["loc"][:-1]
+        if any(len(m) < len(member) and member[: len(m)] == m for m in mismatched):
+            continue  # inside a member the block is not: says nothing about the block
+        block = _path(message, member[1:], "")
+        if block is None:
+            continue  # content a client stored
+        ctx = error.get("ctx") or {}
+        types = expected.setdefault(block, [])
+        types.extend(t for t in str(ctx.get("expected", "")).split(" or ") if t and error["type"] == "literal_error")
+    kept = [e for e in errors if not any(e["loc"][: len(m)] == m for m in mismatched)]
+    kept_paths = [_path(message, e["loc"][1:], e["type"]) or "" for e in kept]
+
+    def within(path: str, block: str) -> bool:
+        return path.startswith(block) and path[len(block) : len(block) + 1] in ("", ".", "[")
+
+    # A block some member's `type` matched has that member's errors; the others matched no member.
+    unmatched = {b: t for b, t in expected.items() if not any(within(p, b) for p in kept_paths)}
+    deepest = {b: t for b, t in unmatched.items() if not any(o != b and within(o, b) for o in unmatched)}
+    return kept, deepest
+
+
+def _path(message: dict[str, Any], loc: tuple[int | str, ...], error_type: str) -> str | None:
+    """``loc`` as a path into ``message`` (``.content[0].text``), without the union members' tags.
+
+    Returns ``None`` for an error inside content a client stored (a placeholder): only the store has it.
+    """
+    path = ""
+    value: Any = message
+    for position, step in enumerate(loc):
+        if is_placeholder(value):
+            return None
+        last = position == len(loc) - 1
+        if isinstance(value, dict) and isinstance(step, str) and (step in value or (last and error_type == "missing")):
+            path += f".{step}"
+            value = value.get(step)
+        elif isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
+            path += f"[{step}]"
+            value = value[step]
+        # Anything else names the union member the value was tried as.
+    return path
+
+
+def _value_at(message: dict[str, Any], path: str) -> Any:
+    """The value at ``path`` (as ``_path`` writes it) in ``message``."""
+    value: Any = message
+    for step in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        value = value.get(step[0]) if step[0] else value[int(step[1])]
+    return value
 
 
 def _tool_problems(tools: object) -> list[str]:
