@@ -189,3 +189,28 @@ def test_invalid_run_input_is_the_client_side_error_too() -> None:
 
     with pytest.raises(InvalidRunInput, match="`max_tokens` must be a positive integer"):
         parse_run_input({**BASE, "max_tokens": "4k", "messages": [USER]})
+
+
+async def test_a_system_prompt_near_the_payload_limit_is_never_carried_twice_into_a_continuation(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """1.1 MB fits in a run's input; carried twice (input and conversation) it would not fit in a continuation's."""
+    system = "Be exact. " + "x" * 1_100_000
+    fake_api.script(
+        Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
+        Reply(content=[text("Two."), tool_use("toolu_2", "launch", {"target": "b"})], stop_reason="tool_use"),
+        end_turn("Done."),
+        end_turn("Forked."),
+    )
+    async with worker(launch):
+        run = await runner.start(
+            **BASE, system=system, messages=[USER], tools=[launch], thread=False, continue_as_new={"events": 10}
+        )
+        async with asyncio.timeout(60):
+            result = await run.result()
+        status = await run.status()
+        fork = await run.fork(3)
+        await fork.until_done()
+    assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
+    assert status.continuations >= 2
+    assert [body["system"] == system for body in fake_api.bodies()] == [True] * 4  # the fork's request too

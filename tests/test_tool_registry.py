@@ -22,6 +22,8 @@ def test_a_module_registers_every_tool_it_defines() -> None:
         "returns_dict",
         "image_tool",
         "slow_step",
+        "pay",
+        "pay_reconciled",
     ]
 
 

@@ -32,7 +32,7 @@ class AgentRunV2(AgentRun):
     """The next version: a short pause before each model call, behind a patch."""
 
     @workflow.run
-    async def run(self, raw_input: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, raw_input: Any = None) -> dict[str, Any]:
         return await super().run(raw_input)
 
     async def _boundary(self) -> None:

@@ -203,6 +203,8 @@ class AgentRun:
         self._continuing = False
         self._draining = False
         """Set while the run waits for its handlers before continuing as new."""
+        self._input_trimmed = False
+        """Whether this continuation's input left the run's big parameters to the carried conversation."""
         self._edits_applied = 0
         """Edits applied so far over the run chain: an edit's ``expected_version`` is judged against the ones that
         applied after it was accepted, not the run's own tool results."""
@@ -340,6 +342,7 @@ class AgentRun:
         self._continuations = carried.continuations
         self._turn_input_tokens = carried.turn_input_tokens
         self._edits_applied = carried.edits_applied
+        self._input_trimmed = carried.input_trimmed
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
         """The fleet routes model calls to their own queue (with its rate limit): follow it, unless the run chose."""
@@ -410,6 +413,7 @@ class AgentRun:
             continuations=self._continuations + 1,
             turn_input_tokens=self._turn_input_tokens,
             edits_applied=self._edits_applied,
+            input_trimmed=self._input_trimmed,
             stream=self._stream.get_state(),
         )
         if len(canonical(carried.model_dump(mode="json"))) > CARRIED_BYTES:
@@ -421,6 +425,12 @@ class AgentRun:
         if len(canonical(run_input.get("messages"))) > CARRIED_INPUT_MESSAGES_BYTES:
             # The conversation travels by reference; the first messages only have to stay a valid input.
             run_input["messages"] = [{"role": "user", "content": "(the conversation continues from `continued`)"}]
+        if len(canonical(run_input)) > CARRIED_INPUT_MESSAGES_BYTES:
+            # A big parameter (a long `system`) is in the carried conversation already: never carry it twice, or a
+            # prompt that fit at start would push the continuation past Temporal's payload limit.
+            run_input = {k: v for k, v in run_input.items() if k not in API_PARAMS | EXTRA_BODY_PARAMS}
+            run_input.update(model=conversation.params["model"], max_tokens=conversation.params["max_tokens"])
+            carried = carried.model_copy(update={"input_trimmed": True})
         workflow.continue_as_new({**run_input, "continued": carried.model_dump(mode="json")})
 
     async def _loop(self, spec: RunSpec, conversation: Conversation) -> RunResult:
@@ -1421,7 +1431,10 @@ class AgentRun:
                 f"Iteration {iteration} cannot be forked: it is a compaction, or the run started before transcripts "
                 "were stored. Fork from another iteration, or start a run from the transcript."
             )
-        return {"input": self._input, "head": head}
+        conversation = self._conversation
+        # A continuation whose input left its big parameters to the carried conversation forks with those.
+        params = conversation.params if conversation is not None and self._input_trimmed else {}
+        return {"input": {**params, **self._input}, "head": head}
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:

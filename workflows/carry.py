@@ -72,4 +72,6 @@ class Carried(BaseModel):
     continuations: int = 0
     turn_input_tokens: int = 0
     edits_applied: int = 0
+    input_trimmed: bool = False
+    """The continuation's input leaves the run's parameters to ``conversation`` (they were big)."""
     stream: WorkflowStreamState | None = None
