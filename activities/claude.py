@@ -35,6 +35,7 @@ from activities.content import Content
 from activities.live_events import EventPublisher, stream_client
 from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from workflows.conversation import build_request, compaction_params
+from workflows.transcript import escape
 from workflows.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -115,9 +116,8 @@ class ClaudeActivities:
         if turn.compaction is not None:
             request["compaction"] = turn.compaction
         reply = await self._call(request, input)
-        content = [await self.content.offload_block(block) for block in reply.get("content") or []]
-        message = {**reply, "content": content}
-        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": content}])
+        message = await self.content.offload_reply(reply)
+        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}])
         await self.content.append(input.replies_head, [message])
         return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)
 
@@ -180,7 +180,7 @@ class ClaudeActivities:
                     set_on_wire |= event.delta.model_fields_set
                 elif event.type == "content_block_start":
                     block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                    events.publish(BLOCK_START, index=event.index, block=block)
+                    events.publish(BLOCK_START, index=event.index, block=escape(block))  # clients resolve events
                 elif event.type == "content_block_delta":
                     delta = event.delta
                     if delta.type == "text_delta":
@@ -193,7 +193,7 @@ class ClaudeActivities:
                     events.publish(BLOCK_STOP, index=event.index)
                     if input.eager_tools and event.content_block.type == "tool_use":
                         block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                        await _tool_use_ready(input.iteration, block)
+                        await _tool_use_ready(input.iteration, escape(block))  # held, as the reply's own block
             message = await stream.get_final_message()
         body = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
         # The SDK's accumulator assigns every field of `message_delta`, so a field the wire never carried (such as

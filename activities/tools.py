@@ -41,7 +41,6 @@ from temporalio import activity
 from activities.content import Content
 from activities.hooks import BUILTIN_HOOKS, ResultHook
 from workflows.errors import ToolRegistrationError
-from workflows.transcript import placeholder_refs
 from workflows.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
@@ -279,8 +278,8 @@ class ToolActivities:
                 "agent_runner.iteration": input.iteration,
             },
         ) as span:
-            if any(True for _ in placeholder_refs(input.input)):
-                input = input.model_copy(update={"input": await self._content.resolve(input.input)})
+            # The input as Claude wrote it: stored parts read back, placeholder-shaped data given as it was.
+            input = input.model_copy(update={"input": await self._content.resolve(input.input)})
             result = await self._result(tool, input)
             if result.is_error:
                 span.set_status(trace.StatusCode.ERROR)

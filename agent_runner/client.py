@@ -56,6 +56,7 @@ from workflows.steering import (
     UPDATE_PARAMS_UPDATE,
     PendingApproval,
 )
+from workflows.transcript import escape
 from workflows.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
@@ -393,7 +394,8 @@ class Run:
 
     async def approve(self, tool_use_id: str, *, input: dict[str, Any] | None = None) -> None:
         """Let a tool call that waits for approval run, optionally with edited input."""
-        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": input}, True)
+        held = None if input is None else escape(input)  # the tool gets it as given (``transcript.escape``)
+        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": held}, True)
 
     async def deny(self, tool_use_id: str, reason: str = "The user denied this tool call.") -> None:
         """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result."""
@@ -401,7 +403,8 @@ class Run:
 
     async def pending_approvals(self) -> list[PendingApproval]:
         """Tool calls waiting for a person."""
-        return [PendingApproval.model_validate(p) for p in await self._query(PENDING_APPROVALS_QUERY)]
+        pending = await self._content.resolve(await self._query(PENDING_APPROVALS_QUERY))
+        return [PendingApproval.model_validate(p) for p in pending]
 
     async def advance(self, *, tool_results: list[dict[str, Any]] | None = None, iteration: int | None = None) -> None:
         """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself.
