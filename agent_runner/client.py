@@ -318,7 +318,8 @@ class Run:
 
         Also the latest failure of a model or tool call that Temporal is still retrying, such as an overloaded API.
         """
-        status = RunStatus.model_validate(await self._query(STATUS_QUERY))
+        # Pending approvals' inputs and results under review, as plain JSON: what ``approve``/``advance`` take back.
+        status = RunStatus.model_validate(await self._content.resolve(await self._query(STATUS_QUERY)))
         try:
             description = await self.handle.describe()
         except RPCError as e:
