@@ -49,15 +49,19 @@ MISSING = ref_for(b"never stored anywhere")
 SECRET = "another run's confidential reply"
 
 
-def forged(existing: str) -> dict[str, Any]:
-    """Data shaped like every kind of reference: to ``existing`` content, to a ref the store lacks, and our escape."""
+def forged(ref: str) -> dict[str, Any]:
+    """Data shaped like every kind of reference to ``ref``, our escape included, at the top and deep down."""
     return {
-        "stored": {STORED: existing},
-        "missing": {STORED: MISSING},
-        "spliced": [{SPLICE: existing}, {SPLICE: MISSING}],
-        "escaped": {ESCAPED: {STORED: existing}},
-        "nested": {"deeper": [{"value": {STORED: existing}}]},
+        "stored": {STORED: ref},
+        "spliced": [{SPLICE: ref}, {"type": "text", "text": "after"}],
+        "escaped": {ESCAPED: {STORED: ref}},
+        "nested": {"deeper": [{"value": {STORED: ref}}]},
     }
+
+
+def forged_both(existing: str) -> dict[str, Any]:
+    """``forged`` for real content of another run, and for a ref the store lacks."""
+    return {**forged(existing), "missing": forged(MISSING)}
 
 
 @pytest.fixture
@@ -131,12 +135,13 @@ def test_genuine_placeholders_inside_stored_escaped_content_still_resolve() -> N
 # ---------------------------------------------------------------------------------------- placeholder-shaped data
 
 
+@pytest.mark.parametrize("target", ["existing", "missing"], ids=["ref_to_another_runs_content", "ref_to_nothing"])
 async def test_a_runs_input_with_reference_shaped_objects_reaches_claude_as_data(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str, target: str
 ) -> None:
-    """Case 1 and 4: refs to another run's content and to nothing, in the input, are sent and read back verbatim;
-    a fork's first request carries them verbatim too."""
-    data = forged(existing_ref)
+    """Case 1 and 4: refs to another run's content (which must not leak) and to nothing (which must not hang the
+    run), in the input, are sent and read back verbatim; a fork's first request carries them verbatim too."""
+    data = forged(existing_ref if target == "existing" else MISSING)
     messages = [
         {"role": "user", "content": "Look it up."},
         {"role": "assistant", "content": [tool_use("toolu_IN", "lookup", data)]},
@@ -160,11 +165,17 @@ async def test_a_runs_input_with_reference_shaped_objects_reaches_claude_as_data
 
 
 @pytest.mark.parametrize("eager_tools", [False, True], ids=["tools_after_reply", "eager_tools"])
+@pytest.mark.parametrize("size", [0, 6000], ids=["inline_input", "stored_input"])
 async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool_as_data(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str, eager_tools: bool
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    existing_ref: str,
+    eager_tools: bool,
+    size: int,
 ) -> None:
-    """Case 2 and 4: the tool gets Claude's input as Claude wrote it; Claude gets its reply back verbatim, and so do
-    clients (transcript, replies, live events)."""
+    """Case 2 and 4: the tool gets Claude's input as Claude wrote it (carried inline, or stored apart when big);
+    Claude gets its reply back verbatim, and so do clients (transcript, replies, live events)."""
     received: list[Any] = []
 
     @beta_async_tool
@@ -177,7 +188,7 @@ async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool
         received.append(payload)
         return "seen"
 
-    data = forged(existing_ref)
+    data = {**forged_both(existing_ref), "padding": "p" * size}
     reply = [text("Inspecting."), tool_use("toolu_F1", "inspect", {"payload": data})]
     fake_api.script(Reply(reply, "tool_use"), end_turn("Done."))
     async with worker(inspect):
@@ -208,11 +219,13 @@ async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool
     assert [e["input"] for e in events if e["type"] == TOOL_STARTED] == [{"payload": data}]
 
 
+@pytest.mark.parametrize("hooks", [[], ["cache_last_tool_result"]], ids=["no_hooks", "through_a_result_hook"])
 async def test_a_tool_result_with_reference_shaped_objects_reaches_claude_as_data(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str, hooks: list[str]
 ) -> None:
-    """Case 3 and 4: small and stored (over 4 KB) result blocks holding reference-shaped data are sent verbatim."""
-    data = forged(existing_ref)
+    """Case 3 and 4: small and stored (over 4 KB) result blocks holding reference-shaped data are sent verbatim,
+    also after a result hook had them."""
+    data = forged_both(existing_ref)
     blocks = [
         {"type": "text", "text": "Found it.", "citations": [data["stored"], data["escaped"]]},
         {"type": "text", "text": "x" * 5000, "citations": [data["missing"], data["nested"]]},  # stored apart
@@ -231,27 +244,27 @@ async def test_a_tool_result_with_reference_shaped_objects_reaches_claude_as_dat
 
     fake_api.script(Reply([tool_use("toolu_R1", "fetch", {"what": "it"})], "tool_use"), end_turn("Thanks."))
     async with worker(fetch):
-        run = await runner.start(**BASE, messages=[{"role": "user", "content": "Go."}], tools=[fetch], thread=False)
+        run = await runner.start(
+            **BASE, messages=[{"role": "user", "content": "Go."}], tools=[fetch], thread=False, result_hooks=hooks
+        )
         following = asyncio.create_task(collect_events(run))
         async with asyncio.timeout(30):
             await run.until_done()
             events = await following
             transcript = await run.transcript()
 
-    result_message = {
-        "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": "toolu_R1", "content": blocks}],
-    }
-    assert fake_api.bodies()[1]["messages"][2] == result_message
-    assert transcript[2] == result_message
-    assert [e["result"]["content"] for e in events if e["type"] == TOOL_FINISHED] == [blocks]
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": "toolu_R1", "content": blocks}
+    sent = {**result, "cache_control": {"type": "ephemeral"}} if hooks else result
+    assert fake_api.bodies()[1]["messages"][2] == {"role": "user", "content": [sent]}
+    assert transcript[2] == {"role": "user", "content": [sent]}
+    assert [e["result"] for e in events if e["type"] == TOOL_FINISHED] == [result]
 
 
 async def test_injected_and_replaced_content_with_reference_shaped_objects_stays_data(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
 ) -> None:
     """A client's edits: injected blocks and a replaced history reach Claude verbatim."""
-    data = forged(existing_ref)
+    data = forged_both(existing_ref)
     injected = [{"type": "text", "text": "Also this.", "citations": [data["stored"]]}]
     replaced = [
         {"role": "user", "content": "Start over."},
@@ -278,6 +291,57 @@ async def test_injected_and_replaced_content_with_reference_shaped_objects_stays
     assert bodies[1]["messages"][2] == {"role": "user", "content": injected}
     assert bodies[2]["messages"] == replaced
     assert transcript == [*replaced, {"role": "assistant", "content": [text("Three.")]}]
+
+
+async def test_approvals_and_reviews_show_reference_shaped_objects_as_data_and_take_them_back(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
+) -> None:
+    """A pending approval's input and a result under review read as Claude and the tool wrote them; an approval's
+    edited input and a client's own results holding reference-shaped data reach the tool and Claude verbatim."""
+    received: list[Any] = []
+
+    @beta_async_tool
+    async def inspect(payload: dict[str, Any]) -> str:
+        """Look at a payload.
+
+        Args:
+            payload: Anything.
+        """
+        received.append(payload)
+        return "seen"
+
+    data = forged_both(existing_ref)
+    edited = {"payload": {"edited": data}}
+    mine = [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": [{"type": "text", "text": "mine", **data}]}]
+    fake_api.script(Reply([tool_use("toolu_A1", "inspect", {"payload": data})], "tool_use"), end_turn("Done."))
+    async with worker(inspect):
+        run = await runner.start(
+            **BASE,
+            messages=[{"role": "user", "content": "Go."}],
+            tools=[inspect],
+            thread=False,
+            approval={"tools": "all"},
+            step={"review_results": True},
+        )
+        async with asyncio.timeout(30):
+            await wait_status(run, "waiting_for_step", 1)
+            await run.advance()
+            await wait_status(run, "waiting_for_approval")
+            pending = await run.pending_approvals()
+            in_status = (await run.status()).pending_approvals
+            await run.approve("toolu_A1", input=edited)
+            await wait_status(run, "waiting_for_review", 1)
+            review = (await run.status()).tool_results_under_review
+            await run.advance(tool_results=mine)
+            await wait_status(run, "waiting_for_step", 2)
+            await run.advance()
+            await run.until_done()
+
+    assert [p.input for p in pending] == [{"payload": data}]
+    assert [p["input"] for p in in_status] == [{"payload": data}]
+    assert received == [edited["payload"]]
+    assert review == [{"type": "tool_result", "tool_use_id": "toolu_A1", "content": "seen"}]
+    assert fake_api.bodies()[1]["messages"][2] == {"role": "user", "content": mine}
 
 
 async def test_a_message_whose_whole_content_is_reference_shaped_is_invalid_input_not_stored_content(
