@@ -33,7 +33,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.content import Content
@@ -546,6 +546,9 @@ def error_from_failure(run_id: str, failure: WorkflowFailureError) -> AgentRunne
     cause = failure.cause
     if isinstance(cause, (CancelledError, TerminatedError)):
         return RunCancelled(f"Run {run_id} was {'cancelled' if isinstance(cause, CancelledError) else 'terminated'}.")
+    if isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError):
+        # A tool call that failed for good (a missing blob, say) fails the run as is: report the activity's own error.
+        cause = cause.cause
     if isinstance(cause, ApplicationError):
         cls = ERRORS_BY_NAME.get(cause.type or "", AgentRunError)
         return cls(cause.message)

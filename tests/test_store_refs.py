@@ -22,12 +22,15 @@ from typing import Any
 import pytest
 from anthropic import beta_async_tool
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
+from activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.events import TOOL_FINISHED, TOOL_STARTED, RunEvent
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
+from worker import build_worker
 from workflows.errors import BlobCorrupted, BlobMissing, InvalidRunInput
 from workflows.transcript import (
     ESCAPED,
@@ -384,6 +387,51 @@ async def test_a_missing_blob_fails_the_run_at_once_with_blob_missing(
     )
     assert activity_failures(iter(history.events)) == [("BlobMissing", True)]
     assert fake_api.requests == []
+
+
+async def test_a_blob_deleted_mid_run_fails_the_tool_call_at_once_with_blob_missing(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, client: Client, task_queue: str
+) -> None:
+    """Case 5, mid-run: Claude's big tool input is stored, then deleted while the call waits for approval; the tool
+    worker (another process's cache) finds it missing: one attempt, and the client gets ``BlobMissing``."""
+    tools_queue = f"{task_queue}-tools"
+
+    @tool_options(task_queue=tools_queue)
+    @beta_async_tool
+    async def inspect(payload: dict[str, Any]) -> str:
+        """Look at a payload.
+
+        Args:
+            payload: Anything.
+        """
+        raise AssertionError(f"the tool ran with {payload!r}")
+
+    tool_input = {"payload": {"padding": "q" * 6000}}
+    ref = ref_for(canonical(tool_input))
+    fake_api.script(Reply([tool_use("toolu_M1", "inspect", tool_input)], "tool_use"), end_turn("Never."))
+    async with worker(inspect, serve=("workflows", "model")):
+        run = await runner.start(
+            **BASE, messages=[{"role": "user", "content": "Go."}], tools=["inspect"], approval={"tools": "all"}
+        )
+        async with asyncio.timeout(30):
+            await wait_status(run, "waiting_for_approval")
+        with sqlite3.connect(store_path(runner)) as conn:
+            assert conn.execute("DELETE FROM blobs WHERE ref = ?", (ref,)).rowcount == 1
+        await run.approve("toolu_M1")
+        tools_worker = build_worker(client, registry=ToolRegistry([inspect]), task_queue=tools_queue, serve=["tools"])
+        async with tools_worker:
+            with pytest.raises(BlobMissing) as raised:
+                async with asyncio.timeout(30):
+                    await run.result()
+        history = await run.handle.fetch_history()
+
+    assert str(raised.value) == (
+        f"the store at {os.environ['AGENT_RUNNER_STORE']} has no blob {ref}: it was deleted, or stored in another "
+        "store. The worker and the client must use the same AGENT_RUNNER_STORE; a run that needs this content cannot "
+        "go on, so start it again (or fork it from an earlier turn)"
+    )
+    assert activity_failures(iter(history.events)) == [("BlobMissing", True)]
+    assert len(fake_api.requests) == 1
 
 
 async def test_a_corrupted_blob_is_detected_and_never_sent_to_claude(
