@@ -4,7 +4,8 @@ A blob's reference is ``"sha256:" + hexdigest`` of its bytes (``ref_for``), so w
 can never name two contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
 against its reference (``BlobCorrupted`` if the bytes changed since). A transcript is a chain of nodes, each one
 message appended to its parent; the workflow computes a node's ``head`` (whatever identifies the chain up to and
-including that message) and the store only keeps ``head -> (parent, message)``. ``chain(head)`` reads a whole transcript's message references back in one query.
+including that message) and the store only keeps ``head -> (parent, message)``. ``chain(head)`` reads a whole
+transcript's message references back in one query.
 
 Three backends, chosen by URL (``open_store``):
 
