@@ -95,9 +95,28 @@ class Content:
         if refs is None:
             with _unrecoverable_in_activity():
                 refs = await self.store.chain(head)
+                self._check_chain(head, refs)
         self._remember_chain(head, refs)
         values = await self.values(refs[start:])
         return [values[ref] for ref in refs[start:]]
+
+    def _check_chain(self, head: str, refs: list[str]) -> None:
+        """Refuse a chain whose nodes do not hash to ``head``: a changed node would send Claude another message.
+
+        Blobs are checked by the store; a head is ours (``next_head``), so it is checked here.
+        """
+        computed: str | None = None
+        for ref in refs:
+            computed = next_head(computed, ref)
+        if computed != head:
+            url = self.store.url
+            raise BlobCorrupted(
+                f"the store at {url} holds a corrupted transcript under {head}: its chain nodes do not hash to it, so "
+                "they were not used. Restore the store from a backup; a run that needs this transcript cannot go on, "
+                "so start it again",
+                refs=(head,),
+                url=url,
+            )
 
     async def append(self, head: str | None, messages: list[dict[str, Any]]) -> str | None:
         """Store ``messages`` after the transcript ``head``; return the new head."""

@@ -24,6 +24,8 @@ from anthropic import beta_async_tool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities.content import Content
+from activities.store import open_store
 from activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.events import TOOL_FINISHED, TOOL_STARTED, RunEvent
@@ -39,6 +41,7 @@ from workflows.transcript import (
     canonical,
     escape,
     message_ref,
+    next_head,
     offload,
     placeholder_refs,
     ref_for,
@@ -505,3 +508,25 @@ async def test_a_tool_result_corrupted_mid_run_is_never_sent_to_claude(
     assert activity_failures(iter(history.events)) == [("BlobCorrupted", True)]
     assert len(fake_api.requests) == 1
     assert not any(tampered in json.dumps(r.body) for r in fake_api.requests)
+
+
+async def test_a_transcript_whose_chain_nodes_changed_is_refused() -> None:
+    """Blobs are checked by the store; a chain is checked against its head, so a node pointing at another stored
+    message is refused rather than read as the transcript."""
+    store = open_store("memory:")
+    first, second = {"role": "user", "content": "first"}, {"role": "user", "content": "other"}
+    head = await Content(store).append(None, [first])
+    await Content(store).append(None, [second])
+    assert head is not None
+    store._nodes[head] = (None, message_ref(second))  # type: ignore[attr-defined]
+
+    with pytest.raises(BlobCorrupted) as raised:
+        await Content(store).messages(head)
+
+    assert raised.value.refs == (head,)
+    assert str(raised.value) == (
+        f"the store at memory: holds a corrupted transcript under {head}: its chain nodes do not hash to it, so they "
+        "were not used. Restore the store from a backup; a run that needs this transcript cannot go on, so start it "
+        "again"
+    )
+    assert await Content(store).messages(next_head(None, message_ref(second))) == [second]
