@@ -15,7 +15,7 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
     │   └── RunNotFound           no run has that id
     └── StoreError                the content store refused an operation or cannot be reached
         ├── BlobMissing           a reference names content the store does not hold
-        └── BlobCorrupted         a blob's bytes do not hash to its reference; they were not used
+        └── BlobCorrupted         stored content no longer hashes to its reference; it was not used
 
 The workflow fails with ``ApplicationError(type=<class name>, non_retryable=True)`` rather than raising these
 classes, because any other exception would fail only the workflow *task*, which Temporal retries forever. The
@@ -87,13 +87,14 @@ class BlobMissing(StoreError):
 
 
 class BlobCorrupted(StoreError):
-    """A blob read from the store does not hash to its reference: its bytes changed after they were stored.
+    """Content read from the store does not hash to its reference: it changed after it was stored.
 
-    The blob is never used (never sent to Claude, never handed to a tool or a client).
+    A blob's bytes are checked against its ref, a transcript's chain nodes against its head. The content is never
+    used: never sent to Claude, never handed to a tool or a client.
 
     Args:
-        message: Which blobs are corrupted and what to do about it.
-        refs: The corrupted references, in the order they were asked for.
+        message: What is corrupted and what to do about it.
+        refs: The corrupted references (blobs, or a transcript's head), in the order they were asked for.
         url: The store's URL, without its password.
     """
 
