@@ -36,6 +36,7 @@ from activities.live_events import EventPublisher, stream_client
 from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from workflows.conversation import build_request, compaction_params
 from workflows.reply import reply_problems
+from workflows.transcript import escape
 from workflows.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -116,9 +117,8 @@ class ClaudeActivities:
         if turn.compaction is not None:
             request["compaction"] = turn.compaction
         reply = await self._call(request, input)
-        content = [await self.content.offload_block(block) for block in reply.get("content") or []]
-        message = {**reply, "content": content}
-        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": content}])
+        message = await self.content.offload_reply(reply)
+        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}])
         await self.content.append(input.replies_head, [message])
         return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)
 
@@ -190,7 +190,7 @@ class ClaudeActivities:
                     set_on_wire |= event.delta.model_fields_set
                 elif event.type == "content_block_start":
                     block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                    events.publish(BLOCK_START, index=event.index, block=block)
+                    events.publish(BLOCK_START, index=event.index, block=escape(block))  # clients resolve events
                 elif event.type == "content_block_delta":
                     delta = event.delta
                     if delta.type == "text_delta":
@@ -203,7 +203,7 @@ class ClaudeActivities:
                     events.publish(BLOCK_STOP, index=event.index)
                     if input.eager_tools and input.eager_token and event.content_block.type == "tool_use":
                         block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                        await _tool_use_ready(input, block)
+                        await _tool_use_ready(input, escape(block))  # held, as the reply's own block
             message = await stream.get_final_message()
         # No serializer warnings: a malformed reply is refused right after, with the reason (`reply_problems`).
         body = message.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)

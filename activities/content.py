@@ -2,18 +2,33 @@
 
 A worker keeps recently used blobs and transcripts in memory. Everything in the store is named by its content, so a
 cached entry can never be stale: a run's next model call on the same worker reads only what it has not seen.
+
+This is the boundary between plain content and content as held (``workflows/transcript.py``): the ``offload*``
+methods take plain JSON (Claude's reply, a tool's result, a client's messages), ``escape`` it once and store its big
+parts; ``resolve`` gives plain JSON back. Nothing else turns data into placeholders or placeholders into data.
+
+A blob the store does not hold, or holds corrupted, fails the activity that needs it for good
+(``ApplicationError`` of type ``BlobMissing`` or ``BlobCorrupted``, not retryable): another attempt reads the same
+store, so retrying would only hang the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from activities.store import ChainNode, ContentStore, open_store
+from workflows.errors import BlobCorrupted, BlobMissing
 from workflows.transcript import (
     INLINE_LIMIT,
     canonical,
+    escape,
     next_head,
     offload,
     placeholder_refs,
@@ -52,20 +67,25 @@ class Content:
             self._blobs.move_to_end(ref)
         missing = [ref for ref in dict.fromkeys(refs) if ref not in found]
         if missing:
-            for ref, data in (await self.store.get(missing)).items():
+            with _unrecoverable_in_activity():
+                read = await self.store.get(missing)
+            for ref, data in read.items():
                 found[ref] = json.loads(data)
                 self._remember(ref, found[ref], len(data))
         return found
 
     async def resolve(self, value: Any) -> Any:
-        """``value`` with its placeholders replaced by the stored content (nested ones included)."""
+        """``value`` as plain JSON: placeholders replaced by what they stand for, escapes unwrapped (``resolve``).
+
+        Placeholders nested in stored content are read too, in as few store reads as the nesting allows.
+        """
         known: dict[str, Any] = {}
         wanted = list(dict.fromkeys(placeholder_refs(value)))
         while wanted:
             fetched = await self.values(wanted)
             known.update(fetched)
             wanted = list(dict.fromkeys(r for v in fetched.values() for r in placeholder_refs(v) if r not in known))
-        return resolve(value, known.__getitem__) if known else value
+        return resolve(value, known.__getitem__)
 
     async def messages(self, head: str | None, start: int = 0) -> list[dict[str, Any]]:
         """The messages of the transcript ``head`` from index ``start`` on, as held (placeholders unresolved)."""
@@ -73,10 +93,30 @@ class Content:
             return []
         refs = self._chains.get(head)
         if refs is None:
-            refs = await self.store.chain(head)
+            with _unrecoverable_in_activity():
+                refs = await self.store.chain(head)
+                self._check_chain(head, refs)
         self._remember_chain(head, refs)
         values = await self.values(refs[start:])
         return [values[ref] for ref in refs[start:]]
+
+    def _check_chain(self, head: str, refs: list[str]) -> None:
+        """Refuse a chain whose nodes do not hash to ``head``: a changed node would send Claude another message.
+
+        Blobs are checked by the store; a head is ours (``next_head``), so it is checked here.
+        """
+        computed: str | None = None
+        for ref in refs:
+            computed = next_head(computed, ref)
+        if computed != head:
+            url = self.store.url
+            raise BlobCorrupted(
+                f"the store at {url} holds a corrupted transcript under {head}: its chain nodes do not hash to it, so "
+                "they were not used. Restore the store from a backup; a run that needs this transcript cannot go on, "
+                "so start it again",
+                refs=(head,),
+                url=url,
+            )
 
     async def append(self, head: str | None, messages: list[dict[str, Any]]) -> str | None:
         """Store ``messages`` after the transcript ``head``; return the new head."""
@@ -104,53 +144,71 @@ class Content:
         return head
 
     async def offload(self, value: Any) -> Any:
-        """``value`` with its big parts stored and replaced by placeholders (``transcript.offload``)."""
-        carried, blobs = offload(value)
-        if blobs:
-            await self.store.put(blobs)
-        return carried
+        """Plain ``value`` as held: escaped, its big parts stored and replaced by placeholders (``offload``)."""
+        return await self._offload(escape(value))
 
     async def offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
-        """A reply's content block, stored and replaced by a placeholder if it is too big to carry.
+        """A plain content block as held: stored and replaced by a placeholder if it is too big to carry.
 
         Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call; of a big
         ``compaction`` only the summary, so the run still sees its ``tool_changes``. ``tool_addition`` and
         ``tool_removal`` blocks stay whole: which tools may run follows them (``conversation.tool_changes_in``).
         """
+        return await self._offload_block(escape(block))
+
+    async def offload_reply(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """Claude's reply (a response body) as held: escaped, each big content block stored (``offload_block``)."""
+        held = escape(reply)
+        return {**held, "content": [await self._offload_block(block) for block in held.get("content") or []]}
+
+    async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Plain ``messages`` as held, their big content stored.
+
+        A client sends the placeholders rather than the content, so the run's history stays small.
+        """
+        held: list[dict[str, Any]] = escape(messages)
+        return [{**m, "content": await self._offload_content(m.get("content"))} if "content" in m else m for m in held]
+
+    async def offload_content(self, content: Any) -> Any:
+        """A message's plain content as held, its big parts stored, as the run itself would store them.
+
+        The same content always gets the same placeholders, wherever it was stored from (a reply, a tool, a
+        client), so an unchanged history sent back by a client matches what the run holds.
+        """
+        return await self._offload_content(escape(content))
+
+    # The private halves take content already escaped: escaping twice would turn the first escapes into data.
+
+    async def _offload(self, held: Any) -> Any:
+        carried, blobs = offload(held)
+        if blobs:
+            await self.store.put(blobs)
+        return carried
+
+    async def _offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
         if block.get("type") in ("tool_addition", "tool_removal"):
             return block
         for kind, key in (("tool_use", "input"), ("compaction", "content")):
             if block.get("type") == kind and key in block and len(canonical(block)) > INLINE_LIMIT:
                 return {**block, key: stored(await self.put_value(block[key]))}
-        carried: dict[str, Any] = await self.offload(block)
+        carried: dict[str, Any] = await self._offload(block)
         return carried
 
-    async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``messages`` with big content stored: a client sends the placeholders, so the run's history stays small."""
-        return [
-            {**m, "content": await self.offload_content(m.get("content"))} if "content" in m else m for m in messages
-        ]
-
-    async def offload_content(self, content: Any) -> Any:
-        """A message's content with its big parts stored, as the run itself would store them.
-
-        The same content always gets the same placeholders, wherever it was stored from (a reply, a tool, a
-        client), so an unchanged history sent back by a client matches what the run holds.
-        """
+    async def _offload_content(self, content: Any) -> Any:
         if not isinstance(content, list):
-            return await self.offload(content)
+            return await self._offload(content)
         blocks: list[Any] = []
         for block in content:
             if isinstance(block, dict) and block.get("type") == "tool_result" and "content" in block:
-                blocks.append({**block, "content": await self.offload(block["content"])})
+                blocks.append({**block, "content": await self._offload(block["content"])})
             elif isinstance(block, dict):
-                blocks.append(await self.offload_block(block))
+                blocks.append(await self._offload_block(block))
             else:
                 blocks.append(block)
         return blocks
 
     async def put_value(self, value: Any) -> str:
-        """Store one JSON value whole; return its ref."""
+        """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref."""
         data = canonical(value)
         ref = ref_for(data)
         await self.store.put({ref: data})
@@ -171,3 +229,18 @@ class Content:
         self._chains.move_to_end(head)
         while len(self._chains) > 8:
             self._chains.popitem(last=False)
+
+
+@contextlib.contextmanager
+def _unrecoverable_in_activity() -> Iterator[None]:
+    """In an activity, turn a missing or corrupted blob into a failure Temporal does not retry.
+
+    Another attempt would read the same store and fail the same way, forever: the run fails at once instead, with
+    the store's message (what is missing or corrupted, and what to do). Elsewhere (a client) the error is raised as is.
+    """
+    try:
+        yield
+    except (BlobMissing, BlobCorrupted) as error:
+        if not activity.in_activity():
+            raise
+        raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error

@@ -1,9 +1,11 @@
 """The content-addressed store: message contents live here, workflow history carries only their references.
 
 A blob's reference is ``"sha256:" + hexdigest`` of its bytes (``ref_for``), so writing is idempotent and a reference
-can never name two contents. A transcript is a chain of nodes, each one message appended to its parent; the workflow
-computes a node's ``head`` (whatever identifies the chain up to and including that message) and the store only keeps
-``head -> (parent, message)``. ``chain(head)`` reads a whole transcript's message references back in one query.
+can never name two contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
+against its reference (``BlobCorrupted`` if the bytes changed since). A transcript is a chain of nodes, each one
+message appended to its parent; the workflow computes a node's ``head`` (whatever identifies the chain up to and
+including that message) and the store only keeps ``head -> (parent, message)``. ``chain(head)`` reads a whole
+transcript's message references back in one query.
 
 Three backends, chosen by URL (``open_store``):
 
@@ -31,7 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from workflows.errors import BlobMissing, StoreError
+from workflows.errors import BlobCorrupted, BlobMissing, StoreError
 from workflows.transcript import ref_for
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STORE_ENV",
+    "BlobCorrupted",
     "BlobMissing",
     "ChainNode",
     "ContentStore",
@@ -124,19 +127,34 @@ class ContentStore(abc.ABC):
             StoreError: A key is not the reference of its blob (nothing is written), or the store failed.
         """
 
-    @abc.abstractmethod
     async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
-        """Read blobs, however many, in as few round trips as the backend allows.
+        """Read blobs, however many, in as few round trips as the backend allows, each checked against its reference.
 
         Args:
             refs: The references to read; duplicates are read once.
 
         Returns:
-            Each blob by its reference.
+            Each blob by its reference; its bytes hash to it (``ref_for``).
 
         Raises:
             BlobMissing: Some references are not in the store; it lists every one of them.
+            BlobCorrupted: Some blobs' bytes do not hash to their reference; none of them is returned.
         """
+        # Every backend's reads pass here, so no caller (the model call above all) can get bytes that changed on
+        # disk or in the database after they were stored: a reference names one content, or nothing.
+        wanted = _unique(refs)
+        found = await self._read(wanted)
+        missing = [ref for ref in wanted if ref not in found]
+        if missing:
+            raise _missing_blobs(self.url, missing)
+        corrupted = [ref for ref in wanted if ref_for(found[ref]) != ref]
+        if corrupted:
+            raise _corrupted_blobs(self.url, corrupted)
+        return {ref: found[ref] for ref in wanted}
+
+    @abc.abstractmethod
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
+        """The blobs of ``refs`` (no duplicates) that the store holds, as stored; ``get`` checks them."""
 
     @abc.abstractmethod
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
@@ -184,7 +202,20 @@ def _check_refs(url: str, blobs: Mapping[str, bytes]) -> None:
 
 def _missing_blobs(url: str, refs: Sequence[str]) -> BlobMissing:
     return BlobMissing(
-        f"the store at {url} has no blob {', '.join(refs)}; the worker and the client must use the same {STORE_ENV}",
+        f"the store at {url} has no blob {', '.join(refs)}: it was deleted, or stored in another store. The worker "
+        f"and the client must use the same {STORE_ENV}; a run that needs this content cannot go on, so start it again "
+        "(or fork it from an earlier turn)",
+        refs=tuple(refs),
+        url=url,
+    )
+
+
+def _corrupted_blobs(url: str, refs: Sequence[str]) -> BlobCorrupted:
+    return BlobCorrupted(
+        f"the store at {url} holds corrupted content under {', '.join(refs)}: the bytes no longer hash to their "
+        "reference, so they were not used. Restore the blobs from a backup, or delete them so that the content can "
+        "be stored again; a run that needs this content cannot go on, so start it again (or fork it from an earlier "
+        "turn)",
         refs=tuple(refs),
         url=url,
     )
@@ -241,12 +272,8 @@ class _MemoryStore(ContentStore):
                 written += len(data)
         return written
 
-    async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
-        wanted = _unique(refs)
-        missing = [ref for ref in wanted if ref not in self._blobs]
-        if missing:
-            raise _missing_blobs(self.url, missing)
-        return {ref: self._blobs[ref] for ref in wanted}
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
+        return {ref: self._blobs[ref] for ref in refs if ref in self._blobs}
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
         for node in nodes:
@@ -368,23 +395,17 @@ class _SqliteStore(ContentStore):
 
         return await self._run(work)
 
-    async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
-        wanted = _unique(refs)
-
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
         def work(conn: sqlite3.Connection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
             # One read transaction: every chunk sees the same snapshot.
             with _sqlite_read(conn):
-                for chunk in _chunks(wanted, GET_CHUNK):
+                for chunk in _chunks(refs, GET_CHUNK):
                     marks = ", ".join("?" * len(chunk))
                     found.update(conn.execute(f"SELECT ref, data FROM blobs WHERE ref IN ({marks})", chunk))
             return found
 
-        found = await self._run(work)
-        missing = [ref for ref in wanted if ref not in found]
-        if missing:
-            raise _missing_blobs(self.url, missing)
-        return {ref: found[ref] for ref in wanted}
+        return await self._run(work)
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
         rows = [(node.head, node.parent, node.message) for node in nodes]
@@ -561,23 +582,18 @@ class _PostgresStore(ContentStore):
         result: int = await self._run(work)
         return result
 
-    async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
-        wanted = _unique(refs)
-
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
             # Binary results: bytea comes back as its bytes, not as hex text twice its size.
             async with conn.cursor(binary=True) as cursor:
-                for chunk in _chunks(wanted, GET_CHUNK):
+                for chunk in _chunks(refs, GET_CHUNK):
                     await cursor.execute("SELECT ref, data FROM blobs WHERE ref = ANY(%s::text[])", (list(chunk),))
                     found.update((ref, bytes(data)) for ref, data in await cursor.fetchall())
             return found
 
         found: dict[str, bytes] = await self._run(work)
-        missing = [ref for ref in wanted if ref not in found]
-        if missing:
-            raise _missing_blobs(self.url, missing)
-        return {ref: found[ref] for ref in wanted}
+        return found
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:

@@ -53,7 +53,6 @@ from temporalio.exceptions import ApplicationError
 from activities.content import Content
 from activities.hooks import BUILTIN_HOOKS, ResultHook
 from workflows.errors import ToolRegistrationError
-from workflows.transcript import placeholder_refs
 from workflows.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     RECONCILE_TOOL_ACTIVITY,
@@ -396,17 +395,18 @@ class ToolActivities:
             input.tool_use_id,
             info.attempt,
         )
-        if any(True for _ in placeholder_refs(input.input)):
-            try:
-                input = input.model_copy(update={"input": await self._content.resolve(input.input)})
-            except Exception as e:
-                # The tool has not started: running this attempt again cannot repeat an effect.
-                raise ApplicationError(
-                    f"Could not read the stored input of tool '{input.name}' ({type(e).__name__}: {e}); the tool "
-                    "did not start.",
-                    type=TOOL_NOT_STARTED_ERROR,
-                    non_retryable=getattr(e, "non_retryable", False),
-                ) from e
+        try:
+            # The input as Claude wrote it: stored parts read back, placeholder-shaped data given as it was.
+            input = input.model_copy(update={"input": await self._content.resolve(input.input)})
+        except ApplicationError:
+            raise  # a missing or corrupted blob: final, and says so
+        except Exception as e:
+            # The tool has not started: running this attempt again cannot repeat an effect.
+            raise ApplicationError(
+                f"Could not read the stored input of tool '{input.name}' ({type(e).__name__}: {e}); the tool did "
+                "not start.",
+                type=TOOL_NOT_STARTED_ERROR,
+            ) from e
         # The SDK's span for a tool call, so traces read the same as for its in-process runner.
         with _tracer.start_as_current_span(
             f"anthropic.custom_tool_use {input.name}",
@@ -439,8 +439,7 @@ class ToolActivities:
                 type="ToolRegistrationError",
                 non_retryable=True,
             )
-        if any(True for _ in placeholder_refs(input.input)):
-            input = input.model_copy(update={"input": await self._content.resolve(input.input)})
+        input = input.model_copy(update={"input": await self._content.resolve(input.input)})
         token = _current_call.set(_call_of(input))
         try:
             answer = reconcile(_current_call.get())

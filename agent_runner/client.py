@@ -33,7 +33,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.content import Content
@@ -56,6 +56,7 @@ from workflows.steering import (
     UPDATE_PARAMS_UPDATE,
     PendingApproval,
 )
+from workflows.transcript import escape
 from workflows.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
@@ -317,7 +318,8 @@ class Run:
 
         Also the latest failure of a model or tool call that Temporal is still retrying, such as an overloaded API.
         """
-        status = RunStatus.model_validate(await self._query(STATUS_QUERY))
+        # Pending approvals' inputs and results under review, as plain JSON: what ``approve``/``advance`` take back.
+        status = RunStatus.model_validate(await self._content.resolve(await self._query(STATUS_QUERY)))
         try:
             description = await self.handle.describe()
         except RPCError as e:
@@ -393,7 +395,8 @@ class Run:
 
     async def approve(self, tool_use_id: str, *, input: dict[str, Any] | None = None) -> None:
         """Let a tool call that waits for approval run, optionally with edited input."""
-        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": input}, True)
+        held = None if input is None else escape(input)  # the tool gets it as given (``transcript.escape``)
+        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": held}, True)
 
     async def deny(self, tool_use_id: str, reason: str = "The user denied this tool call.") -> None:
         """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result."""
@@ -401,7 +404,8 @@ class Run:
 
     async def pending_approvals(self) -> list[PendingApproval]:
         """Tool calls waiting for a person."""
-        return [PendingApproval.model_validate(p) for p in await self._query(PENDING_APPROVALS_QUERY)]
+        pending = await self._content.resolve(await self._query(PENDING_APPROVALS_QUERY))
+        return [PendingApproval.model_validate(p) for p in pending]
 
     async def advance(self, *, tool_results: list[dict[str, Any]] | None = None, iteration: int | None = None) -> None:
         """In step mode, let the run go on; with ``tool_results`` the client answers the tool calls itself.
@@ -542,6 +546,9 @@ def error_from_failure(run_id: str, failure: WorkflowFailureError) -> AgentRunne
     cause = failure.cause
     if isinstance(cause, (CancelledError, TerminatedError)):
         return RunCancelled(f"Run {run_id} was {'cancelled' if isinstance(cause, CancelledError) else 'terminated'}.")
+    if isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError):
+        # A tool call that failed for good (a missing blob, say) fails the run as is: report the activity's own error.
+        cause = cause.cause
     if isinstance(cause, ApplicationError):
         cls = ERRORS_BY_NAME.get(cause.type or "", AgentRunError)
         return cls(cause.message)

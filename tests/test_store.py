@@ -4,6 +4,7 @@ PostgreSQL server (the session's throwaway cluster, tests/postgres_server.py).""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ import pytest_asyncio
 from activities.store import (
     GET_CHUNK,
     STORE_ENV,
+    BlobCorrupted,
     BlobMissing,
     ChainNode,
     ContentStore,
@@ -128,9 +130,55 @@ async def test_blob_missing_names_exactly_the_missing_refs_and_the_store(store: 
     assert raised.value.refs == (gone_2, gone_1)
     assert raised.value.url == store.url
     assert str(raised.value) == (
-        f"the store at {store.url} has no blob {gone_2}, {gone_1}; the worker and the client must use the same "
-        "AGENT_RUNNER_STORE"
+        f"the store at {store.url} has no blob {gone_2}, {gone_1}: it was deleted, or stored in another store. The "
+        "worker and the client must use the same AGENT_RUNNER_STORE; a run that needs this content cannot go on, so "
+        "start it again (or fork it from an earlier turn)"
     )
+
+
+async def overwrite(store: ContentStore, ref: str, data: bytes) -> None:
+    """Change a stored blob's bytes behind the store's back, as a disk fault or a stray UPDATE would."""
+    if store.url == "memory:":
+        store._blobs[ref] = data  # type: ignore[attr-defined]
+    elif store.url.startswith("sqlite:"):
+        with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+            assert conn.execute("UPDATE blobs SET data = ? WHERE ref = ?", (data, ref)).rowcount == 1
+    else:
+        with psycopg.connect(store._conninfo, autocommit=True) as conn:  # type: ignore[attr-defined]
+            assert conn.execute("UPDATE blobs SET data = %s WHERE ref = %s", (data, ref)).rowcount == 1
+
+
+async def test_a_blob_whose_bytes_changed_is_refused_on_read_naming_it(store: ContentStore) -> None:
+    """Every read is checked against the ref: changed bytes raise BlobCorrupted, and no blob of the read is returned."""
+    good_ref, good = blob('"intact"')
+    bad_ref, bad = blob('"stored"')
+    await store.put({good_ref: good, bad_ref: bad})
+    await overwrite(store, bad_ref, b'"tampered"')
+
+    with pytest.raises(BlobCorrupted) as raised:
+        await store.get([good_ref, bad_ref, bad_ref])
+
+    assert raised.value.refs == (bad_ref,)
+    assert raised.value.url == store.url
+    assert str(raised.value) == (
+        f"the store at {store.url} holds corrupted content under {bad_ref}: the bytes no longer hash to their "
+        "reference, so they were not used. Restore the blobs from a backup, or delete them so that the content can "
+        "be stored again; a run that needs this content cannot go on, so start it again (or fork it from an earlier "
+        "turn)"
+    )
+    assert await store.get([good_ref]) == {good_ref: good}
+
+
+async def test_a_missing_blob_is_reported_before_a_corrupted_one(store: ContentStore) -> None:
+    bad_ref, bad = blob('"stored"')
+    await store.put({bad_ref: bad})
+    await overwrite(store, bad_ref, b'"tampered"')
+    gone = ref_for(b"gone")
+
+    with pytest.raises(BlobMissing) as raised:
+        await store.get([bad_ref, gone])
+
+    assert raised.value.refs == (gone,)
 
 
 async def test_a_12_mb_blob_round_trips(store: ContentStore) -> None:

@@ -1302,7 +1302,9 @@ class AgentRun:
             except ActivityError as e:
                 if isinstance(e.cause, CancelledError):
                     raise
-                if _failure_type(e) == TOOL_NOT_STARTED_ERROR and not _non_retryable(e):
+                if _non_retryable(e):
+                    raise _tool_failure(spec, e) from None  # decided before the tool started (a missing blob)
+                if _failure_type(e) == TOOL_NOT_STARTED_ERROR:
                     not_started += 1
                     limit = spec.options.maximum_attempts
                     if limit and not_started >= limit:

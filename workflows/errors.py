@@ -15,7 +15,8 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
     │   ├── RunCancelled          somebody cancelled the run
     │   └── RunNotFound           no run has that id
     └── StoreError                the content store refused an operation or cannot be reached
-        └── BlobMissing           a reference names content the store does not hold
+        ├── BlobMissing           a reference names content the store does not hold
+        └── BlobCorrupted         stored content no longer hashes to its reference; it was not used
 
 The workflow fails with ``ApplicationError(type=<class name>, non_retryable=True)`` rather than raising these
 classes, because any other exception would fail only the workflow *task*, which Temporal retries forever. The
@@ -90,6 +91,24 @@ class BlobMissing(StoreError):
         self.url = url
 
 
+class BlobCorrupted(StoreError):
+    """Content read from the store does not hash to its reference: it changed after it was stored.
+
+    A blob's bytes are checked against its ref, a transcript's chain nodes against its head. The content is never
+    used: never sent to Claude, never handed to a tool or a client.
+
+    Args:
+        message: What is corrupted and what to do about it.
+        refs: The corrupted references (blobs, or a transcript's head), in the order they were asked for.
+        url: The store's URL, without its password.
+    """
+
+    def __init__(self, message: str, *, refs: tuple[str, ...] = (), url: str = "") -> None:
+        super().__init__(message)
+        self.refs = refs
+        self.url = url
+
+
 ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
     cls.__name__: cls
     for cls in (
@@ -106,6 +125,7 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         RunNotFound,
         StoreError,
         BlobMissing,
+        BlobCorrupted,
     )
 }
 """Each error class by the ``ApplicationError.type`` a run fails with."""

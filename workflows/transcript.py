@@ -14,6 +14,11 @@ through history at most once:
   it appears, by a placeholder: ``{"agent_runner.stored": ref}`` stands for the stored JSON value, and a
   ``{"agent_runner.splice": ref}`` element of a content list stands for the content blocks of the stored message.
   ``resolve`` puts the content back; readers (the model call, the Python client) resolve before use.
+- Content is held in that form only: data that merely *looks* like a placeholder (an object whose one key is one of
+  ours, in Claude's ``tool_use.input``, a tool's result, a client's message) is data. ``escape`` wraps each such
+  object as ``{"agent_runner.escaped": object}`` when content enters (every writer goes through it, in
+  ``activities/content.py``), and ``resolve`` unwraps it, so only the placeholders we made are ever looked up. Data
+  without such objects is held unchanged: its refs, and the request bodies built from it, are what they always were.
 
 This module is pure (hashing and JSON only), so workflow code uses it; the store itself is ``activities/store.py``.
 """
@@ -32,6 +37,12 @@ STORED = "agent_runner.stored"
 
 SPLICE = "agent_runner.splice"
 """The key of a content-list element that stands for the content blocks of a stored message."""
+
+ESCAPED = "agent_runner.escaped"
+"""The key of an escape: ``{ESCAPED: object}`` stands for ``object``, data whose one key is one of ``RESERVED``."""
+
+RESERVED = frozenset({STORED, SPLICE, ESCAPED})
+"""The keys whose one-key objects mean something to ``resolve``; data shaped so is held escaped."""
 
 INLINE_LIMIT = 4096
 """Content bigger than this (in canonical JSON bytes) is stored apart rather than carried through history."""
@@ -72,11 +83,43 @@ def is_placeholder(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and (STORED in value or SPLICE in value)
 
 
-def placeholder_refs(value: Any) -> Iterator[str]:
-    """The refs of every placeholder in ``value``."""
+def _reserved_key(value: dict[str, Any]) -> str | None:
+    """The key of a one-key object whose key is reserved, else ``None``."""
+    if len(value) != 1:
+        return None
+    (key,) = value
+    return key if key in RESERVED else None
+
+
+def escape(value: Any) -> Any:
+    """``value``, a plain JSON value, in the form content is held in: placeholder-shaped objects escaped.
+
+    Every object (at any depth) whose one key is in ``RESERVED`` becomes ``{ESCAPED: object}``, so ``resolve`` gives
+    it back as it was instead of looking it up. Everything else is unchanged, and a value with nothing to escape is
+    returned as is (the same object), so content without such objects keeps its refs. Apply it exactly once, where
+    content enters the system: escaping held content again would make its escapes data.
+    """
     if isinstance(value, dict):
-        if len(value) == 1 and (STORED in value or SPLICE in value):
-            yield str(value.get(STORED) or value.get(SPLICE))
+        items = {key: escape(item) for key, item in value.items()}
+        if _reserved_key(value) is not None:
+            return {ESCAPED: items}
+        return value if all(items[key] is value[key] for key in value) else items
+    if isinstance(value, list):
+        escaped = [escape(item) for item in value]
+        return value if all(new is old for new, old in zip(escaped, value, strict=True)) else escaped
+    return value
+
+
+def placeholder_refs(value: Any) -> Iterator[str]:
+    """The refs of every placeholder in ``value`` (escaped objects are data, not placeholders)."""
+    if isinstance(value, dict):
+        key = _reserved_key(value)
+        if key == ESCAPED:
+            inner = value[ESCAPED]
+            yield from placeholder_refs(list(inner.values()) if isinstance(inner, dict) else inner)
+            return
+        if key is not None:
+            yield str(value[key])
             return
         for item in value.values():
             yield from placeholder_refs(item)
@@ -86,16 +129,24 @@ def placeholder_refs(value: Any) -> Iterator[str]:
 
 
 def resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
-    """``value`` with every placeholder replaced by the content it stands for.
+    """``value`` as plain JSON: every placeholder replaced by the content it stands for, every escape unwrapped.
+
+    The inverse of ``escape`` (and of ``offload``): ``resolve(escape(x), lookup) == x`` for any JSON value ``x``.
 
     Args:
-        value: A JSON value that may hold placeholders.
-        lookup: The decoded JSON value stored under a ref; it may hold placeholders of its own.
+        value: A JSON value as held: it may hold placeholders and escapes.
+        lookup: The decoded JSON value stored under a ref (held too: it may hold placeholders and escapes of its own).
     """
     if isinstance(value, dict):
-        if len(value) == 1 and STORED in value:
+        key = _reserved_key(value)
+        if key == STORED:
             return resolve(lookup(value[STORED]), lookup)
-        return {key: resolve(item, lookup) for key, item in value.items()}
+        if key == ESCAPED:
+            inner = value[ESCAPED]
+            if isinstance(inner, dict):
+                return {name: resolve(item, lookup) for name, item in inner.items()}
+            return resolve(inner, lookup)
+        return {name: resolve(item, lookup) for name, item in value.items()}
     if isinstance(value, list):
         items: list[Any] = []
         for item in value:
@@ -111,6 +162,8 @@ def resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
 
 def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes]]:
     """Replace the parts of ``value`` bigger than ``limit`` by placeholders.
+
+    ``value`` is held content (``escape`` it first if it is plain data): the blobs are stored as given.
 
     A content list's blocks are offloaded one by one (each big block becomes a placeholder in the list), unless the
     list is still big after that; any other value is offloaded whole.
