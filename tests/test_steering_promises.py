@@ -99,3 +99,25 @@ async def test_an_edit_refused_by_the_run_reaches_the_stock_cli_as_final(
     refusal = done.stderr + done.stdout
     assert "The transcript changed since version 99 (it is now at 1)" in refusal
     assert "EditRejected" in refusal and "retryable: true" not in refusal.lower()
+
+
+async def test_a_message_injected_after_a_long_user_message_keeps_both_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A long message is stored apart and held as a placeholder: an injection must not join it as its keys."""
+    fake_api.script(end_turn("First."), end_turn("Second."))
+    long_text = "Read this carefully. " + "y" * 9_000
+    async with worker():
+        run = await runner.start(**BASE, step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        version = (await run.versioned_transcript()).version
+        await run.replace_history([{"role": "user", "content": long_text}], expected_version=version, wait=False)
+        await run.inject("And answer briefly.", wait=False)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert fake_api.bodies()[1]["messages"] == [
+        {"role": "user", "content": long_text},
+        {"role": "user", "content": [{"type": "text", "text": "And answer briefly."}]},
+    ]

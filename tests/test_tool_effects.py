@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -206,7 +206,7 @@ class FailingBigPuts(ContentStore):
             raise OSError("disk full")
         return await self._inner.put(blobs)
 
-    async def get(self, refs: Sequence[str]) -> dict[str, bytes]:
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
         return await self._inner.get(refs)
 
     async def put_nodes(self, nodes: Any) -> None:

@@ -1535,6 +1535,8 @@ def _backoff(options: ActivityOptions, attempt: int) -> timedelta:
 def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
     """The run's failure when a tool's activity gave up: which tool, after what, and what to do."""
     cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return _activity_failure(error)  # decided at once (a missing blob): its own words say what to do
     what = cause.message if isinstance(cause, FailureError) else str(error)
     error_type = cause.type if isinstance(cause, ApplicationError) and cause.type else "ToolFailed"
     attempts = spec.options.maximum_attempts

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.transcript import Transcript, canonical, ref_for
+from workflows.transcript import Transcript, canonical, is_placeholder, ref_for
 from workflows.types import MESSAGE_THREADS_BETA, ModelTurn
 
 CREATE_ONLY_FIELDS = ("system", "tools")
@@ -297,7 +297,9 @@ class Conversation(BaseModel):
         if length > self.answered and self.transcript.role(length - 1) == role:
             last = self.transcript.last_pending()
             assert last is not None
-            if set(last) == {"role", "content"}:
+            # A content stored apart (a long text the client sent) is a placeholder, not text or blocks the blocks
+            # could join: they get a message of their own, which the API takes as the same turn.
+            if set(last) == {"role", "content"} and not is_placeholder(last["content"]):
                 content = last["content"]
                 existing = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
                 last["content"] = [*existing, *blocks]
