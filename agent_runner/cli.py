@@ -61,7 +61,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from temporalio.client import (
     Client,
@@ -69,7 +69,6 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
@@ -90,9 +89,21 @@ from agent_runner.events import (
     RunEvent,
 )
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
-from workflows.errors import AgentRunError, AgentRunnerError, ConfigurationError, RunCancelled, RunNotFound
+from workflows.errors import (
+    AgentRunError,
+    AgentRunnerError,
+    ConfigurationError,
+    EditQueued,
+    NoWorker,
+    RunAlreadyExists,
+    RunCancelled,
+    RunNotFound,
+    StoreError,
+)
 from workflows.run_input import parse_run_input
 from workflows.types import TASK_QUEUE, RunResult, RunStatus, Usage
+
+T = TypeVar("T")
 
 MODEL_ENV = "AGENT_RUNNER_MODEL"
 """Environment variable naming the default model."""
@@ -505,6 +516,31 @@ def render_edit_outcome(version: int | None) -> str:
     return EDIT_ACCEPTED if version is None else f"applied at version {version}"
 
 
+def render_wait_for_people(run_id: str, status: RunStatus) -> str:
+    """What a run waits for a person about, and the command that answers it, for an edit that must wait for it.
+
+    Example: ``run R waits for approval of delete_file (toolu_D): the edit applies once it is decided (agent-runner
+    approve R toolu_D, or deny)``.
+    """
+    run = shlex.quote(run_id)
+    advance = f"the edit applies when it is advanced (`agent-runner advance {run}`)."
+    if status.status == "waiting_for_step":
+        return f"run {run_id} is paused after turn {status.iterations}: {advance}"
+    if status.status == "waiting_for_review":
+        return f"run {run_id} waits for review of turn {status.iterations}'s tool results: {advance}"
+    pending = status.pending_approvals
+    if len(pending) == 1:
+        tool_use_id = shlex.quote(str(pending[0].get("tool_use_id")))
+        return (
+            f"run {run_id} waits for approval of {pending[0].get('name')} ({pending[0].get('tool_use_id')}): the edit "
+            f"applies once it is decided (`agent-runner approve {run} {tool_use_id}`, or `deny`)."
+        )
+    return (
+        f"run {run_id} waits for approval of {len(pending)} tool calls: the edit applies once they are decided "
+        f"(`agent-runner approvals {run}` lists them)."
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Output and connection helpers
 # --------------------------------------------------------------------------------------------
@@ -535,13 +571,7 @@ async def connected(*, keep_server: bool = False) -> AsyncIterator[Client]:
     """
     from agent_runner.connection import connect
 
-    try:
-        client, server = await connect()
-    except RuntimeError as e:
-        raise ConfigurationError(
-            f"Cannot reach Temporal: {e}. Set TEMPORAL_ADDRESS to a running server, or leave it unset to use the "
-            "local embedded one."
-        ) from e
+    client, server = await connect()
     try:
         yield client
     finally:
@@ -725,6 +755,9 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         finally:
             follower.finish()
         result = await run.result()
+    except NoWorker as e:
+        _err(f"error: run {run.id} waits for a worker. {e}")
+        return EXIT_ERROR
     except AgentRunnerError as e:
         _err(f"error: {e}")
         return EXIT_ERROR
@@ -772,6 +805,38 @@ async def follow_until_interrupted(
     if following.cancelled():
         return EXIT_INTERRUPTED
     return following.result()
+
+
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) stopped a command's wait."""
+
+
+async def until_interrupted(call: Awaitable[T]) -> T:
+    """``call``'s result, unless Ctrl-C (SIGINT) comes first: then ``call`` is cancelled and ``Interrupted`` raised.
+
+    So that the command can say what the interruption left behind (an edit still queued) instead of a bare
+    ``interrupted``.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    handles_sigint = False
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        handles_sigint = True
+    task = asyncio.ensure_future(call)
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if handles_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise Interrupted
+    return task.result()
 
 
 def _interrupted_note(run_id: str) -> str:
@@ -848,7 +913,8 @@ async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: s
     """Start a run from its JSON input (as ``temporal workflow start --input`` takes it).
 
     Raises:
-        AgentRunError: A run with this id exists, or Temporal refused the start.
+        RunAlreadyExists: A run with this id exists, running or ended.
+        AgentRunError: Temporal refused the start.
     """
     params = dict(run_input)
     try:
@@ -862,8 +928,8 @@ async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: s
             id=run_id,
             **params,
         )
-    except WorkflowAlreadyStartedError as e:
-        raise AgentRunError(
+    except RunAlreadyExists as e:
+        raise RunAlreadyExists(
             f"A run with id {run_id!r} already exists: pick another --id, or follow it with "
             f"`agent-runner follow {run_id}`."
         ) from e
@@ -973,6 +1039,9 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
                 flush=True,
             )
             return EXIT_OK
+        except NoWorker as e:
+            print(f"Run {run.id} stops as soon as a worker handles the request. {e}", flush=True)
+            return EXIT_OK
         except RunCancelled:
             print(f"Run {run.id} is cancelled: in-flight model calls and tools were stopped.", flush=True)
             return EXIT_OK
@@ -1041,7 +1110,25 @@ async def _edit(args: argparse.Namespace, edit: EditCall) -> int:
         run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
         step = args.wait is None and await started_in_step_mode(client, run)
         wait = not step if args.wait is None else bool(args.wait)
-        version = await edit(run, wait)
+        run.wait_for_people = False  # a person must act before the edit can apply: say so rather than hang
+        try:
+            version = await until_interrupted(edit(run, wait))
+        except EditQueued:
+            print(EDIT_ACCEPTED, flush=True)
+            _err(f"note: {render_wait_for_people(run.id, await run.status())}")
+            return EXIT_OK
+        except Interrupted:
+            if run.interrupted_edits:
+                _err(
+                    f"interrupted: stopped waiting. The edit is still queued in run {run.id} and applies before its "
+                    f"next turn; `agent-runner status {shlex.quote(run.id)}` shows the transcript version."
+                )
+            else:
+                _err(
+                    f"interrupted before run {run.id} confirmed the edit: it may still apply; check with "
+                    f"`agent-runner transcript {shlex.quote(run.id)}`."
+                )
+            return EXIT_INTERRUPTED
     print(render_edit_outcome(version), flush=True)
     if step:
         _err(
@@ -1574,6 +1661,9 @@ async def amain(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], Any] = args.handler
     try:
         code: int = await handler(args)
+    except StoreError as e:  # one line, even when the database driver's message has several
+        _err(f"error: {' '.join(str(e).split())}")
+        return EXIT_ERROR
     except AgentRunnerError as e:
         _err(f"error: {e}")
         return EXIT_ERROR
