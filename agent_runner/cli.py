@@ -29,8 +29,10 @@ Steering a live run (each edit is accepted at once and applies before the run's 
 An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
 produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced; ``--wait``
 waits anyway), it prints ``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and
-exits 1. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``) with the
-command that answers it, and never answers it itself.
+exits 1. An edit to a run that waits for a person (an approval, a step-mode pause) prints that it was accepted and a
+note saying what the run waits for, with the command that answers it; Ctrl-C while an edit waits says that the edit
+is still queued. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``)
+with the command that answers it, and never answers it itself.
 
 Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on
@@ -38,8 +40,8 @@ Temporal is reached through ``agent_runner.connection.connect()``: Temporal's st
 whose run needs the server to go on.
 
 Exit codes: 0 success (a followed run that completed, reached ``max_iterations`` or was stopped), 1 an error or a
-failed or cancelled run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following,
-not the run).
+failed or cancelled run (printed as ``error: <message>``, one line, such as ``No worker is polling task queue ...``
+with the command that starts one), 2 a usage error, 130 interrupted (Ctrl-C stops following or waiting, not the run).
 
 The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``,
 ``render_approvals``, ``waiting_notices``, ...) are pure functions of the Messages API's wire-format dicts and the
@@ -755,9 +757,6 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         finally:
             follower.finish()
         result = await run.result()
-    except NoWorker as e:
-        _err(f"error: run {run.id} waits for a worker. {e}")
-        return EXIT_ERROR
     except AgentRunnerError as e:
         _err(f"error: {e}")
         return EXIT_ERROR

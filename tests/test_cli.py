@@ -724,7 +724,7 @@ async def test_without_a_worker_run_status_and_transcript_say_how_to_start_one(
         assert await cli.amain(["run", "Hi", "--id", run_id, "--task-queue", task_queue]) == 1
         assert capsys.readouterr() == (
             f"{run_id}\n",
-            f"error: run {run_id} waits for a worker. {_no_worker(task_queue)}\n",
+            f"error: {_no_worker(task_queue)}\n",
         )
         for command in ("status", "transcript"):
             assert await cli.amain([command, run_id]) == 1

@@ -62,8 +62,9 @@ class EditRejected(AgentRunError):
 
 
 class EditQueued(AgentRunError):
-    """An edit the run accepted and holds queued, that the caller stopped waiting for: the run waits for a person
-    (an approval, a step-mode pause or review) before its next boundary, where the edit applies.
+    """An edit the run holds queued, that the caller stopped waiting for because the run waits for a person.
+
+    The edit applies at the run's next boundary, which comes once the person acted (an approval, a step-mode advance).
 
     Args:
         message: What the run waits for.
