@@ -61,7 +61,9 @@ def test_container_tier_finds_the_mirror_in_either_apt_source_form(files: dict[s
 def test_container_tier_says_so_when_apt_has_no_bookworm_mirror(tmp_path: Path) -> None:
     apt = tmp_path / "apt"
     (apt / "sources.list.d").mkdir(parents=True)
-    (apt / "sources.list.d" / "other.sources").write_text("Types: deb\nURIs: http://mirror.test/ubuntu\nSuites: noble\n")
+    (apt / "sources.list.d" / "other.sources").write_text(
+        "Types: deb\nURIs: http://mirror.test/ubuntu\nSuites: noble\n"
+    )
     done = run_function("find_mirror", f'find_mirror "{apt}" || echo "none: $?"', tmp_path)
     assert (done.returncode, done.stdout) == (0, "none: 1\n")
     # An empty apt folder (no sources.list at all) is not a crash either.
