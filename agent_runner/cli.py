@@ -519,28 +519,30 @@ def render_edit_outcome(version: int | None) -> str:
 
 
 def render_wait_for_people(run_id: str, status: RunStatus) -> str:
-    """What a run waits for a person about, and the command that answers it, for an edit that must wait for it.
+    """What a run waits for a person about, with the command that answers it, for an edit that waits for it too.
 
-    Example: ``run R waits for approval of delete_file (toolu_D): the edit applies once it is decided (agent-runner
-    approve R toolu_D, or deny)``.
+    Example: ``run R waits for approval of delete_file (toolu_D): the edit applies once it is decided (`agent-runner
+    approve R toolu_D`, or `deny`).``
     """
     run = shlex.quote(run_id)
     advance = f"the edit applies when it is advanced (`agent-runner advance {run}`)."
+    pending = status.pending_approvals
     if status.status == "waiting_for_step":
         return f"run {run_id} is paused after turn {status.iterations}: {advance}"
     if status.status == "waiting_for_review":
         return f"run {run_id} waits for review of turn {status.iterations}'s tool results: {advance}"
-    pending = status.pending_approvals
-    if len(pending) == 1:
-        tool_use_id = shlex.quote(str(pending[0].get("tool_use_id")))
+    if status.status == "waiting_for_approval" and len(pending) == 1:
+        tool_use_id = str(pending[0].get("tool_use_id"))
         return (
-            f"run {run_id} waits for approval of {pending[0].get('name')} ({pending[0].get('tool_use_id')}): the edit "
-            f"applies once it is decided (`agent-runner approve {run} {tool_use_id}`, or `deny`)."
+            f"run {run_id} waits for approval of {pending[0].get('name')} ({tool_use_id}): the edit applies once it "
+            f"is decided (`agent-runner approve {run} {shlex.quote(tool_use_id)}`, or `deny`)."
         )
-    return (
-        f"run {run_id} waits for approval of {len(pending)} tool calls: the edit applies once they are decided "
-        f"(`agent-runner approvals {run}` lists them)."
-    )
+    if status.status == "waiting_for_approval":
+        return (
+            f"run {run_id} waits for approval of {len(pending)} tool calls: the edit applies once they are decided "
+            f"(`agent-runner approvals {run}` lists them)."
+        )
+    return f"run {run_id} goes on ({status.status}): the edit applies before its next turn."
 
 
 # --------------------------------------------------------------------------------------------
@@ -764,6 +766,42 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
 
 
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) stopped a command's wait."""
+
+
+async def until_interrupted(call: Awaitable[T], interrupted: asyncio.Event | None = None) -> T:
+    """``call``'s result, unless Ctrl-C (SIGINT) comes first: then ``call`` is cancelled and ``Interrupted`` raised.
+
+    The command can then say what the interruption left behind: a run that goes on, an edit still queued.
+
+    Args:
+        call: What the command waits for.
+        interrupted: An event that interrupts when set; by default one that SIGINT sets.
+    """
+    loop = asyncio.get_running_loop()
+    stop = interrupted or asyncio.Event()
+    handles_sigint = False
+    if interrupted is None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+            handles_sigint = True
+    task = asyncio.ensure_future(call)
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if handles_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise Interrupted
+    return task.result()
+
+
 async def follow_until_interrupted(
     run: Run,
     *,
@@ -782,60 +820,10 @@ async def follow_until_interrupted(
     Returns:
         ``follow_run``'s exit code, or 130 when interrupted.
     """
-    loop = asyncio.get_running_loop()
-    stop = interrupted or asyncio.Event()
-    handles_sigint = False
-    if interrupted is None:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
-            handles_sigint = True
-    following = asyncio.ensure_future(follow_run(run, from_iteration=from_iteration, color=color))
-    waiting = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({following, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if handles_sigint:
-            loop.remove_signal_handler(signal.SIGINT)
-        waiting.cancel()
-        if not following.done():
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-    if following.cancelled():
+        return await until_interrupted(follow_run(run, from_iteration=from_iteration, color=color), interrupted)
+    except Interrupted:
         return EXIT_INTERRUPTED
-    return following.result()
-
-
-class Interrupted(Exception):
-    """Ctrl-C (SIGINT) stopped a command's wait."""
-
-
-async def until_interrupted(call: Awaitable[T]) -> T:
-    """``call``'s result, unless Ctrl-C (SIGINT) comes first: then ``call`` is cancelled and ``Interrupted`` raised.
-
-    So that the command can say what the interruption left behind (an edit still queued) instead of a bare
-    ``interrupted``.
-    """
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    handles_sigint = False
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        handles_sigint = True
-    task = asyncio.ensure_future(call)
-    waiting = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if handles_sigint:
-            loop.remove_signal_handler(signal.SIGINT)
-        waiting.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task})
-    if task.cancelled():
-        raise Interrupted
-    return task.result()
 
 
 def _interrupted_note(run_id: str) -> str:

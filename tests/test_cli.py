@@ -37,6 +37,7 @@ from agent_runner.cli import (
     render_summary,
     render_tool_result,
     render_transcript,
+    render_wait_for_people,
     tool_results_by_id,
     waiting_notices,
 )
@@ -254,6 +255,47 @@ def test_edit_outcomes_and_params() -> None:
     for bad in ("max_tokens", "=3"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=JSON_VALUE"):
             parse_param(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        pytest.param(
+            RunStatus(status="waiting_for_approval", iterations=2, pending_approvals=[APPROVAL]),
+            "run r waits for approval of delete_file (toolu_D): the edit applies once it is decided "
+            "(`agent-runner approve r toolu_D`, or `deny`).",
+            id="one-approval",
+        ),
+        pytest.param(
+            RunStatus(
+                status="waiting_for_approval",
+                iterations=2,
+                pending_approvals=[APPROVAL, {**APPROVAL, "tool_use_id": "E"}],
+            ),
+            "run r waits for approval of 2 tool calls: the edit applies once they are decided "
+            "(`agent-runner approvals r` lists them).",
+            id="approvals",
+        ),
+        pytest.param(
+            RunStatus(status="waiting_for_step", iterations=3),
+            "run r is paused after turn 3: the edit applies when it is advanced (`agent-runner advance r`).",
+            id="step",
+        ),
+        pytest.param(
+            RunStatus(status="waiting_for_review", iterations=3),
+            "run r waits for review of turn 3's tool results: the edit applies when it is advanced "
+            "(`agent-runner advance r`).",
+            id="review",
+        ),
+        pytest.param(
+            RunStatus(status="running", iterations=3),
+            "run r goes on (running): the edit applies before its next turn.",
+            id="went-on",
+        ),
+    ],
+)
+def test_an_edit_that_waits_for_a_person_says_what_for_and_how_to_answer(status: RunStatus, line: str) -> None:
+    assert render_wait_for_people("r", status) == line
 
 
 async def test_steering_usage_errors_exit_2_and_bad_files_exit_1(
