@@ -937,6 +937,13 @@ BROKEN_TOOLS = 'raise RuntimeError("API_TOKEN is not set")\n'
             id="bad-address",
         ),
         pytest.param(
+            {},
+            [],
+            "Cannot reach Temporal at '127.0.0.1:1' (from TEMPORAL_ADDRESS): Connection refused. Start the server "
+            "there, or point TEMPORAL_ADDRESS at a running one (unset, the embedded local server is used).",
+            id="unreachable",
+        ),
+        pytest.param(
             {"AGENT_RUNNER_STORE": "postgresql://nobody@127.0.0.1:1/none"},
             [],
             "cannot set up the store at postgresql://nobody@127.0.0.1:1/none: connection failed: connection to server "
