@@ -96,7 +96,6 @@ from workflows.errors import (
     AgentRunnerError,
     ConfigurationError,
     EditQueued,
-    NoWorker,
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
@@ -740,7 +739,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     person, it says so once with the command to use, and leaves the decision to them:
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
-    or advances anything itself.
+    or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
+    that starts one, and goes on waiting.
 
     Args:
         run: The run to follow.
@@ -752,6 +752,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
     follower = _Follower(run.id, from_iteration=from_iteration, color=color)
+    run.no_worker_notice = lambda e: _err(f"note: waiting for a worker. {e}")
     try:
         try:
             async for event in run.events():
@@ -1025,9 +1026,6 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
                 "handles the request. Check it with `agent-runner status`.",
                 flush=True,
             )
-            return EXIT_OK
-        except NoWorker as e:
-            print(f"Run {run.id} stops as soon as a worker handles the request. {e}", flush=True)
             return EXIT_OK
         except RunCancelled:
             print(f"Run {run.id} is cancelled: in-flight model calls and tools were stopped.", flush=True)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import shlex
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -254,8 +254,9 @@ class Run:
     For a step-mode run that this handle drives (started here, or attached with ``step=True``), the same loop is
     the SDK's loop body: the run waits while the body runs, and the next iteration advances it.
 
-    A call that needs the run's worker (a query, an edit, following, waiting for the result) raises ``NoWorker`` when
-    it goes unanswered and no worker polls the run's task queue, instead of waiting silently.
+    A query or an edit that goes unanswered while no worker polls the run's task queue raises ``NoWorker`` (with the
+    command that starts one) rather than time out without saying why. Waiting for the run's result or its events goes
+    on, since a worker may yet come (the queue is durable), and tells ``no_worker_notice``.
 
     Attributes:
         wait_for_people: Whether an edit waited for (``wait=True``) keeps waiting while the run waits for a person (an
@@ -263,6 +264,8 @@ class Run:
             for; the edit stays queued. A program that answers the person's part itself keeps the default.
         interrupted_edits: The ``seq`` of each edit this handle stopped waiting for when it was cancelled: the run
             still holds them queued, and applies them at its next boundary.
+        no_worker_notice: Called with a ``NoWorker`` when a wait for the run's result or events finds no worker
+            polling its task queue, once each time the worker goes missing; the wait goes on. ``None``: wait silently.
     """
 
     def __init__(
@@ -275,6 +278,7 @@ class Run:
         self._task_queue: str | None = None
         self.wait_for_people = True
         self.interrupted_edits: list[int] = []
+        self.no_worker_notice: Callable[[NoWorker], None] | None = None
 
     @property
     def id(self) -> str:
@@ -332,7 +336,7 @@ class Run:
             async with contextlib.aclosing(items):
                 while True:
                     try:
-                        item = await self._answered(anext(items))
+                        item = await self._answered(anext(items), durable=True)
                     except StopAsyncIteration:
                         return
                     # A reply or tool result may carry big content as placeholders: put it back from the store.
@@ -376,7 +380,7 @@ class Run:
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result: status, iterations, stop reason, usage, last reply."""
         try:
-            raw = await self._answered(self.handle.result())
+            raw = await self._answered(self.handle.result(), durable=True)
         except WorkflowFailureError as e:
             raise error_from_failure(self.id, e) from e
         except RPCError as e:
@@ -649,23 +653,34 @@ class Run:
         description = await self._describe()
         return description.status not in (None, WorkflowExecutionStatus.RUNNING)
 
-    async def _answered(self, call: Awaitable[T]) -> T:
-        """``call``'s answer (a query's, an update's, the result's), or ``NoWorker`` if no worker is there to give it.
+    async def _answered(self, call: Awaitable[T], *, durable: bool = False) -> T:
+        """``call``'s answer, or ``NoWorker`` if no worker polls the run's task queue to give it.
 
-        The run's task queue is checked for pollers only once ``call`` has gone unanswered for a moment, so an answer
-        costs nothing more, and a worker that is just starting has time to poll; then again now and then, in case
-        the worker goes away during a long wait.
+        The queue is checked for pollers only once ``call`` has gone unanswered for a moment, so an answer costs
+        nothing more and a worker that is just starting has time to poll; then again now and then, in case the
+        worker goes away during a long wait.
+
+        Args:
+            call: A query, an update, or a durable wait.
+            durable: ``call`` waits for the run itself (its result, its events), which a worker that comes later
+                answers: tell ``no_worker_notice`` instead of raising, and go on waiting.
         """
         task = asyncio.ensure_future(call)
         timeout = _WORKER_CHECK
+        told = False
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
                     return task.result()
                 task_queue = await self.task_queue()
-                if not await has_worker(self._client, task_queue):
+                if await has_worker(self._client, task_queue):
+                    told = False
+                elif not durable:
                     raise no_worker(task_queue)
+                elif not told and self.no_worker_notice is not None:
+                    self.no_worker_notice(no_worker(task_queue))
+                    told = True
                 timeout = min(timeout * 2, _WORKER_RECHECK_MAX)
         finally:
             if not task.done():

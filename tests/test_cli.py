@@ -758,27 +758,40 @@ def _no_worker(task_queue: str) -> str:
 
 
 @pytest.mark.usefixtures("temporal_address")
-async def test_without_a_worker_run_status_and_transcript_say_how_to_start_one(
-    runner: AgentRunner, task_queue: str, capsys: pytest.CaptureFixture[str]
+async def test_without_a_worker_run_says_so_and_waits_while_status_and_transcript_fail(
+    worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`run` follows a run that a worker started later carries on; `status` and `transcript` cannot wait."""
+    fake_api.script(end_turn("Sunny."))
     run_id = f"cli-{uuid.uuid4()}"
+    out = err = ""
+    running = asyncio.create_task(cli.amain(["run", "Hi", "--id", run_id, "--task-queue", task_queue]))
     try:
-        assert await cli.amain(["run", "Hi", "--id", run_id, "--task-queue", task_queue]) == 1
-        assert capsys.readouterr() == (
-            f"{run_id}\n",
-            f"error: {_no_worker(task_queue)}\n",
-        )
+        async with asyncio.timeout(10):
+            while "note:" not in err:
+                await asyncio.sleep(0.05)
+                captured = capsys.readouterr()
+                out, err = out + captured.out, err + captured.err
+        assert (out, err) == (f"{run_id}\n", f"note: waiting for a worker. {_no_worker(task_queue)}\n")
         for command in ("status", "transcript"):
             assert await cli.amain([command, run_id]) == 1
             assert capsys.readouterr() == ("", f"error: {_no_worker(task_queue)}\n")
-        assert await cli.amain(["run", "Hi again", "--id", run_id, "--task-queue", task_queue, "--detach"]) == 1
-        assert capsys.readouterr() == (
-            "",
-            f"error: A run with id {run_id!r} already exists: pick another --id, or follow it with "
-            f"`agent-runner follow {run_id}`.\n",
-        )
+        async with worker():
+            assert await running == 0
     finally:
-        await runner.attach(run_id).terminate("test over")
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert _lines(capsys.readouterr().out) == [
+        "── turn 1 ──",
+        "Sunny.",
+        "── completed · 1 turn · stop_reason end_turn · 10 input / 5 output tokens ──",
+    ]
+    assert await cli.amain(["run", "Hi again", "--id", run_id, "--task-queue", task_queue, "--detach"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        f"error: A run with id {run_id!r} already exists: pick another --id, or follow it with "
+        f"`agent-runner follow {run_id}`.\n",
+    )
 
 
 @pytest.mark.usefixtures("temporal_address")
