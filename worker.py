@@ -35,7 +35,7 @@ from activities.hooks import HookActivities
 from activities.store import ContentStore, open_store
 from activities.tools import Tool, ToolActivities, ToolRegistry
 from workflows.agent_run import AgentRun
-from workflows.errors import AgentRunnerError, ConfigurationError
+from workflows.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
 from workflows.types import TASK_QUEUE
 
 ROLES = ("workflows", "model", "tools")
@@ -55,10 +55,23 @@ def tool_modules(cli_modules: Iterable[str], environ: dict[str, str] | None = No
 
 
 def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
-    """A registry of the tools the modules define, plus ``tools``."""
+    """A registry of the tools the modules define, plus ``tools``.
+
+    Raises:
+        ToolRegistrationError: A module cannot be imported (its own code raised, whatever the exception), or
+            defines no tool, or a tool that cannot be registered.
+    """
     registry = ToolRegistry(tools)
     for module in modules:
-        registry.add_module(module)
+        try:
+            registry.add_module(module)
+        except AgentRunnerError:
+            raise
+        except Exception as e:  # the module's own code failed while it was imported
+            raise ToolRegistrationError(
+                f"Tool module {module!r} failed while it was imported: {type(e).__name__}: {e}. Fix the module, or "
+                "leave it out of --tools and AGENT_RUNNER_TOOLS."
+            ) from e
     return registry
 
 
@@ -258,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     except AgentRunnerError as e:  # a configuration the worker cannot start with: say why, without a traceback
-        logger.error("error: %s", e)
+        # One line, even when the cause's own message has several (psycopg's, for one).
+        logger.error("error: %s", " ".join(str(e).split()))
         return 2
     return 0
 

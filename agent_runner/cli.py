@@ -29,8 +29,10 @@ Steering a live run (each edit is accepted at once and applies before the run's 
 An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
 produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced; ``--wait``
 waits anyway), it prints ``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and
-exits 1. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``) with the
-command that answers it, and never answers it itself.
+exits 1. An edit to a run that waits for a person (an approval, a step-mode pause) prints that it was accepted and a
+note saying what the run waits for, with the command that answers it; Ctrl-C while an edit waits says that the edit
+is still queued. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``)
+with the command that answers it, and never answers it itself.
 
 Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on
@@ -38,8 +40,8 @@ Temporal is reached through ``agent_runner.connection.connect()``: Temporal's st
 whose run needs the server to go on.
 
 Exit codes: 0 success (a followed run that completed, reached ``max_iterations`` or was stopped), 1 an error or a
-failed or cancelled run (printed as ``error: <message>``), 2 a usage error, 130 interrupted (Ctrl-C stops following,
-not the run).
+failed or cancelled run (printed as ``error: <message>``, one line, such as ``No worker is polling task queue ...``
+with the command that starts one), 2 a usage error, 130 interrupted (Ctrl-C stops following or waiting, not the run).
 
 The renderers (``render_reply``, ``render_tool_results``, ``render_transcript``, ``render_summary``,
 ``render_approvals``, ``waiting_notices``, ...) are pure functions of the Messages API's wire-format dicts and the
@@ -61,7 +63,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from temporalio.client import (
     Client,
@@ -69,7 +71,6 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
@@ -90,9 +91,20 @@ from agent_runner.events import (
     RunEvent,
 )
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
-from workflows.errors import AgentRunError, AgentRunnerError, ConfigurationError, RunCancelled, RunNotFound
+from workflows.errors import (
+    AgentRunError,
+    AgentRunnerError,
+    ConfigurationError,
+    EditQueued,
+    RunAlreadyExists,
+    RunCancelled,
+    RunNotFound,
+    StoreError,
+)
 from workflows.run_input import parse_run_input
 from workflows.types import TASK_QUEUE, RunResult, RunStatus, Usage
+
+T = TypeVar("T")
 
 MODEL_ENV = "AGENT_RUNNER_MODEL"
 """Environment variable naming the default model."""
@@ -505,6 +517,33 @@ def render_edit_outcome(version: int | None) -> str:
     return EDIT_ACCEPTED if version is None else f"applied at version {version}"
 
 
+def render_wait_for_people(run_id: str, status: RunStatus) -> str:
+    """What a run waits for a person about, with the command that answers it, for an edit that waits for it too.
+
+    Example: ``run R waits for approval of delete_file (toolu_D): the edit applies once it is decided (`agent-runner
+    approve R toolu_D`, or `deny`).``
+    """
+    run = shlex.quote(run_id)
+    advance = f"the edit applies when it is advanced (`agent-runner advance {run}`)."
+    pending = status.pending_approvals
+    if status.status == "waiting_for_step":
+        return f"run {run_id} is paused after turn {status.iterations}: {advance}"
+    if status.status == "waiting_for_review":
+        return f"run {run_id} waits for review of turn {status.iterations}'s tool results: {advance}"
+    if status.status == "waiting_for_approval" and len(pending) == 1:
+        tool_use_id = str(pending[0].get("tool_use_id"))
+        return (
+            f"run {run_id} waits for approval of {pending[0].get('name')} ({tool_use_id}): the edit applies once it "
+            f"is decided (`agent-runner approve {run} {shlex.quote(tool_use_id)}`, or `deny`)."
+        )
+    if status.status == "waiting_for_approval":
+        return (
+            f"run {run_id} waits for approval of {len(pending)} tool calls: the edit applies once they are decided "
+            f"(`agent-runner approvals {run}` lists them)."
+        )
+    return f"run {run_id} goes on ({status.status}): the edit applies before its next turn."
+
+
 # --------------------------------------------------------------------------------------------
 # Output and connection helpers
 # --------------------------------------------------------------------------------------------
@@ -535,13 +574,7 @@ async def connected(*, keep_server: bool = False) -> AsyncIterator[Client]:
     """
     from agent_runner.connection import connect
 
-    try:
-        client, server = await connect()
-    except RuntimeError as e:
-        raise ConfigurationError(
-            f"Cannot reach Temporal: {e}. Set TEMPORAL_ADDRESS to a running server, or leave it unset to use the "
-            "local embedded one."
-        ) from e
+    client, server = await connect()
     try:
         yield client
     finally:
@@ -706,7 +739,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     person, it says so once with the command to use, and leaves the decision to them:
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
-    or advances anything itself.
+    or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
+    that starts one, and goes on waiting.
 
     Args:
         run: The run to follow.
@@ -718,6 +752,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
     follower = _Follower(run.id, from_iteration=from_iteration, color=color)
+    run.no_worker_notice = lambda e: _err(f"note: waiting for a worker. {e}")
     try:
         try:
             async for event in run.events():
@@ -730,6 +765,42 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         return EXIT_ERROR
     _out([render_summary(result, color=color)])
     return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
+
+
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) stopped a command's wait."""
+
+
+async def until_interrupted(call: Awaitable[T], interrupted: asyncio.Event | None = None) -> T:
+    """``call``'s result, unless Ctrl-C (SIGINT) comes first: then ``call`` is cancelled and ``Interrupted`` raised.
+
+    The command can then say what the interruption left behind: a run that goes on, an edit still queued.
+
+    Args:
+        call: What the command waits for.
+        interrupted: An event that interrupts when set; by default one that SIGINT sets.
+    """
+    loop = asyncio.get_running_loop()
+    stop = interrupted or asyncio.Event()
+    handles_sigint = False
+    if interrupted is None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+            handles_sigint = True
+    task = asyncio.ensure_future(call)
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if handles_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise Interrupted
+    return task.result()
 
 
 async def follow_until_interrupted(
@@ -750,28 +821,10 @@ async def follow_until_interrupted(
     Returns:
         ``follow_run``'s exit code, or 130 when interrupted.
     """
-    loop = asyncio.get_running_loop()
-    stop = interrupted or asyncio.Event()
-    handles_sigint = False
-    if interrupted is None:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
-            handles_sigint = True
-    following = asyncio.ensure_future(follow_run(run, from_iteration=from_iteration, color=color))
-    waiting = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({following, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if handles_sigint:
-            loop.remove_signal_handler(signal.SIGINT)
-        waiting.cancel()
-        if not following.done():
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-    if following.cancelled():
+        return await until_interrupted(follow_run(run, from_iteration=from_iteration, color=color), interrupted)
+    except Interrupted:
         return EXIT_INTERRUPTED
-    return following.result()
 
 
 def _interrupted_note(run_id: str) -> str:
@@ -848,7 +901,8 @@ async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: s
     """Start a run from its JSON input (as ``temporal workflow start --input`` takes it).
 
     Raises:
-        AgentRunError: A run with this id exists, or Temporal refused the start.
+        RunAlreadyExists: A run with this id exists, running or ended.
+        AgentRunError: Temporal refused the start.
     """
     params = dict(run_input)
     try:
@@ -862,8 +916,8 @@ async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: s
             id=run_id,
             **params,
         )
-    except WorkflowAlreadyStartedError as e:
-        raise AgentRunError(
+    except RunAlreadyExists as e:
+        raise RunAlreadyExists(
             f"A run with id {run_id!r} already exists: pick another --id, or follow it with "
             f"`agent-runner follow {run_id}`."
         ) from e
@@ -1041,7 +1095,25 @@ async def _edit(args: argparse.Namespace, edit: EditCall) -> int:
         run = AgentRunner(client, task_queue=args.task_queue).attach(args.run_id)
         step = args.wait is None and await started_in_step_mode(client, run)
         wait = not step if args.wait is None else bool(args.wait)
-        version = await edit(run, wait)
+        run.wait_for_people = False  # a person must act before the edit can apply: say so rather than hang
+        try:
+            version = await until_interrupted(edit(run, wait))
+        except EditQueued:
+            print(EDIT_ACCEPTED, flush=True)
+            _err(f"note: {render_wait_for_people(run.id, await run.status())}")
+            return EXIT_OK
+        except Interrupted:
+            if run.interrupted_edits:
+                _err(
+                    f"interrupted: stopped waiting. The edit is still queued in run {run.id} and applies before its "
+                    f"next turn; `agent-runner status {shlex.quote(run.id)}` shows the transcript version."
+                )
+            else:
+                _err(
+                    f"interrupted before run {run.id} confirmed the edit: it may still apply; check with "
+                    f"`agent-runner transcript {shlex.quote(run.id)}`."
+                )
+            return EXIT_INTERRUPTED
     print(render_edit_outcome(version), flush=True)
     if step:
         _err(
@@ -1574,6 +1646,9 @@ async def amain(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], Any] = args.handler
     try:
         code: int = await handler(args)
+    except StoreError as e:  # one line, even when the database driver's message has several
+        _err(f"error: {' '.join(str(e).split())}")
+        return EXIT_ERROR
     except AgentRunnerError as e:
         _err(f"error: {e}")
         return EXIT_ERROR

@@ -17,14 +17,20 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shlex
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from anthropic.types.beta import BetaMessage
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -32,14 +38,31 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TerminatedError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.content import Content
 from activities.store import ContentStore
 from agent_runner.events import RUN_FINISHED, AttemptFilter, RunEvent
-from workflows.errors import ERRORS_BY_NAME, AgentRunError, AgentRunnerError, EditRejected, RunCancelled, RunNotFound
+from workflows.errors import (
+    ERRORS_BY_NAME,
+    AgentRunError,
+    AgentRunnerError,
+    EditQueued,
+    EditRejected,
+    NoWorker,
+    RunAlreadyExists,
+    RunCancelled,
+    RunNotFound,
+)
 from workflows.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -67,12 +90,35 @@ from workflows.types import (
     WORKFLOW_TYPE,
     RunResult,
     RunStatus,
+    RunStatusName,
 )
+
+T = TypeVar("T")
 
 _POLL_MIN = 0.05
 _POLL_MAX = 1.0
 _EVENTS_POLL = timedelta(seconds=0.2)
 """The least time between two polls of a run's live events once caught up (each poll is an update in its history)."""
+
+_WORKER_CHECK = 1.0
+"""How long a query, update or wait may go unanswered before the client checks that a worker polls the run's task
+queue: without one, it would wait silently until the RPC times out, or forever."""
+_WORKER_RECHECK_MAX = 30.0
+
+WORKER_COMMAND = "python worker.py --tools agent_runner.example_tools"
+"""The command ``NoWorker`` suggests (with ``--task-queue`` when the queue is not the default one)."""
+
+CLOSED_STATUSES: Mapping[WorkflowExecutionStatus, RunStatusName] = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
+"""How Temporal says a run ended, when the run's own state cannot say it: a run that failed its input check, or was
+cancelled before its loop began, still reports ``running``; a terminated one, whatever it was doing then."""
+
+WAITING_STATUSES = frozenset({"waiting_for_approval", "waiting_for_step", "waiting_for_review"})
+"""Statuses in which the run waits for a person before it goes on."""
 
 
 class AgentRunner:
@@ -130,6 +176,9 @@ class AgentRunner:
 
         Returns:
             A handle on the running run.
+
+        Raises:
+            RunAlreadyExists: A run with this id exists, running or ended.
         """
         run_input: dict[str, Any] = {
             "model": model,
@@ -144,12 +193,21 @@ class AgentRunner:
             run_input["max_iterations"] = max_iterations
         if not thread:
             run_input["thread"] = False
-        handle: WorkflowHandle[Any, Any] = await self.client.start_workflow(
-            WORKFLOW_TYPE,
-            run_input,
-            id=id or f"agent-{uuid.uuid4()}",
-            task_queue=self.task_queue,
-        )
+        run_id = id or f"agent-{uuid.uuid4()}"
+        try:
+            handle: WorkflowHandle[Any, Any] = await self.client.start_workflow(
+                WORKFLOW_TYPE,
+                run_input,
+                id=run_id,
+                task_queue=self.task_queue,
+                # A run's id names its transcript and history for good: an ended run's id is not given to a new one.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError as e:
+            raise RunAlreadyExists(
+                f"A run with id {run_id!r} already exists: pick another id, or attach to it with "
+                f"`runner.attach({run_id!r})`."
+            ) from e
         return Run(handle, step=params.get("step") not in (None, False), runner=self)
 
     def attach(self, run_id: str, *, step: bool = False) -> Run:
@@ -202,6 +260,19 @@ class Run:
 
     For a step-mode run that this handle drives (started here, or attached with ``step=True``), the same loop is
     the SDK's loop body: the run waits while the body runs, and the next iteration advances it.
+
+    A query or an edit that goes unanswered while no worker polls the run's task queue raises ``NoWorker`` (with the
+    command that starts one) rather than time out without saying why. Waiting for the run's result or its events goes
+    on, since a worker may yet come (the queue is durable), and tells ``no_worker_notice``.
+
+    Attributes:
+        wait_for_people: Whether an edit waited for (``wait=True``) keeps waiting while the run waits for a person (an
+            approval, a step-mode pause or review). When ``False`` it raises ``EditQueued`` saying what the run waits
+            for; the edit stays queued. A program that answers the person's part itself keeps the default.
+        interrupted_edits: The ``seq`` of each edit this handle stopped waiting for when it was cancelled: the run
+            still holds them queued, and applies them at its next boundary.
+        no_worker_notice: Called with a ``NoWorker`` when a wait for the run's result or events finds no worker
+            polling its task queue, once each time the worker goes missing; the wait goes on. ``None``: wait silently.
     """
 
     def __init__(
@@ -211,6 +282,10 @@ class Run:
         self.step = step
         self._runner = runner
         self._content = runner.content if runner is not None else Content()
+        self._task_queue: str | None = None
+        self.wait_for_people = True
+        self.interrupted_edits: list[int] = []
+        self.no_worker_notice: Callable[[NoWorker], None] | None = None
 
     @property
     def id(self) -> str:
@@ -257,18 +332,27 @@ class Run:
         Raises:
             RunNotFound: No run has this id.
         """
-        client = self._runner.client if self._runner is not None else self.handle._client
-        stream = WorkflowStreamClient.create(client, self.id)
+        stream = WorkflowStreamClient.create(self._client, self.id)
         attempts = AttemptFilter()
+        # An async generator, though typed as an iterator: closed here, since its steps are awaited one by one.
+        items = cast(
+            AsyncGenerator[Any, None],
+            stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL),
+        )
         try:
-            async for item in stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL):
-                # A reply or tool result may carry big content as placeholders: put it back from the store.
-                data = await self._content.resolve(item.data)
-                event = cast(RunEvent, {**data, "offset": item.offset})
-                for out in attempts.feed(event):
-                    yield out
-                if event["type"] == RUN_FINISHED:
-                    return
+            async with contextlib.aclosing(items):
+                while True:
+                    try:
+                        item = await self._answered(anext(items), durable=True)
+                    except StopAsyncIteration:
+                        return
+                    # A reply or tool result may carry big content as placeholders: put it back from the store.
+                    data = await self._content.resolve(item.data)
+                    event = cast(RunEvent, {**data, "offset": item.offset})
+                    for out in attempts.feed(event):
+                        yield out
+                    if event["type"] == RUN_FINISHED:
+                        return
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
 
@@ -287,7 +371,7 @@ class Run:
     async def _replies(self, after: int) -> list[BetaMessage]:
         """The replies from iteration ``after + 1`` on, with their stored content put back."""
         try:
-            held = await self.handle.query(REPLIES_QUERY, after)
+            held = await self._answered(self.handle.query(REPLIES_QUERY, after))
         except WorkflowQueryFailedError:
             # The run continued as new since: the replies it no longer holds are in the store.
             status = RunStatus.model_validate(await self._query(STATUS_QUERY))
@@ -303,7 +387,7 @@ class Run:
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result: status, iterations, stop reason, usage, last reply."""
         try:
-            raw = await self.handle.result()
+            raw = await self._answered(self.handle.result(), durable=True)
         except WorkflowFailureError as e:
             raise error_from_failure(self.id, e) from e
         except RPCError as e:
@@ -317,13 +401,21 @@ class Run:
         """The run's status: iterations, stop reason, usage (and cost, given prices), pending approvals.
 
         Also the latest failure of a model or tool call that Temporal is still retrying, such as an overloaded API.
+        A run that has ended reports how it ended as Temporal knows it (``CLOSED_STATUSES``): ``failed`` for a run
+        whose input was rejected, ``terminated``, ``timed_out``; and it no longer waits for anything.
+
+        Raises:
+            RunNotFound: No run has this id.
+            NoWorker: No worker polls the run's task queue to answer.
         """
+        description = await self._describe()
         # Pending approvals' inputs and results under review, as plain JSON: what ``approve``/``advance`` take back.
         status = RunStatus.model_validate(await self._content.resolve(await self._query(STATUS_QUERY)))
-        try:
-            description = await self.handle.describe()
-        except RPCError as e:
-            raise _rpc_error(self.id, e) from e
+        closed = CLOSED_STATUSES.get(description.status) if description.status is not None else None
+        if closed is not None:
+            return status.model_copy(
+                update={"status": closed, "pending_approvals": [], "tool_results_under_review": None}
+            )
         failures = [
             f"{activity.activity_type.name} (attempt {activity.attempt}): {activity.last_failure.message}"
             for activity in description.raw_description.pending_activities
@@ -469,23 +561,31 @@ class Run:
         seq = accepted.get("seq") if isinstance(accepted, dict) else None
         if seq is None or not (wait if wait is not None else not self.step):
             return None
-        return await self._edit_applied(update, int(seq))
+        try:
+            return await self._edit_applied(update, int(seq))
+        except asyncio.CancelledError:
+            self.interrupted_edits.append(int(seq))  # the run still holds it: it applies at the next boundary
+            raise
 
     async def _execute_update(self, update: str, arg: dict[str, Any]) -> Any:
         """Send an update, waiting out Temporal's limit of 10 updates in flight per run instead of failing."""
         delay = _POLL_MIN
         for _ in range(60):
             try:
-                return await self.handle.execute_update(update, arg)
+                return await self._answered(self.handle.execute_update(update, arg))
             except RPCError as e:
                 if e.status != RPCStatusCode.RESOURCE_EXHAUSTED:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX)
-        return await self.handle.execute_update(update, arg)
+        return await self._answered(self.handle.execute_update(update, arg))
 
     async def _edit_applied(self, update: str, seq: int) -> int:
-        """Wait for a queued edit to apply at the run's boundary; its version, or ``EditRejected`` with the reason."""
+        """Wait for a queued edit to apply at the run's boundary; its version, or ``EditRejected`` with the reason.
+
+        Raises:
+            EditQueued: The run waits for a person first, and ``wait_for_people`` is off.
+        """
         delay = _POLL_MIN
         while True:
             outcome = await self._query(EDIT_OUTCOME_QUERY, seq)
@@ -493,6 +593,24 @@ class Run:
                 if outcome.get("error"):
                     raise EditRejected(f"{update} could not apply: {outcome['error']}")
                 return int(outcome["version"])
+            if await self._is_closed():
+                # Ended (terminated, say) without answering the edit: it never will. Read once more, since the run
+                # may have answered it just before it closed.
+                outcome = await self._query(EDIT_OUTCOME_QUERY, seq)
+                if outcome is None:
+                    raise EditRejected(
+                        f"{update} did not apply: run {self.id} ended ({(await self.status()).status}) before its "
+                        "next turn; nothing was changed. Start a new run from its transcript to go on."
+                    )
+                continue
+            if not self.wait_for_people:
+                status = await self.status()
+                if status.status in WAITING_STATUSES:
+                    raise EditQueued(
+                        f"{update} is queued: it applies once run {self.id} goes on, and the run waits "
+                        f"({status.status}).",
+                        seq=seq,
+                    )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
 
@@ -507,9 +625,8 @@ class Run:
         messages = await self._content.resolve(await self._content.messages(point["head"]))
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
-            task_queue = (await self.handle.describe()).task_queue  # where the original runs, by default
-        client = self._runner.client if self._runner is not None else self.handle._client
-        return await AgentRunner(client, task_queue=task_queue).start(**run_input, id=id)
+            task_queue = await self.task_queue()  # where the original runs, by default
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
 
     async def terminate(self, reason: str) -> None:
         """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``)."""
@@ -527,18 +644,86 @@ class Run:
 
     async def _query(self, name: str, *args: Any) -> Any:
         try:
-            return await self.handle.query(name, *args)
+            return await self._answered(self.handle.query(name, *args))
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as e:
             raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
 
-    async def _is_closed(self) -> bool:
+    @property
+    def _client(self) -> Client:
+        return self._runner.client if self._runner is not None else self.handle._client
+
+    async def _describe(self) -> WorkflowExecutionDescription:
         try:
             description = await self.handle.describe()
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
+        self._task_queue = description.task_queue
+        return description
+
+    async def task_queue(self) -> str:
+        """The task queue the run's workflow tasks go to (where its workers must poll)."""
+        if self._task_queue is None:
+            await self._describe()
+        assert self._task_queue is not None
+        return self._task_queue
+
+    async def _is_closed(self) -> bool:
+        description = await self._describe()
         return description.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+    async def _answered(self, call: Awaitable[T], *, durable: bool = False) -> T:
+        """``call``'s answer, or ``NoWorker`` if no worker polls the run's task queue to give it.
+
+        The queue is checked for pollers only once ``call`` has gone unanswered for a moment, so an answer costs
+        nothing more and a worker that is just starting has time to poll; then again now and then, in case the
+        worker goes away during a long wait.
+
+        Args:
+            call: A query, an update, or a durable wait.
+            durable: ``call`` waits for the run itself (its result, its events), which a worker that comes later
+                answers: tell ``no_worker_notice`` instead of raising, and go on waiting.
+        """
+        task = asyncio.ensure_future(call)
+        timeout = _WORKER_CHECK
+        told = False
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if done:
+                    return task.result()
+                task_queue = await self.task_queue()
+                if await has_worker(self._client, task_queue):
+                    told = False
+                elif not durable:
+                    raise no_worker(task_queue)
+                elif not told and self.no_worker_notice is not None:
+                    self.no_worker_notice(no_worker(task_queue))
+                    told = True
+                timeout = min(timeout * 2, _WORKER_RECHECK_MAX)
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})  # a step of an async generator must end before the generator is closed
+
+
+async def has_worker(client: Client, task_queue: str) -> bool:
+    """Whether a worker polls ``task_queue`` for workflow tasks (Temporal remembers a poller for a few minutes)."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return len(response.pollers) > 0
+
+
+def no_worker(task_queue: str) -> NoWorker:
+    """The error for a task queue that no worker polls, with the command that starts one."""
+    command = WORKER_COMMAND if task_queue == TASK_QUEUE else f"{WORKER_COMMAND} --task-queue {shlex.quote(task_queue)}"
+    return NoWorker(f"No worker is polling task queue {task_queue!r}. Start one: {command}")
 
 
 def error_from_failure(run_id: str, failure: WorkflowFailureError) -> AgentRunnerError:

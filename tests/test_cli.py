@@ -37,6 +37,7 @@ from agent_runner.cli import (
     render_summary,
     render_tool_result,
     render_transcript,
+    render_wait_for_people,
     tool_results_by_id,
     waiting_notices,
 )
@@ -45,6 +46,7 @@ from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
 from agent_runner.fake_api import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
 from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
 from workflows.errors import InvalidRunInput
 from workflows.types import RunResult, RunStatus, Usage
@@ -253,6 +255,47 @@ def test_edit_outcomes_and_params() -> None:
     for bad in ("max_tokens", "=3"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=JSON_VALUE"):
             parse_param(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        pytest.param(
+            RunStatus(status="waiting_for_approval", iterations=2, pending_approvals=[APPROVAL]),
+            "run r waits for approval of delete_file (toolu_D): the edit applies once it is decided "
+            "(`agent-runner approve r toolu_D`, or `deny`).",
+            id="one-approval",
+        ),
+        pytest.param(
+            RunStatus(
+                status="waiting_for_approval",
+                iterations=2,
+                pending_approvals=[APPROVAL, {**APPROVAL, "tool_use_id": "E"}],
+            ),
+            "run r waits for approval of 2 tool calls: the edit applies once they are decided "
+            "(`agent-runner approvals r` lists them).",
+            id="approvals",
+        ),
+        pytest.param(
+            RunStatus(status="waiting_for_step", iterations=3),
+            "run r is paused after turn 3: the edit applies when it is advanced (`agent-runner advance r`).",
+            id="step",
+        ),
+        pytest.param(
+            RunStatus(status="waiting_for_review", iterations=3),
+            "run r waits for review of turn 3's tool results: the edit applies when it is advanced "
+            "(`agent-runner advance r`).",
+            id="review",
+        ),
+        pytest.param(
+            RunStatus(status="running", iterations=3),
+            "run r goes on (running): the edit applies before its next turn.",
+            id="went-on",
+        ),
+    ],
+)
+def test_an_edit_that_waits_for_a_person_says_what_for_and_how_to_answer(status: RunStatus, line: str) -> None:
+    assert render_wait_for_people("r", status) == line
 
 
 async def test_steering_usage_errors_exit_2_and_bad_files_exit_1(
@@ -702,3 +745,247 @@ async def test_fork_and_terminate_from_the_command_line(
         assert await cli.amain(["terminate", slow.id, "--reason", "runaway"]) == 0
         assert capsys.readouterr().out == f"Run {slow.id} is terminated: runaway\n"
     assert fake_api.bodies()[2] == fake_api.bodies()[1]
+
+
+# ------------------------------------------------------------------------------------------ no silent hangs
+
+
+def _no_worker(task_queue: str) -> str:
+    return (
+        f"No worker is polling task queue {task_queue!r}. Start one: python worker.py --tools "
+        f"agent_runner.example_tools --task-queue {task_queue}"
+    )
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_without_a_worker_run_says_so_and_waits_while_status_and_transcript_fail(
+    worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` follows a run that a worker started later carries on; `status` and `transcript` cannot wait."""
+    fake_api.script(end_turn("Sunny."))
+    run_id = f"cli-{uuid.uuid4()}"
+    out = err = ""
+    running = asyncio.create_task(cli.amain(["run", "Hi", "--id", run_id, "--task-queue", task_queue]))
+    try:
+        async with asyncio.timeout(10):
+            while "note:" not in err:
+                await asyncio.sleep(0.05)
+                captured = capsys.readouterr()
+                out, err = out + captured.out, err + captured.err
+        assert (out, err) == (f"{run_id}\n", f"note: waiting for a worker. {_no_worker(task_queue)}\n")
+        for command in ("status", "transcript"):
+            assert await cli.amain([command, run_id]) == 1
+            assert capsys.readouterr() == ("", f"error: {_no_worker(task_queue)}\n")
+        async with worker():
+            assert await running == 0
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert _lines(capsys.readouterr().out) == [
+        "── turn 1 ──",
+        "Sunny.",
+        "── completed · 1 turn · stop_reason end_turn · 10 input / 5 output tokens ──",
+    ]
+    assert await cli.amain(["run", "Hi again", "--id", run_id, "--task-queue", task_queue, "--detach"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        f"error: A run with id {run_id!r} already exists: pick another --id, or follow it with "
+        f"`agent-runner follow {run_id}`.\n",
+    )
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_status_of_a_terminated_run_says_terminated(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(
+            model="claude-fake-1", max_tokens=50, messages=[USER], tools=[delete_file], approval={"tools": "all"}
+        )
+        await wait_status(run, "waiting_for_approval")
+        assert await cli.amain(["terminate", run.id, "--reason", "runaway"]) == 0
+        capsys.readouterr()
+        assert await cli.amain(["status", run.id]) == 0
+    assert _lines(capsys.readouterr().out)[:4] == [
+        f"run          {run.id}",
+        "status       terminated",
+        "turns        1",
+        "stop_reason  tool_use",
+    ]
+
+
+@pytest.mark.usefixtures("temporal_address", "fresh_tools")
+async def test_an_edit_to_a_run_waiting_for_a_person_says_what_it_waits_for(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Done."), end_turn("Bye.")
+    )
+    async with worker(delete_file):
+        run = await runner.start(
+            model="claude-fake-1", max_tokens=50, messages=[USER], tools=[delete_file], approval={"tools": "all"}
+        )
+        await wait_status(run, "waiting_for_approval")
+        assert await cli.amain(["inject", run.id, "In French."]) == 0
+        assert capsys.readouterr() == (
+            f"{EDIT_ACCEPTED}\n",
+            f"note: run {run.id} waits for approval of delete_file (toolu_D): the edit applies once it is decided "
+            f"(`agent-runner approve {run.id} toolu_D`, or `deny`).\n",
+        )
+        await run.approve("toolu_D")
+        await run.until_done()
+        stepped = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER], step=True)
+        await wait_status(stepped, "waiting_for_step", 1)
+        assert await cli.amain(["inject", stepped.id, "More.", "--wait"]) == 0
+        assert capsys.readouterr() == (
+            f"{EDIT_ACCEPTED}\n",
+            f"note: run {stepped.id} is paused after turn 1: the edit applies when it is advanced "
+            f"(`agent-runner advance {stepped.id}`).\n",
+        )
+        await stepped.stop()
+    assert fake_api.bodies()[1]["messages"][-1]["content"][-1] == {"type": "text", "text": "In French."}
+
+
+@pytest.mark.usefixtures("fresh_tools")
+async def test_interrupting_a_waiting_edit_says_it_is_still_queued(
+    temporal_address: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"), end_turn("ok"))
+    async with worker(gated):
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER], tools=[gated])
+        async with asyncio.timeout(20):
+            while not CALLS:
+                await asyncio.sleep(0.02)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent_runner.cli", "inject", run.id, "In French.",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=_subprocess_env(temporal_address), cwd=REPO,
+        )  # fmt: skip
+        async with asyncio.timeout(20):  # the run accepted the edit: now it waits for the boundary
+            while not any(
+                e.HasField("workflow_execution_update_completed_event_attributes")
+                for e in (await run.handle.fetch_history()).events
+            ):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)  # the command is in its wait
+            proc.send_signal(signal.SIGINT)
+            out, err = await proc.communicate()
+        GATE.set()
+        await run.until_done()
+    assert (proc.returncode, out.decode()) == (130, "")
+    assert err.decode() == (
+        f"interrupted: stopped waiting. The edit is still queued in run {run.id} and applies before its next turn; "
+        f"`agent-runner status {run.id}` shows the transcript version.\n"
+    )
+    assert fake_api.bodies()[1]["messages"][-1]["content"][-1] == {"type": "text", "text": "In French."}
+
+
+# ------------------------------------------------------------------------------------------ one-line errors
+
+
+@pytest.mark.parametrize(
+    ("address", "error"),
+    [
+        pytest.param(
+            "127.0.0.1:1",
+            "Cannot reach Temporal at '127.0.0.1:1' (from TEMPORAL_ADDRESS): Connection refused. Start the server "
+            "there, or point TEMPORAL_ADDRESS at a running one (unset, the embedded local server is used).",
+            id="unreachable",
+        ),
+        pytest.param(
+            "localhost:notaport",
+            "The Temporal address 'localhost:notaport' (from TEMPORAL_ADDRESS) is malformed (invalid port number): "
+            "give HOST:PORT, e.g. 127.0.0.1:7233.",
+            id="bad-port",
+        ),
+        pytest.param(
+            "http://localhost:7233",
+            "The Temporal address 'http://localhost:7233' (from TEMPORAL_ADDRESS) must be HOST:PORT without a "
+            "scheme, e.g. 127.0.0.1:7233.",
+            id="scheme",
+        ),
+    ],
+)
+async def test_a_bad_temporal_address_is_one_line(
+    address: str, error: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    assert await cli.amain(["status", "some-run"]) == 1
+    assert capsys.readouterr() == ("", f"error: {error}\n")
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_a_store_that_cannot_be_opened_is_one_line(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.script(end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+        await run.until_done()
+        monkeypatch.setenv("AGENT_RUNNER_STORE", "sqlite:////nonexistent/dir/store.db")
+        assert await cli.amain(["transcript", run.id]) == 1
+    assert capsys.readouterr() == (
+        "",
+        "error: cannot open the store at sqlite:////nonexistent/dir/store.db: unable to open database file. Check "
+        "that the directory //nonexistent/dir exists and is writable, or point AGENT_RUNNER_STORE elsewhere.\n",
+    )
+
+
+BROKEN_TOOLS = 'raise RuntimeError("API_TOKEN is not set")\n'
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "error"),
+    [
+        pytest.param(
+            {"TEMPORAL_ADDRESS": "localhost:notaport"},
+            [],
+            "The Temporal address 'localhost:notaport' (from TEMPORAL_ADDRESS) is malformed (invalid port number): "
+            "give HOST:PORT, e.g. 127.0.0.1:7233.",
+            id="bad-address",
+        ),
+        pytest.param(
+            {},
+            [],
+            "Cannot reach Temporal at '127.0.0.1:1' (from TEMPORAL_ADDRESS): Connection refused. Start the server "
+            "there, or point TEMPORAL_ADDRESS at a running one (unset, the embedded local server is used).",
+            id="unreachable",
+        ),
+        pytest.param(
+            {"AGENT_RUNNER_STORE": "postgresql://nobody@127.0.0.1:1/none"},
+            [],
+            "cannot set up the store at postgresql://nobody@127.0.0.1:1/none: connection failed: connection to server "
+            'at "127.0.0.1", port 1 failed: Connection refused Is the server running on that host and accepting '
+            "TCP/IP connections?. Check that the server is up, that the database exists and that the user may create "
+            "tables in it, or point AGENT_RUNNER_STORE elsewhere.",
+            id="store",
+        ),
+        pytest.param(
+            {},
+            ["--tools", "broken_tools"],
+            "Tool module 'broken_tools' failed while it was imported: RuntimeError: API_TOKEN is not set. Fix the "
+            "module, or leave it out of --tools and AGENT_RUNNER_TOOLS.",
+            id="tool-module",
+        ),
+    ],
+)
+def test_the_worker_refuses_a_bad_configuration_in_one_line(
+    env: dict[str, str], args: list[str], error: str, tmp_path: Path
+) -> None:
+    (tmp_path / "broken_tools.py").write_text(BROKEN_TOOLS)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "worker.py"), *args],
+        env={**_subprocess_env("127.0.0.1:1"), **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.endswith(f" ERROR agent_runner.worker: error: {error}")

@@ -19,6 +19,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
+from workflows.errors import EditRejected
 
 USER = {"role": "user", "content": "Clean up."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
@@ -121,3 +122,23 @@ async def test_a_message_injected_after_a_long_user_message_keeps_both_whole(
         {"role": "user", "content": long_text},
         {"role": "user", "content": [{"type": "text", "text": "And answer briefly."}]},
     ]
+
+
+async def test_a_client_waiting_for_its_edit_is_told_when_the_run_is_terminated(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/x"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        waiting = asyncio.create_task(run.inject("Also check /var."))
+        await asyncio.sleep(0.5)
+        await run.terminate("operator ended it")
+        async with asyncio.timeout(15):
+            with pytest.raises(EditRejected) as refused:
+                await waiting
+    assert str(refused.value) == (
+        f"inject_message did not apply: run {run.id} ended (terminated) before its next turn; nothing was changed. "
+        "Start a new run from its transcript to go on."
+    )
+    assert CALLS == []

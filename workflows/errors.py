@@ -12,8 +12,11 @@ start-up) or carried across Temporal as an ``ApplicationError`` whose ``type`` i
     │   ├── ModelRequestRejected  Claude's API refused a request with a non-retryable status (400, 401, 403, 404, 413)
     │   ├── MalformedReply        Claude's API (or a proxy before it) sent a reply the loop cannot use
     │   ├── EditRejected          a steering update (inject, retry, approve, ...) was refused; the message says why
+    │   ├── EditQueued            an edit is queued, but the run waits for a person before it can apply
     │   ├── RunCancelled          somebody cancelled the run
-    │   └── RunNotFound           no run has that id
+    │   ├── RunNotFound           no run has that id
+    │   ├── RunAlreadyExists      a run with that id exists already (running or ended)
+    │   └── NoWorker              no worker polls the run's task queue, so nothing can answer or run it
     └── StoreError                the content store refused an operation or cannot be reached
         ├── BlobMissing           a reference names content the store does not hold
         └── BlobCorrupted         stored content no longer hashes to its reference; it was not used
@@ -64,12 +67,35 @@ class EditRejected(AgentRunError):
     """A steering update was refused, before or while it applied; nothing was changed."""
 
 
+class EditQueued(AgentRunError):
+    """An edit the run holds queued, that the caller stopped waiting for because the run waits for a person.
+
+    The edit applies at the run's next boundary, which comes once the person acted (an approval, a step-mode advance).
+
+    Args:
+        message: What the run waits for.
+        seq: The queued edit's number, for the ``edit_outcome`` query.
+    """
+
+    def __init__(self, message: str, *, seq: int = 0) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
 class RunCancelled(AgentRunError):
     """The run was cancelled before it finished."""
 
 
 class RunNotFound(AgentRunError):
     """No run has the given id."""
+
+
+class RunAlreadyExists(AgentRunError):
+    """A run was started with the id of an existing run, running or ended; ids are never reused."""
+
+
+class NoWorker(AgentRunError):
+    """No worker polls the run's task queue: queries, edits and the run itself wait until one starts."""
 
 
 class StoreError(AgentRunnerError):
@@ -121,8 +147,11 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         ModelRequestRejected,
         MalformedReply,
         EditRejected,
+        EditQueued,
         RunCancelled,
         RunNotFound,
+        RunAlreadyExists,
+        NoWorker,
         StoreError,
         BlobMissing,
         BlobCorrupted,

@@ -87,7 +87,11 @@ RunStatusName = Literal[
     "stopped",
     "cancelled",
     "failed",
+    "terminated",
+    "timed_out",
 ]
+"""Where a run is, or how it ended. The run itself reports the first ten; ``terminated`` and ``timed_out`` (and
+``failed`` or ``cancelled`` before the loop began) only Temporal knows, and the client reports them from it."""
 
 
 class ActivityOptions(BaseModel):

@@ -1,0 +1,159 @@
+"""A run's status is right in every end state, and nothing waits silently for a worker that is not there.
+
+Each test runs against the real Temporal dev server and the fake Messages API, through the Python client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agent_runner.client import AgentRunner, Run
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.steering_support import delete_file, wait_status
+from workflows.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
+from workflows.types import WORKFLOW_TYPE
+
+USER = {"role": "user", "content": "Weather in Paris?"}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+
+
+def no_worker_line(task_queue: str) -> str:
+    return (
+        f"No worker is polling task queue {task_queue!r}. Start one: python worker.py --tools "
+        f"agent_runner.example_tools --task-queue {task_queue}"
+    )
+
+
+async def ended(run: Run) -> None:
+    """Wait for the run to end, however it ends."""
+    async with asyncio.timeout(20):
+        while not await run._is_closed():
+            await asyncio.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------------ end states
+
+
+async def test_a_run_whose_input_was_rejected_is_failed(runner: AgentRunner, worker: WorkerFactory) -> None:
+    """The run fails before its loop begins, so its own state still says `running`: Temporal's word wins."""
+    async with worker():
+        run = await runner.start(**{**BASE, "messages": []})
+        with pytest.raises(InvalidRunInput):
+            await run.result()
+        status = await run.status()
+    assert (status.status, status.iterations, status.pending_approvals) == ("failed", 0, [])
+
+
+async def test_a_run_naming_an_unknown_tool_is_failed(runner: AgentRunner, worker: WorkerFactory) -> None:
+    async with worker():
+        run = await runner.start(**BASE, tools=["no_such_tool"])
+        with pytest.raises(ToolNotRegistered):
+            await run.result()
+        assert (await run.status()).status == "failed"
+
+
+async def test_a_run_cancelled_before_its_first_turn_is_cancelled(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    run = await runner.start(**BASE)
+    await run.cancel()  # before any worker picked it up
+    async with worker():
+        with pytest.raises(RunCancelled):
+            await run.result()
+        status = await run.status()
+    assert (status.status, status.iterations) == ("cancelled", 0)
+    assert fake_api.requests == []
+
+
+async def test_a_run_terminated_while_waiting_for_approval_is_terminated_and_waits_no_more(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        await run.terminate("runaway")
+        await ended(run)
+        status = await run.status()
+    assert (status.status, status.iterations, status.pending_approvals) == ("terminated", 1, [])
+
+
+async def test_a_run_past_its_execution_timeout_is_timed_out(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
+) -> None:
+    fake_api.script(Reply([text("too late")], delay=30))
+    async with worker(graceful_shutdown_timeout=timedelta(seconds=1)):
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE,
+            BASE,
+            id=f"timeout-{task_queue}",
+            task_queue=task_queue,
+            execution_timeout=timedelta(seconds=1),
+        )
+        run = runner.attach(handle.id)
+        await ended(run)
+        assert (await run.status()).status == "timed_out"
+
+
+async def test_a_completed_run_keeps_how_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(**BASE)
+        await run.until_done()
+        status = await run.status()
+    assert (status.status, status.iterations, status.stop_reason) == ("completed", 1, "end_turn")
+
+
+# ------------------------------------------------------------------------------------------ no silent waits
+
+
+async def test_without_a_worker_queries_and_edits_say_how_to_start_one(runner: AgentRunner, task_queue: str) -> None:
+    """Rather than time out after half a minute without saying why."""
+    run = await runner.start(**BASE)
+    try:
+        for call in (run.status, run.transcript, lambda: run.inject("hi")):
+            with pytest.raises(NoWorker) as e:
+                async with asyncio.timeout(10):
+                    await call()
+            assert str(e.value) == no_worker_line(task_queue)
+    finally:
+        await run.terminate("test over")
+
+
+async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_one_starts(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
+) -> None:
+    """The queue is durable: a worker that starts later carries the run on, and the wait ends with its result."""
+    fake_api.script(end_turn("Sunny."))
+    run = await runner.start(**BASE)
+    notices: list[str] = []
+    run.no_worker_notice = lambda e: notices.append(str(e))
+    result = asyncio.create_task(run.result())
+    async with asyncio.timeout(10):
+        while not notices:
+            await asyncio.sleep(0.05)
+    async with worker():
+        assert (await result).status == "completed"
+    assert notices == [no_worker_line(task_queue)]
+
+
+async def test_a_run_id_is_never_reused(runner: AgentRunner, task_queue: str) -> None:
+    """Neither while the run is running nor after it ended: its id names its history and transcript."""
+    run = await runner.start(**BASE, id=f"once-{task_queue}")
+    message = (
+        f"A run with id {run.id!r} already exists: pick another id, or attach to it with `runner.attach({run.id!r})`."
+    )
+    with pytest.raises(RunAlreadyExists) as e:
+        await runner.start(**BASE, id=run.id)
+    assert str(e.value) == message
+    await run.terminate("test over")
+    with pytest.raises(RunAlreadyExists):
+        await runner.start(**BASE, id=run.id)
