@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ from activities.content import Content
 from activities.live_events import EventPublisher, stream_client
 from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from workflows.conversation import build_request, compaction_params
+from workflows.params import mcp_token_env
 from workflows.reply import reply_problems
 from workflows.transcript import escape
 from workflows.types import (
@@ -124,6 +126,7 @@ class ClaudeActivities:
 
     async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
         """One Messages API request; the reply's body."""
+        request = with_worker_credentials(request)
         info = activity.info()
         logger.info(
             "Calling Claude: run=%s iteration=%d attempt=%d model=%s",
@@ -224,6 +227,25 @@ async def _tool_use_ready(input: CreateMessageInput, block: dict[str, Any]) -> N
     except RPCError as e:
         # The run then starts the tool when the reply arrives, as without eager tools.
         logger.warning("Could not signal a ready tool_use to run %s: %s", info.workflow_id, e.message)
+
+
+def with_worker_credentials(request: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``request`` with each MCP server's ``authorization_token`` from this worker's environment, where set.
+
+    Credentials never travel through the run (its input and history): only the request that leaves this process
+    carries them.
+    """
+    env = os.environ if environ is None else environ
+    servers = request.get("mcp_servers")
+    if not isinstance(servers, list):
+        return request
+    given = [
+        {**server, "authorization_token": env[mcp_token_env(str(server.get("name")))]}
+        if isinstance(server, dict) and mcp_token_env(str(server.get("name"))) in env
+        else server
+        for server in servers
+    ]
+    return {**request, "mcp_servers": given}
 
 
 def _bad_request(error: Exception) -> ApplicationError:

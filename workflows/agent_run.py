@@ -733,7 +733,7 @@ class AgentRun:
         current = self._conversation.params if self._conversation is not None else {}
         merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
         merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
-        problems = [p for p in param_problems(merged) if any(f"`{key}`" in p for key in edit.params)]
+        problems = [p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params)]
         if problems:
             raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
         if (

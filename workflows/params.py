@@ -26,6 +26,32 @@ _SAMPLING = {"temperature": (0.0, 1.0), "top_p": (0.0, 1.0), "top_k": (0, None)}
 """The sampling parameters the 2.14.0 beta types no longer declare (they go as ``extra_body``), with their ranges."""
 
 
+MCP_TOKEN_ENV_PREFIX = "AGENT_RUNNER_MCP_TOKEN_"
+"""A worker adds ``authorization_token`` to an MCP server of a request from ``AGENT_RUNNER_MCP_TOKEN_<NAME>``."""
+
+
+def mcp_token_env(server_name: str) -> str:
+    """The worker's environment variable holding the token of the MCP server ``server_name``."""
+    return MCP_TOKEN_ENV_PREFIX + "".join(c if c.isalnum() else "_" for c in server_name.upper())
+
+
+def credential_problems(params: dict[str, Any]) -> list[str]:
+    """Credentials in request parameters: they would rest in workflow history, so each one is refused.
+
+    An MCP server's ``authorization_token`` stays in the worker's environment instead (``mcp_token_env``).
+    """
+    problems = []
+    servers = params.get("mcp_servers")
+    for i, server in enumerate(servers if isinstance(servers, list) else []):
+        if isinstance(server, dict) and "authorization_token" in server:
+            name = str(server.get("name") or "")
+            problems.append(
+                f"`mcp_servers[{i}].authorization_token` would be stored in the run's history. Leave it out and set "
+                f"{mcp_token_env(name or '<name>')} in the workers' environment: they add it to each request."
+            )
+    return problems
+
+
 def param_problems(params: dict[str, Any]) -> list[str]:
     """What is wrong with ``params`` (Messages API parameters, without ``messages`` and ``tools``), one line each.
 
@@ -36,6 +62,7 @@ def param_problems(params: dict[str, Any]) -> list[str]:
         One problem per parameter that does not have the type the API takes, naming it; empty when all are fine.
     """
     problems = [_sampling_problem(key, params[key]) for key in _SAMPLING if key in params]
+    problems.extend(credential_problems(params))
     typed = {k: v for k, v in params.items() if k not in _SAMPLING}
     try:
         # Strict: the API takes JSON as typed, so "5" is no integer for `max_tokens`.
