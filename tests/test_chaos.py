@@ -136,7 +136,9 @@ async def test_runs_survive_killed_workers_a_restarted_server_and_api_faults_wit
     lines = effects.read_text().splitlines()
     paid = [line.split()[1] for line in lines if line.startswith("paid ")]
     assert len(paid) == len(set(paid)), f"a payment was made twice: {lines}"
-    assert len({line.split()[1] for line in lines if line.startswith("start ")}) == RUNS  # one key per tool_use
+    # One idempotency key per tool_use, whatever the attempts. (A `pay` call whose worker died before it started
+    # is never started: Claude is told its outcome is unknown.)
+    assert len({line.split()[1] for line in lines if line.startswith("start ")}) <= RUNS
     amounts = [int(line.split()[2]) for line in lines if line.startswith("paid ")]
     for run_no in range(RUNS):
         # A reconciling tool (odd runs) always ends with its payment made exactly once; the others at most once.
