@@ -1293,8 +1293,8 @@ class AgentRun:
                 if isinstance(e.cause, CancelledError):
                     raise
                 raise _tool_failure(spec, e) from None
-        not_started = 0
-        for _ in range(MAX_UNKNOWN_ROUNDS):
+        not_started = reruns = 0
+        while True:
             try:
                 return await self._tool_activity(
                     RUN_TOOL_ACTIVITY, spec, call, RetryPolicy(maximum_attempts=1), ToolResult
@@ -1326,7 +1326,12 @@ class AgentRun:
                 settled = await self._settle_unknown(spec, block, call, iteration, cause)
                 if settled is not None:
                     return settled
-        return ToolResult(content=_unknown_text(spec.name, "it was left unknown after several tries"), is_error=True)
+                reruns += 1  # it did not happen: run it again, a bounded number of times
+                if reruns >= MAX_UNKNOWN_ROUNDS:
+                    return ToolResult(
+                        content=_unknown_text(spec.name, f"{cause}; it was run {reruns + 1} times without an outcome"),
+                        is_error=True,
+                    )
 
     async def _settle_unknown(
         self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, cause: str
