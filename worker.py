@@ -9,7 +9,7 @@ server named by Temporal's standard environment configuration (``TEMPORAL_ADDRES
 API key or a profile of its config file); with none configured it starts the embedded dev server. Claude's
 credentials come from ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` in this process's environment only.
 
-This is the only module that builds a ``Worker``.
+It is one user of ``agent_runner.plugin.AgentRunnerPlugin``, which adds the runner to any worker.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -30,16 +30,13 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.claude import ClaudeActivities
-from activities.content import Content
-from activities.hooks import HookActivities
 from activities.store import ContentStore, open_store
-from activities.tools import Tool, ToolActivities, ToolRegistry
-from workflows.agent_run import AgentRun
-from workflows.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from activities.tools import ToolRegistry
+from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
+from workflows.errors import AgentRunnerError
 from workflows.types import TASK_QUEUE
 
-ROLES = ("workflows", "model", "tools")
-"""What a worker can serve; a fleet may split them across processes and task queues."""
+__all__ = ["ROLES", "TOOLS_ENV", "build_registry", "build_worker", "main", "run_worker", "tool_modules"]
 
 TOOLS_ENV = "AGENT_RUNNER_TOOLS"
 """Comma-separated tool modules to register, in addition to ``--tools``."""
@@ -52,27 +49,6 @@ def tool_modules(cli_modules: Iterable[str], environ: dict[str, str] | None = No
     environ = dict(os.environ) if environ is None else environ
     from_env = [m.strip() for m in environ.get(TOOLS_ENV, "").split(",") if m.strip()]
     return list(dict.fromkeys([*cli_modules, *from_env]))
-
-
-def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
-    """A registry of the tools the modules define, plus ``tools``.
-
-    Raises:
-        ToolRegistrationError: A module cannot be imported (its own code raised, whatever the exception), or
-            defines no tool, or a tool that cannot be registered.
-    """
-    registry = ToolRegistry(tools)
-    for module in modules:
-        try:
-            registry.add_module(module)
-        except AgentRunnerError:
-            raise
-        except Exception as e:  # the module's own code failed while it was imported
-            raise ToolRegistrationError(
-                f"Tool module {module!r} failed while it was imported: {type(e).__name__}: {e}. Fix the module, or "
-                "leave it out of --tools and AGENT_RUNNER_TOOLS."
-            ) from e
-    return registry
 
 
 def build_worker(
@@ -107,33 +83,18 @@ def build_worker(
             SQLite file of this machine's (``activities/store.py``). Every worker of a fleet and every client that
             reads transcripts must use the same store.
     """
-    unknown = set(serve) - set(ROLES)
-    if unknown or not serve:
-        raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
-    registry = registry or ToolRegistry()
-    if store is not None:
-        content = Content(store)
-        if claude is not None:
-            claude.content = content
-    else:
-        content = claude.content if claude is not None else Content()
-    claude = claude or ClaudeActivities(content=content)
-    tools = ToolActivities(
-        registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content
+    plugin = AgentRunnerPlugin(
+        registry=registry,
+        serve=serve,
+        claude=claude,
+        store=store,
+        model_task_queue=model_task_queue,
+        search_attributes=search_attributes,
     )
-    hooks = HookActivities(registry.hooks, content=content)
-    activities: list[Callable[..., Any]] = []
-    if "workflows" in serve:
-        activities += [tools.describe_tools, hooks.process_results]
-    if "model" in serve:
-        activities.append(claude.create_message)
-    if "tools" in serve:
-        activities += [tools.run_tool, tools.reconcile_tool]
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AgentRun] if "workflows" in serve else [],
-        activities=activities,
+        plugins=[plugin],
         graceful_shutdown_timeout=graceful_shutdown_timeout,
         max_task_queue_activities_per_second=max_activities_per_second,
     )

@@ -1,0 +1,127 @@
+"""``AgentRunnerPlugin``: agent-runner in your own Temporal client and worker, in one line.
+
+Temporal's convention for integrations (``temporalio.plugin.SimplePlugin``): the plugin brings the ``AgentRun``
+workflow, its activities (the model call, the tools of the modules you name, result hooks) and the data converter
+they need (pydantic, encrypted when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set, failures included), next to your own
+workflows and activities::
+
+    from agent_runner.plugin import AgentRunnerPlugin
+
+    client = await Client.connect("localhost:7233", plugins=[AgentRunnerPlugin(tools=["my_pkg.tools"])])
+    worker = Worker(client, task_queue="agent-runner", workflows=[MyWorkflow], activities=[my_activity])
+
+Given to ``Client.connect``, it applies to the client and to every worker built from it; given to a ``Worker`` only,
+it adds the workflow and activities (the client must then use ``agent_runner.connection.data_converter()``).
+``worker.py`` is one user of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+
+from activities.claude import ClaudeActivities
+from activities.content import Content
+from activities.hooks import HookActivities
+from activities.store import ContentStore
+from activities.tools import Tool, ToolActivities, ToolRegistry
+from agent_runner.connection import data_converter
+from workflows.agent_run import AgentRun
+from workflows.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+
+ROLES = ("workflows", "model", "tools")
+"""What a worker can serve; a fleet may split them across processes and task queues."""
+
+
+def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
+    """A registry of the tools the modules define, plus ``tools``.
+
+    Raises:
+        ToolRegistrationError: A module cannot be imported (its own code raised, whatever the exception), or
+            defines no tool, or a tool that cannot be registered.
+    """
+    registry = ToolRegistry(tools)
+    for module in modules:
+        try:
+            registry.add_module(module)
+        except AgentRunnerError:
+            raise
+        except Exception as e:  # the module's own code failed while it was imported
+            raise ToolRegistrationError(
+                f"Tool module {module!r} failed while it was imported: {type(e).__name__}: {e}. Fix the module, or "
+                "leave it out of --tools and AGENT_RUNNER_TOOLS."
+            ) from e
+    return registry
+
+
+class AgentRunnerPlugin(SimplePlugin):
+    """Adds the ``AgentRun`` workflow, its activities and data converter to a Temporal client or worker.
+
+    Args:
+        tools: Tool modules to register (``"my_pkg.tools"``), and/or tools (``@beta_tool`` functions).
+        registry: A registry built already, instead of ``tools``.
+        serve: What the worker runs: ``workflows`` (the loop, plus ``describe_tools`` and result hooks), ``model``
+            (Claude calls), ``tools`` (tool calls). All three by default.
+        claude: The model-call activities; by default one Anthropic client from this process's environment.
+        store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names.
+        model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
+        search_attributes: Runs keep the ``AgentRun*`` search attributes current.
+
+    Raises:
+        ConfigurationError: An unknown role.
+        ToolRegistrationError: A tool module that cannot be registered.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Iterable[str | Tool] = (),
+        registry: ToolRegistry | None = None,
+        serve: Collection[str] = ROLES,
+        claude: ClaudeActivities | None = None,
+        store: ContentStore | None = None,
+        model_task_queue: str | None = None,
+        search_attributes: bool = False,
+    ) -> None:
+        unknown = set(serve) - set(ROLES)
+        if unknown or not serve:
+            raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
+        given = list(tools)
+        registry = registry or build_registry(
+            [t for t in given if isinstance(t, str)], [t for t in given if not isinstance(t, str)]
+        )
+        if store is not None:
+            content = Content(store)
+            if claude is not None:
+                claude.content = content
+        else:
+            content = claude.content if claude is not None else Content()
+        claude = claude or ClaudeActivities(content=content)
+        tool_activities = ToolActivities(
+            registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content
+        )
+        hooks = HookActivities(registry.hooks, content=content)
+        activities: list[Callable[..., Any]] = []
+        if "workflows" in serve:
+            activities += [tool_activities.describe_tools, hooks.process_results]
+        if "model" in serve:
+            activities.append(claude.create_message)
+        if "tools" in serve:
+            activities += [tool_activities.run_tool, tool_activities.reconcile_tool]
+        self.registry = registry
+        """The tools this plugin's workers run."""
+        super().__init__(
+            "agent-runner",
+            data_converter=_converter,
+            activities=activities,
+            workflows=[AgentRun] if "workflows" in serve else [],
+        )
+
+
+def _converter(existing: DataConverter | None) -> DataConverter:
+    """The converter runs need: pydantic for their typed inputs, and the payload codec when keys are set."""
+    del existing  # a run's payloads are pydantic models: another payload converter could not read them
+    return data_converter()

@@ -1,0 +1,59 @@
+"""AgentRunnerPlugin: a user's own client and worker run agent runs beside their own workflows, in one line."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.claude import ClaudeActivities
+from agent_runner.client import AgentRunner
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.plugin import AgentRunnerPlugin
+from tests.conftest import anthropic_client_factory
+
+
+@activity.defn
+async def shout(word: str) -> str:
+    return word.upper()
+
+
+@workflow.defn(sandboxed=False)  # a test module imports far more than a workflow should
+class UsersOwnWorkflow:
+    @workflow.run
+    async def run(self, word: str) -> str:
+        return await workflow.execute_activity(shout, word, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def test_the_plugin_adds_the_runner_to_a_users_own_client_and_worker(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI
+) -> None:
+    plugin = AgentRunnerPlugin(
+        tools=["tests.tools_for_tests"], claude=ClaudeActivities(anthropic_client_factory(fake_api))
+    )
+    # A plain client: the plugin brings the data converter the runner needs.
+    client = await Client.connect(temporal_env.client.service_client.config.target_host, plugins=[plugin])
+    queue = f"plugin-{uuid.uuid4()}"
+    fake_api.script(
+        Reply([text("Checking."), tool_use("toolu_1", "get_weather", {"city": "Lima"})], "tool_use"),
+        end_turn("Sunny in Lima."),
+    )
+    async with Worker(client, task_queue=queue, workflows=[UsersOwnWorkflow], activities=[shout]):
+        own = await client.execute_workflow(UsersOwnWorkflow.run, "hello", id=f"own-{queue}", task_queue=queue)
+        run = await AgentRunner(client, task_queue=queue).start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Weather in Lima?"}],
+            tools=["get_weather"],
+        )
+        final = await run.until_done()
+    assert own == "HELLO"
+    assert final.content[0].type == "text" and final.content[0].text == "Sunny in Lima."
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in Lima"}
+    ]
+    assert "get_weather" in plugin.registry.names
