@@ -5,7 +5,7 @@ slow step, through two worker processes that are `kill -9`ed and restarted in tu
 restarted on its database, and a fake Messages API that answers every third request with a fault (529 with
 `retry-after`, 500, a dropped connection, a stream cut off). The invariants are what a user relies on:
 
-- every run ends, completed, within a bound;
+- every run ends, completed, within a bound, also when the shared PostgreSQL store stops answering for a while;
 - no payment is made twice for one `tool_use` (the effects journal has each key at most once);
 - a run whose payment tool reconciles ends with exactly one payment.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
 import threading
 import uuid
@@ -84,12 +85,35 @@ def chaotic_claude() -> Any:
     return respond
 
 
+def _postgres_pids(url: str) -> list[int]:
+    """The processes of the PostgreSQL cluster listening on ``url``'s port: its postmaster and every child."""
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    parents: dict[int, int] = {}
+    postmaster = None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if args and args[0].endswith(b"postgres") and b"-p" in args and port.encode() in args:
+            postmaster = int(proc.name)
+    assert postmaster is not None, f"no postmaster on port {port}"
+    return [postmaster, *(pid for pid, parent in parents.items() if parent == postmaster)]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres-frozen"])
 async def test_runs_survive_killed_workers_a_restarted_server_and_api_faults_with_no_payment_twice(
-    tmp_path: Path, fake_api: FakeMessagesAPI
+    store: str, tmp_path: Path, fake_api: FakeMessagesAPI, request: pytest.FixtureRequest
 ) -> None:
     fake_api.responder = chaotic_claude()
     effects, marks = tmp_path / "effects.txt", tmp_path / "marks.txt"
     env = {"AGENT_RUNNER_TEST_EFFECTS": str(effects), "AGENT_RUNNER_TEST_SLOW_SECONDS": "4"}
+    postgres_url = request.getfixturevalue("postgres_url") if store == "postgres-frozen" else None
+    if postgres_url is not None:
+        env["AGENT_RUNNER_STORE"] = postgres_url
     temporal = EmbeddedTemporal(tmp_path / "temporal.db")
     await temporal.astart()
     address = temporal.address
@@ -118,6 +142,14 @@ async def test_runs_survive_killed_workers_a_restarted_server_and_api_faults_wit
                 procs[victim].send_signal(signal.SIGKILL)
                 procs[victim].wait()
                 workers[victim].__exit__(None, None, None)
+                if round_no == 5 and postgres_url is not None:
+                    # The shared store stops answering for 4 s (every call hangs), then comes back.
+                    frozen = _postgres_pids(postgres_url)
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGSTOP)
+                    await asyncio.sleep(4)
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGCONT)
                 if round_no == 3:
                     temporal.kill()
                     await asyncio.sleep(1.0)
