@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         CARRIED_REPLY_BYTES,
         Carried,
     )
-    from workflows.conversation import Conversation
+    from workflows.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR, Conversation
     from workflows.errors import AgentRunnerError, InvalidRunInput, MalformedReply, ToolNotRegistered
     from workflows.params import param_problems
     from workflows.reply import parse_tool_use_ready, reply_problems
@@ -130,6 +130,11 @@ _ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
 
 TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
 """``workflow.patched`` id of the check that a tool the conversation withdrew is not run (issue 13)."""
+
+THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
+"""``workflow.patched`` id of the SDK's thread fallbacks (issue 13): resend without a thread after
+``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
+model served. Runs recorded before keep the rules they ran with (``Conversation.thread_fallbacks``)."""
 
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
@@ -1133,6 +1138,8 @@ class AgentRun:
         options = spec.model_activity
         iteration = self._reply_count + 1
         eager = spec.eager_tools and spec.step is None and compaction is None
+        if conversation.threading and not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
+            conversation.thread_fallbacks = True
         self._event(events.ITERATION_STARTED)
         while True:
             turn = conversation.turn(compaction)
@@ -1171,19 +1178,29 @@ class AgentRun:
                 return output.message
             except ActivityError as e:
                 cause = e.cause
-                if (
-                    isinstance(cause, ApplicationError)
-                    and cause.type == THREAD_LOST_ERROR
-                    and compaction is None
-                    and conversation.previous_message_id is not None
-                ):
-                    workflow.logger.info(
-                        "Replaying the full message history under a new thread: reason=%s previous_message_id=%s",
-                        cause.message,
-                        conversation.previous_message_id,
-                    )
-                    conversation.start_new_thread()
-                    continue
+                if isinstance(cause, ApplicationError) and cause.type in (THREAD_LOST_ERROR, THREAD_UNSUPPORTED_ERROR):
+                    code = cause.message if cause.type == THREAD_LOST_ERROR else THREAD_UNSUPPORTED_CODE
+                    previous = turn.previous_message_id
+                    if conversation.recover(code, continuing=previous is not None):
+                        if conversation.threading:
+                            workflow.logger.info(
+                                "Replaying the full message history under a new thread: reason=%s "
+                                "previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        else:
+                            workflow.logger.info(
+                                "Continuing without a thread for the rest of the run: reason=%s previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        continue
+                    if cause.type == THREAD_UNSUPPORTED_ERROR:
+                        # Not recoverable here (the run does not thread, or it predates the fallback): a rejection.
+                        raise ApplicationError(
+                            cause.message, *cause.details, type="ModelRequestRejected", non_retryable=True
+                        ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
                 raise _activity_failure(e) from None
