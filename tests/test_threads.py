@@ -25,6 +25,7 @@ import pytest
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 from tests.test_differential import PARAMS, TOOLS
 from tests.tools_for_tests import get_weather
 
@@ -66,16 +67,31 @@ def weather(tool_id: str, **reply: Any) -> Reply:
 
 
 def sdk_run(
-    fake: FakeMessagesAPI, script: list[Any], options: dict[str, Any], *, thread: bool, stream: bool
+    fake: FakeMessagesAPI,
+    script: list[Any],
+    options: dict[str, Any],
+    *,
+    thread: bool,
+    stream: bool,
+    compact_after_first: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The request bodies and the final message of the SDK's own tool runner over ``script``."""
+    """The request bodies and the final message of the SDK's own tool runner over ``script``.
+
+    With ``compact_after_first``, the loop body calls ``compact_before_next_turn()`` after the first reply.
+    """
     fake.reset()
     fake.script(*script)
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0)
     kwargs: dict[str, Any] = {**PARAMS, "tools": TOOLS, **options}
     if not thread:
         kwargs["thread"] = False
-    final = client.beta.messages.tool_runner(**kwargs, stream=stream).until_done()
+    runner = client.beta.messages.tool_runner(**kwargs, stream=stream)
+    for i, item in enumerate(runner):
+        if stream:
+            item.get_final_message()
+        if compact_after_first and i == 0:
+            runner.compact_before_next_turn()
+    final = runner.until_done()
     bodies = fake.bodies()
     if not stream:
         # Our model call always streams: the plain runner's bodies are compared as the streaming one sends them.
@@ -230,3 +246,76 @@ async def test_threads_stay_off_across_continue_as_new(
     assert actual == expected
     assert thread_types(actual) == ["create", *([None] * 9)]
     assert final is not None and final["content"] == [text("All done.")]
+
+
+async def durable_compacted_run(
+    fake: FakeMessagesAPI, runner: AgentRunner, script: list[Any], options: dict[str, Any], *, thread: bool
+) -> list[dict[str, Any]]:
+    """A durable run over ``script`` asked to compact after its first reply (as the SDK's loop body above)."""
+    fake.reset()
+    fake.script(*script)
+    run = await runner.start(**{**PARAMS, **options}, tools=TOOLS, thread=thread, step=True)
+    await wait_status(run, "waiting_for_step", 1)
+    await run.compact()
+    await run.advance()
+    for iteration in (2, 3):
+        await wait_status(run, "waiting_for_step", iteration)
+        await run.advance()
+    result = await run.result()
+    assert result.status == "completed", result.detail
+    return fake.bodies()
+
+
+SUMMARY = {"type": "compaction", "content": "Summary: Paris is sunny."}
+
+
+async def test_a_compaction_the_server_cannot_thread_is_resent_without_and_the_run_stays_unthreaded(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The SDK's compaction fork resends unthreaded, then stops threading the runner's own thread
+    (``_register_compaction_response``)."""
+    script = [weather("toolu_K1"), ThreadUnsupported(), Reply([SUMMARY], "compaction"), weather("toolu_K2")]
+    script.append(end_turn("ok"))
+    options = {"betas": ["compact-2026-09-04"]}
+    expected, _ = await asyncio.to_thread(
+        sdk_run, fake_api, script, options, thread=True, stream=True, compact_after_first=True
+    )
+    async with worker(*TOOLS):
+        actual = await durable_compacted_run(fake_api, runner, script, options, thread=True)
+    assert actual == expected
+    assert thread_types(expected) == ["create", "create", None, None, None]
+    assert [b.get("compaction") for b in expected] == [None, {"type": "summarize"}, {"type": "summarize"}, None, None]
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_a_compaction_request_drops_what_only_shapes_a_reply_as_the_sdk(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """A forced `tool_choice`, `output_config.format` (an `output_config` left empty is sent empty) and the
+    `format` of each `fallbacks` entry: what the newest models refuse on a request that returns no reply."""
+    schema = {"type": "json_schema", "schema": {"type": "object", "properties": {}, "additionalProperties": False}}
+    options = {
+        "betas": ["compact-2026-09-04"],
+        "output_config": {"format": schema},
+        "fallbacks": [{"model": "claude-fake-2", "output_config": {"format": schema, "effort": "low"}}],
+        "tool_choice": {"type": "any"},
+    }
+    script = [weather("toolu_P1"), Reply([SUMMARY], "compaction"), weather("toolu_P2"), end_turn("{}")]
+    expected, _ = await asyncio.to_thread(
+        sdk_run, fake_api, script, options, thread=thread, stream=True, compact_after_first=True
+    )
+    async with worker(*TOOLS):
+        actual = await durable_compacted_run(fake_api, runner, script, options, thread=thread)
+    assert actual == expected
+    compaction = expected[1]
+    assert {k: v for k, v in compaction.items() if k not in ("messages", "tools")} == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "system": "You are terse.",
+        "output_config": {},
+        "fallbacks": [{"model": "claude-fake-2", "output_config": {"effort": "low"}}],
+        "compaction": {"type": "summarize"},
+        "stream": True,
+        **({"thread": {"type": "create"}} if thread else {}),
+    }
+    assert expected[2]["tool_choice"] == {"type": "any"}  # later turns keep it
