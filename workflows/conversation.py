@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.transcript import Transcript, canonical, is_placeholder, ref_for
+from workflows.transcript import Transcript, canonical, is_placeholder, ref_for, splice
 from workflows.types import MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
 
 THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
@@ -236,9 +236,10 @@ class Conversation(BaseModel):
     (``_register_compaction_response``) whatever the new history says; the runner's own ``add_tools`` gives one back."""
 
     thread_fallbacks: bool = False
-    """Whether the run follows the SDK's thread fallbacks (``unthreaded``, ``replaces_lost_thread``, a new thread
-    after a fallback model's reply). The run sets it at its first model call behind ``workflow.patched``, so a run
-    recorded before keeps the rules it ran with; carried across continue-as-new."""
+    """Whether the run follows the SDK's thread fallbacks (``stop_threading`` after ``thread_unsupported_request`` or
+    a thread lost again right after a replay, a new thread after a fallback model's reply). The run sets it behind
+    ``workflow.patched`` where one of them first decides (``takes_thread_fallback``), so a run recorded before keeps
+    the rules it ran with; carried across continue-as-new."""
 
     unthreaded: bool = False
     """The server could not thread this run (the SDK's ``stop_threading``): ``threading`` is off for the rest of the
@@ -284,25 +285,85 @@ class Conversation(BaseModel):
                 history.add(name)
         return withdrawn | history
 
-    def turn(self, compaction: dict[str, Any] | None = None) -> ModelTurn:
-        """What the model call needs to build the next request: settings, stored head, messages not stored yet."""
+    def turn(self, compaction: dict[str, Any] | None = None, keep_from: int | None = None) -> ModelTurn:
+        """What the model call needs to build the next request: settings, stored head, messages not stored yet.
+
+        Args:
+            compaction: The ``compaction`` field of a compaction request, which goes out on a new thread.
+            keep_from: For a compaction that keeps recent turns (``recent_turns_start``): only the messages before
+                this one are sent, to be summarized.
+        """
         settings = {"params": self.params, "tools": self.tools}
+        transcript = self.transcript
+        head, pending, length, answered = transcript.head, transcript.pending, len(transcript), self.answered
+        if keep_from is not None:
+            stored = transcript.offset + len(transcript.marks)
+            if keep_from <= stored:
+                head, pending = transcript.head_at(keep_from), []
+            else:
+                pending = pending[: keep_from - stored]
+            length, answered = keep_from, min(answered, keep_from)
         return ModelTurn(
             settings=settings,
             settings_ref=ref_for(canonical(settings)),
-            head=self.transcript.head,
-            pending=self.transcript.pending,
-            length=len(self.transcript),
+            head=head,
+            pending=pending,
+            length=length,
             threading=self.threading,
-            answered=self.answered,
+            answered=answered,
             previous_message_id=None if compaction is not None else self.previous_message_id,
             compaction=compaction,
         )
 
-    def record_compaction(self, message: dict[str, Any]) -> None:
-        """Replace the history by the compaction reply; the next turn starts a new thread from it."""
+    def recent_turns_start(self, turns: int) -> int | None:
+        """Where the last ``turns`` turns start: the index of the reply that begins the oldest of them.
+
+        A turn begins with a reply of Claude's that follows a user or system message (a resumed ``pause_turn`` reply
+        belongs to the turn before it), so the history before it never ends with a reply whose tool calls are
+        unanswered, which the API cannot summarize.
+
+        Returns:
+            The index, or ``None`` when the history has no turn older than those (or only the store knows them).
+        """
+        transcript = self.transcript
+        found = 0
+        for index in range(len(transcript) - 1, transcript.offset, -1):
+            before = transcript.role(index - 1)
+            if transcript.role(index) == "assistant" and before not in (None, "assistant"):
+                found += 1
+                if found == turns:
+                    return index
+        return None
+
+    def record_compaction(self, message: dict[str, Any], keep_from: int | None = None) -> None:
+        """Replace the history by the compaction reply; the next turn starts a new thread from it.
+
+        Args:
+            message: The compaction reply.
+            keep_from: The first message kept after the summary (``recent_turns_start``); ``None`` keeps none.
+        """
         self.retired_tools = sorted(self.withdrawn_tools())
-        self.replace_messages([{"role": "assistant", "content": message.get("content") or []}])
+        kept: list[dict[str, Any]] = []
+        kept_changes: list[ToolChange] = []
+        if keep_from is not None:
+            transcript = self.transcript
+            stored = transcript.offset + len(transcript.marks)
+            # Stored messages are kept by reference (their content blocks spliced from the store), so a long run
+            # carries nothing new through its history.
+            kept = [
+                {"role": mark.role, "content": [splice(mark.ref)]}
+                for mark in transcript.marks[keep_from - transcript.offset :]
+            ]
+            kept.extend(copy.deepcopy(transcript.pending[max(0, keep_from - stored) :]))
+            # Their tool changes are known already: a spliced message cannot be read here.
+            kept_changes = [
+                ToolChange(index=c.index - keep_from + 1, name=c.name, available=c.available)
+                for c in self.tool_changes
+                if c.index >= keep_from
+            ]
+        self.replace_messages([{"role": "assistant", "content": message.get("content") or []}, *kept])
+        if keep_from is not None:
+            self.tool_changes = [*(c for c in self.tool_changes if c.index == 0), *kept_changes]
         self.answered = 0
         self.previous_message_id = None
         self.replaces_lost_thread = False
@@ -328,9 +389,7 @@ class Conversation(BaseModel):
                 self.answered = len(self.transcript)
             return
         if refused:
-            if not self.thread_fallbacks:
-                self.start_new_thread()
-            elif self.previous_message_id is not None:
+            if self.previous_message_id is not None:
                 self.start_new_thread("refusal")
             return
         if self.previous_message_id is not None:
@@ -340,6 +399,12 @@ class Conversation(BaseModel):
         self.previous_message_id = str(message["id"])
         if self.thread_fallbacks and served_by_fallback(message):
             self.start_new_thread("fallback_message")
+
+    def takes_thread_fallback(self, error_code: str, *, continuing: bool) -> bool:
+        """Whether ``recover`` decides on this rejection by one of the rules ``thread_fallbacks`` turns on."""
+        if error_code == THREAD_UNSUPPORTED_CODE:
+            return self.threading
+        return error_code == "thread_not_found" and continuing and self.replaces_lost_thread
 
     def recover(self, error_code: str, *, continuing: bool) -> bool:
         """Adjust to a thread rejection so the turn can be sent again (the SDK's ``ThreadState.recovers_from``).
