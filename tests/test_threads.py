@@ -21,6 +21,8 @@ from typing import Any
 
 import anthropic
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
@@ -28,6 +30,7 @@ from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_differential import PARAMS, TOOLS
 from tests.tools_for_tests import get_weather
+from workflows.agent_run import AgentRun
 
 CACHED_PROMPT: dict[str, Any] = {
     "role": "user",
@@ -319,3 +322,26 @@ async def test_a_compaction_request_drops_what_only_shapes_a_reply_as_the_sdk(
         **({"thread": {"type": "create"}} if thread else {}),
     }
     assert expected[2]["tool_choice"] == {"type": "any"}  # later turns keep it
+
+
+async def test_a_run_that_took_the_thread_fallbacks_replays_on_the_current_code(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The fallbacks are behind `workflow.patched`, asked only where one decides: the history records its marker
+    there, and replays."""
+    fake_api.script(weather("toolu_R1", usage=FALLBACK_USAGE), ThreadUnsupported(), weather("toolu_R2"))
+    fake_api.script(end_turn("ok"))
+    async with worker(*TOOLS):
+        run = await runner.start(**PARAMS, tools=TOOLS)
+        await run.result()
+        history = await run.handle.fetch_history()
+    assert thread_types(fake_api.bodies()) == ["create", "create", None, None]
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers == ["core_patch"]
