@@ -167,6 +167,11 @@ STREAM = pytest.mark.parametrize("stream", [True, False], ids=["streaming_runner
             ["create", "continue", None, None],
             id="on_continue",
         ),
+        pytest.param(
+            [Reply([text("Searching.")], "pause_turn"), ThreadUnsupported(), weather("toolu_U1"), end_turn("ok")],
+            ["create", "continue", None, None],
+            id="on_pause_turn_resume",
+        ),
     ],
 )
 async def test_thread_unsupported_request_resends_without_a_thread_for_the_rest_of_the_run(
@@ -194,6 +199,7 @@ async def test_thread_unsupported_request_resends_without_a_thread_for_the_rest_
 async def test_a_thread_lost_again_right_after_a_replay_stops_threading_for_the_rest_of_the_run(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, stream: bool
 ) -> None:
+    """The first `continue` of the thread that replaced a lost one is lost too: the turn goes without a thread."""
     script = [
         weather("toolu_L1"),
         ThreadNotFound(),  # the first continue: replayed under a new thread
