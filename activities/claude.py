@@ -4,7 +4,9 @@ Temporal owns retries, so every attempt is visible in the run's history and surv
 built with ``max_retries=0``, and each API failure becomes an ``ApplicationError`` that says whether retrying can
 help, with the server's ``retry-after`` as the next delay. The rule is the SDK's own (``_base_client._should_retry``):
 408, 409, 429, 5xx (529 overloaded included) and connection errors are retried; ``x-should-retry`` overrides the
-status; other statuses fail the run with the API's own message. Once the stream began, an SSE ``error`` event is
+status; other statuses fail the run with the API's own message. A thread rejection (``thread_not_found`` and the
+other replay codes, ``thread_unsupported_request``) is never retried as it is: the run decides how to resend the
+turn (``workflows/conversation.py``). Once the stream began, an SSE ``error`` event is
 retried when its ``error.type`` is an overload, an API error or a rate limit, and a dropped connection always is.
 
 The reply is streamed (``client.beta.messages.stream``): each event heartbeats, and the reply is published as it
@@ -35,7 +37,12 @@ from temporalio.service import RPCError
 from activities.content import Content
 from activities.live_events import EventPublisher, stream_client
 from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
-from workflows.conversation import build_request, compaction_params
+from workflows.conversation import (
+    THREAD_UNSUPPORTED_CODE,
+    THREAD_UNSUPPORTED_ERROR,
+    build_request,
+    compaction_params,
+)
 from workflows.params import mcp_token_env
 from workflows.reply import reply_problems
 from workflows.transcript import escape
@@ -271,6 +278,16 @@ def api_status_error(error: anthropic.APIStatusError) -> ApplicationError:
     error_code = details.get("error_code")
     if error_code in THREAD_REPLAY_CODES:
         return ApplicationError(str(error_code), type=THREAD_LOST_ERROR, non_retryable=True)
+    if error_code == THREAD_UNSUPPORTED_CODE:
+        # The run resends the turn without a thread (the SDK's "continue_unthreaded"); when it cannot, it fails
+        # with these words, as any rejection.
+        return ApplicationError(
+            f"Claude's API rejected the request with {status}: {_error_message(error)}. The request cannot be "
+            "threaded; start the run with `thread=False`.",
+            {"status_code": status, "body": error.body, "request_id": error.request_id},
+            type=THREAD_UNSUPPORTED_ERROR,
+            non_retryable=True,
+        )
     should_retry = error.response.headers.get("x-should-retry")
     if should_retry == "true":
         retryable = True

@@ -477,9 +477,28 @@ class Run:
         """Take tools away from the next turn on."""
         return await self._edit(REMOVE_TOOLS_UPDATE, {"names": list(names)}, wait)
 
-    async def compact(self, compaction: dict[str, Any] | None = None, *, wait: bool | None = None) -> int | None:
-        """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``)."""
-        return await self._edit(COMPACT_UPDATE, {"compaction": compaction}, wait)
+    async def compact(
+        self, compaction: dict[str, Any] | None = None, *, keep_recent_turns: int = 0, wait: bool | None = None
+    ) -> int | None:
+        """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``).
+
+        Args:
+            compaction: The request's ``compaction`` field; ``{"type": "summarize"}`` by default.
+            keep_recent_turns: Keep the last this many turns verbatim after the summary, summarizing only the history
+                before them (``0``: all of it). A turn starts with a reply of Claude's that follows a user or system
+                message. The edit fails, changing nothing, while the history has no older turn.
+            wait: Wait for the edit to apply (the default unless the run is in step mode).
+
+        Returns:
+            The transcript version the compaction produced, when waited for.
+
+        Raises:
+            EditRejected: A bad value (a negative ``keep_recent_turns``), the run has ended, or the compaction could
+                not apply.
+        """
+        # Left out at 0, so the update stays the one workers from before the option take.
+        keep = keep_recent_turns if keep_recent_turns != 0 else None
+        return await self._edit(COMPACT_UPDATE, {"compaction": compaction, "keep_recent_turns": keep}, wait)
 
     async def stop(self, reason: str = "stopped by a client") -> None:
         """End the run at its next step (the SDK's ``close``): a reply whose tools have not run yet never runs them."""

@@ -12,6 +12,10 @@ accumulation, and connection failures. The fake answers from a script that the t
 * :class:`Disconnect` -- the TCP connection is closed without any response.
 * :class:`SlowStream`, :class:`DropMidStream`, :class:`ErrorMidStream` -- streaming failure modes.
 * :class:`ThreadNotFound` -- the server "lost" a server-side message thread.
+* :class:`ThreadUnsupported` -- the server cannot thread the request (``thread_unsupported_request``).
+
+A reply whose ``usage.iterations`` has a ``fallback_message`` entry (a fallback model served it) is not stored on
+its thread, as the real API stores no turn a fallback model wrote: a ``continue`` from it is ``thread_not_found``.
 
 It also validates requests the way the real API does (missing fields, unmatched
 ``tool_result`` blocks) and emulates server-side message threads (the
@@ -69,6 +73,7 @@ __all__ = [
     "ScriptItem",
     "SlowStream",
     "ThreadNotFound",
+    "ThreadUnsupported",
     "bad_request",
     "end_turn",
     "error_body",
@@ -273,13 +278,39 @@ class ThreadNotFound:
     """Answer the next request with the 404 ``thread_not_found`` error, as if the thread expired."""
 
 
-ScriptItem: TypeAlias = Reply | Fault | Disconnect | SlowStream | DropMidStream | ErrorMidStream | ThreadNotFound
+@dataclass
+class ThreadUnsupported:
+    """Answer the next request with the 400 ``thread_unsupported_request`` error.
+
+    The real API sends it for a threaded request that combines ``thread`` with a field or an organization setting
+    Threads do not support; the SDK then resends the turn without ``thread`` and stops threading.
+
+    Attributes:
+        unsupported: ``error.details.unsupported``: the fields or settings, e.g. ``("fallbacks",)``; left out of the
+            body when empty.
+    """
+
+    unsupported: tuple[str, ...] = ()
+
+
+ScriptItem: TypeAlias = (
+    Reply | Fault | Disconnect | SlowStream | DropMidStream | ErrorMidStream | ThreadNotFound | ThreadUnsupported
+)
 """Anything :meth:`FakeMessagesAPI.script` accepts and a responder may return."""
 
 Responder: TypeAlias = Callable[[dict[str, Any]], ScriptItem]
 """``fn(request_body) -> item``, asked when the script queue is empty (runs in the server thread)."""
 
-_SCRIPT_ITEM_TYPES = (Reply, Fault, Disconnect, SlowStream, DropMidStream, ErrorMidStream, ThreadNotFound)
+_SCRIPT_ITEM_TYPES = (
+    Reply,
+    Fault,
+    Disconnect,
+    SlowStream,
+    DropMidStream,
+    ErrorMidStream,
+    ThreadNotFound,
+    ThreadUnsupported,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,6 +414,21 @@ def bad_request(message: str) -> Fault:
 
 def _thread_not_found_body() -> dict[str, Any]:
     return error_body(404, "thread not found", error_code="thread_not_found")
+
+
+def _thread_unsupported_body(unsupported: Sequence[str]) -> dict[str, Any]:
+    named = f" ({', '.join(unsupported)})" if unsupported else ""
+    message = f"thread: this request cannot be threaded{named}; send the full conversation without `thread`"
+    if unsupported:
+        return error_body(400, message, error_code="thread_unsupported_request", unsupported=list(unsupported))
+    return error_body(400, message, error_code="thread_unsupported_request")
+
+
+def _served_by_fallback(message: Mapping[str, Any]) -> bool:
+    iterations = (message.get("usage") or {}).get("iterations")
+    return isinstance(iterations, list) and any(
+        isinstance(i, dict) and i.get("type") == "fallback_message" for i in iterations
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -971,6 +1017,8 @@ class FakeMessagesAPI:
         stream = body.get("stream") is True
         if isinstance(item, ThreadNotFound):
             return _json_error(404, _thread_not_found_body(), request_id)
+        if isinstance(item, ThreadUnsupported):
+            return _json_error(400, _thread_unsupported_body(item.unsupported), request_id)
         if isinstance(item, Fault):
             await asyncio.sleep(item.delay)
             fault_body = item.body if item.body is not None else error_body(item.status)
@@ -1042,6 +1090,9 @@ class FakeMessagesAPI:
         """Store the conversation up to ``message`` if the request created or continued a thread."""
         thread = body.get("thread")
         if not isinstance(thread, dict) or generation != self._generation:
+            return
+        if _served_by_fallback(message):
+            # The server stores no turn a fallback model wrote; the thread stays where it was.
             return
         assistant = {"role": "assistant", "content": copy.deepcopy(message["content"])}
         new_messages = copy.deepcopy(body["messages"])
@@ -1119,6 +1170,9 @@ def _parse_item(entry: Any, where: str) -> ScriptItem:
         return Disconnect(**_fields(Disconnect, data or {}, where))
     if kind == "thread_not_found":
         return ThreadNotFound()
+    if kind == "thread_unsupported":
+        fields = _fields(ThreadUnsupported, data or {}, where)
+        return ThreadUnsupported(tuple(fields.get("unsupported", ())))
     stream_kinds: dict[str, type[SlowStream | DropMidStream | ErrorMidStream]] = {
         "slow_stream": SlowStream,
         "drop_mid_stream": DropMidStream,
@@ -1144,6 +1198,7 @@ def parse_script(data: Any) -> list[ScriptItem]:
         {"rate_limited": {"retry_after": 1.5}}   {"overloaded": {}}   {"server_error": {}}
         {"bad_request": {"message": "..."}}
         {"disconnect": {}}                       {"thread_not_found": {}}
+        {"thread_unsupported": {"unsupported": ["fallbacks"]}}
         {"slow_stream": {"reply": {...}, "event_delay": 0.05}}
         {"drop_mid_stream": {"reply": {...}, "after_events": 4}}
         {"error_mid_stream": {"reply": {...}, "after_events": 4, "error_type": "overloaded_error"}}

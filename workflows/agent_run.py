@@ -45,7 +45,12 @@ with workflow.unsafe.imports_passed_through():
         CARRIED_REPLY_BYTES,
         Carried,
     )
-    from workflows.conversation import Conversation
+    from workflows.conversation import (
+        THREAD_UNSUPPORTED_CODE,
+        THREAD_UNSUPPORTED_ERROR,
+        Conversation,
+        served_by_fallback,
+    )
     from workflows.errors import AgentRunnerError, InvalidRunInput, MalformedReply, ToolNotRegistered
     from workflows.params import param_problems
     from workflows.reply import parse_tool_use_ready, reply_problems
@@ -130,6 +135,12 @@ _ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
 
 TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
 """``workflow.patched`` id of the check that a tool the conversation withdrew is not run (issue 13)."""
+
+THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
+"""``workflow.patched`` id of the SDK's thread fallbacks (issue 13): resend without a thread after
+``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
+model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
+(``Conversation.thread_fallbacks``)."""
 
 _STOP_REASON_STEPS = {
     "tool_use": "run_tools",
@@ -458,7 +469,7 @@ class AgentRun:
                     self._turn_input_tokens,
                     spec.auto_compact.input_tokens,
                 )
-                await self._compact(conversation, spec.auto_compact.compaction)
+                await self._compact(conversation, spec.auto_compact.compaction, spec.auto_compact.keep_recent_turns)
             if self._should_continue_as_new(spec.continue_as_new):
                 await self._continue_as_new(spec)
             reply = await self._create_message(spec, conversation)
@@ -519,16 +530,36 @@ class AgentRun:
         self._take_reply(conversation, reply)
         self._version += 2
 
-    async def _compact(self, conversation: Conversation, compaction: dict[str, Any]) -> None:
-        """Replace the history by Claude's summary of it (a compaction request on a new thread)."""
+    async def _compact(
+        self, conversation: Conversation, compaction: dict[str, Any], keep_recent_turns: int = 0, *, edit: bool = False
+    ) -> None:
+        """Replace the history by Claude's summary of it (a compaction request on a new thread).
+
+        Args:
+            conversation: The run's conversation.
+            compaction: The request's ``compaction`` field.
+            keep_recent_turns: Summarize only the history before the last this many turns, which follow the summary.
+            edit: Whether a client asked for it: with nothing old enough to summarize, the edit fails saying so;
+                ``auto_compact`` just waits for the history to grow.
+        """
         assert self._spec is not None
-        reply = await self._create_message(self._spec, conversation, compaction)
+        keep_from = None
+        if keep_recent_turns:
+            keep_from = conversation.recent_turns_start(keep_recent_turns + 1)
+            if keep_from is None:
+                reason = f"the history has no turn older than the last {keep_recent_turns} to summarize"
+                if edit:
+                    raise EditFailed(f"Compaction skipped: {reason}.")
+                workflow.logger.info("Not compacting yet: %s", reason)
+                return
+            keep_from = conversation.recent_turns_start(keep_recent_turns)
+        reply = await self._create_message(self._spec, conversation, compaction, keep_from)
         self._replies.append(reply)
         self._fork_points.append(None)
         self._compactions += 1
         self._usage = self._usage.add(reply.get("usage"))
         self._turn_input_tokens = 0
-        conversation.record_compaction(reply)
+        conversation.record_compaction(reply, keep_from)
 
     def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
         """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
@@ -608,7 +639,8 @@ class AgentRun:
                 last = transcript.pending[-1] if transcript.pending else (self._replies or [{}])[-1]
                 if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
                     raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-            await self._compact(conversation, Compact.model_validate(edit.payload).compaction)
+            compact = Compact.model_validate(edit.payload)
+            await self._compact(conversation, compact.compaction, compact.keep_recent_turns, edit=True)
         elif edit.kind == REMOVE_TOOLS_UPDATE:
             names = RemoveTools.model_validate(edit.payload).names
             for name in names:
@@ -1127,15 +1159,22 @@ class AgentRun:
         )
 
     async def _create_message(
-        self, spec: RunSpec, conversation: Conversation, compaction: dict[str, Any] | None = None
+        self,
+        spec: RunSpec,
+        conversation: Conversation,
+        compaction: dict[str, Any] | None = None,
+        keep_from: int | None = None,
     ) -> dict[str, Any]:
-        """One model call. The reply is returned, not recorded; ``_stored`` says whether the call stored the turn."""
+        """One model call. The reply is returned, not recorded; ``_stored`` says whether the call stored the turn.
+
+        A compaction that keeps recent turns sends only the messages before ``keep_from``.
+        """
         options = spec.model_activity
         iteration = self._reply_count + 1
         eager = spec.eager_tools and spec.step is None and compaction is None
         self._event(events.ITERATION_STARTED)
         while True:
-            turn = conversation.turn(compaction)
+            turn = conversation.turn(compaction, keep_from)
             if turn.settings_ref == self._settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -1165,31 +1204,57 @@ class AgentRun:
                 if output.stored:
                     self._settings_stored = turn.settings_ref
                     self._replies_head = next_head(self._replies_head, message_ref(output.message))
-                    conversation.transcript.store_pending()
+                    if keep_from is None:
+                        # The call stored the turn's pending messages, which are the history's only when it sent
+                        # the whole history.
+                        conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
                 self._event(events.REPLY, message=output.message)
+                if conversation.threading and served_by_fallback(output.message):
+                    self._take_thread_fallbacks(conversation)
                 return output.message
             except ActivityError as e:
                 cause = e.cause
-                if (
-                    isinstance(cause, ApplicationError)
-                    and cause.type == THREAD_LOST_ERROR
-                    and compaction is None
-                    and conversation.previous_message_id is not None
-                ):
-                    workflow.logger.info(
-                        "Replaying the full message history under a new thread: reason=%s previous_message_id=%s",
-                        cause.message,
-                        conversation.previous_message_id,
-                    )
-                    conversation.start_new_thread()
-                    continue
+                if isinstance(cause, ApplicationError) and cause.type in (THREAD_LOST_ERROR, THREAD_UNSUPPORTED_ERROR):
+                    code = cause.message if cause.type == THREAD_LOST_ERROR else THREAD_UNSUPPORTED_CODE
+                    previous = turn.previous_message_id
+                    if conversation.takes_thread_fallback(code, continuing=previous is not None):
+                        self._take_thread_fallbacks(conversation)
+                    if conversation.recover(code, continuing=previous is not None):
+                        if conversation.threading:
+                            workflow.logger.info(
+                                "Replaying the full message history under a new thread: reason=%s "
+                                "previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        else:
+                            workflow.logger.info(
+                                "Continuing without a thread for the rest of the run: reason=%s previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        continue
+                    if cause.type == THREAD_UNSUPPORTED_ERROR:
+                        # Not recoverable here (the run does not thread, or it predates the fallback): a rejection.
+                        raise ApplicationError(
+                            cause.message, *cause.details, type="ModelRequestRejected", non_retryable=True
+                        ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
                 raise _activity_failure(e) from None
             finally:
                 self._in_flight = None
                 self._eager_token = ""
+
+    @staticmethod
+    def _take_thread_fallbacks(conversation: Conversation) -> None:
+        """Follow the SDK's thread fallbacks from now on, unless this run was recorded without them.
+
+        Asked only where one of them decides differently, so the marker is recorded there and nowhere else.
+        """
+        if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
+            conversation.thread_fallbacks = True
 
     async def _run_tool(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         name = str(block.get("name"))

@@ -2,7 +2,9 @@
 
 A budget is checked at each iteration boundary, so a run never stops in the middle of a turn: when one is spent the
 run ends with status ``budget_exhausted`` and names the budget. With ``summarize`` it first makes one last request
-with ``tool_choice: none`` and a user note, so Claude answers with what it has instead of being cut off.
+with ``tool_choice: none`` and a user note, so Claude answers with what it has instead of being cut off. ``none``
+rather than a forced tool: the newest models (Opus 5.5, Sonnet 5.5) refuse ``tool_choice`` ``any`` / ``tool`` with a
+400, and ``auto`` / ``none`` are what every model takes.
 
 Prices are given with the run (per million tokens), never built in, since they change and differ by model.
 
@@ -102,3 +104,6 @@ class AutoCompact(BaseModel):
     """Compact before the next turn once a reply's input (cache reads and writes included) reached this."""
     compaction: dict[str, Any] = {}
     """The request's ``compaction`` field (for instance ``{"instructions": "..."}``)."""
+    keep_recent_turns: int = Field(default=0, ge=0, strict=True)
+    """Keep the last this many turns verbatim after the summary (``Compact.keep_recent_turns``); while the history
+    has no older turns, no compaction is sent."""

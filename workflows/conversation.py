@@ -9,6 +9,12 @@ Claude receives byte-for-byte the bodies the SDK's tool runner sends (tests/test
   ``messages: []``.
 - If the server lost the thread, the turn is replayed as a ``create`` with the whole history, the messages it had
   answered resent without their ``cache_control`` (each was set for the turn that first sent it).
+- The SDK's other thread fallbacks (``anthropic/lib/threads/_thread_state.py``), which a run follows once it
+  recorded ``thread_fallbacks``: a ``thread_unsupported_request`` rejection, or the thread lost again on the first
+  ``continue`` after a replay, resends the turn without a thread and stops threading for the rest of the run (the
+  SDK's ``"unthreaded"``: the whole history, its answered part without ``cache_control``); a reply a fallback
+  model served (a ``fallback_message`` entry in ``usage.iterations``) is not stored by the server, so the next turn
+  starts a new thread.
 - With ``thread`` off every turn sends the whole history.
 - The container of a reply is named in every later request, since container-bound server tools reject a follow-up
   that omits it.
@@ -31,8 +37,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.transcript import Transcript, canonical, is_placeholder, ref_for
-from workflows.types import MESSAGE_THREADS_BETA, ModelTurn
+from workflows.transcript import Transcript, canonical, is_placeholder, ref_for, splice
+from workflows.types import MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
+
+THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
+"""The ``ApplicationError.type`` of a model call the API refused to thread (``error_code``
+``thread_unsupported_request``): the workflow resends the turn without a thread, as the SDK does."""
+
+THREAD_UNSUPPORTED_CODE = "thread_unsupported_request"
 
 CREATE_ONLY_FIELDS = ("system", "tools")
 """Fields the server takes from the thread on a ``continue``, and rejects if the request repeats them."""
@@ -57,7 +69,13 @@ def build_request(
     if tools:
         request["tools"] = copy.deepcopy(tools)
     if not threading:
-        request["messages"] = copy.deepcopy(messages)
+        # `answered` is 0 unless a thread was given up (the SDK's "unthreaded"), whose whole-history turns send the
+        # messages up to the last reply without `cache_control`, as a replay does; a run that never threaded sends
+        # every message as given.
+        request["messages"] = [
+            *(_without_cache_control(m) for m in messages[:answered]),
+            *copy.deepcopy(messages[answered:]),
+        ]
         return request
     betas = list(request.get("betas") or [])
     if MESSAGE_THREADS_BETA not in betas:
@@ -144,11 +162,14 @@ def _changed_tool_name(change: Any) -> str | None:
 
 
 def compaction_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters of a compaction request (the SDK's ``compact_before_next_turn``).
+    """The parameters of a compaction request (the SDK's ``_without_compaction_incompatible_params``).
 
     It goes out on a new thread with the full history, without the parameters a compaction request cannot carry:
-    ``context_management``, ``stop_sequences``, ``output_format``, a ``tool_choice`` that forces a tool, and
-    ``output_config.format``.
+    ``context_management``, ``stop_sequences``, ``output_format``, and ``output_config.format`` (of the request and
+    of each ``fallbacks`` entry). A ``tool_choice`` that forces a tool (``any`` / ``tool``) is dropped too, so the
+    request sends what every model takes: the newest ones refuse a forced tool with a 400, and ``auto`` (the
+    default) or ``none`` are all a compaction can use. An ``output_config`` left empty is sent empty, as the SDK
+    sends it.
     """
     kept = {
         k: copy.deepcopy(v)
@@ -157,11 +178,33 @@ def compaction_params(params: dict[str, Any]) -> dict[str, Any]:
     }
     if isinstance(kept.get("tool_choice"), dict) and kept["tool_choice"].get("type") in ("any", "tool"):
         del kept["tool_choice"]
-    if isinstance(kept.get("output_config"), dict):
-        kept["output_config"] = {k: v for k, v in kept["output_config"].items() if k != "format"}
-        if not kept["output_config"]:
-            del kept["output_config"]
+    if isinstance(kept.get("output_config"), dict) and kept["output_config"]:
+        kept["output_config"] = _without_format(kept["output_config"])
+    fallbacks = kept.get("fallbacks")
+    if isinstance(fallbacks, list):
+        kept["fallbacks"] = [
+            {**f, "output_config": _without_format(f["output_config"])}
+            if isinstance(f, dict) and isinstance(f.get("output_config"), dict) and f["output_config"]
+            else f
+            for f in fallbacks
+        ]
     return kept
+
+
+def _without_format(output_config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in output_config.items() if k != "format"}
+
+
+def served_by_fallback(message: dict[str, Any]) -> bool:
+    """Whether a fallback model wrote ``message``: its ``usage.iterations`` has a ``fallback_message`` entry.
+
+    That entry, not a ``fallback`` content block, is the API's signal (``BetaFallbackMessageIterationUsage``).
+    """
+    usage = message.get("usage")
+    iterations = usage.get("iterations") if isinstance(usage, dict) else None
+    return isinstance(iterations, list) and any(
+        isinstance(i, dict) and i.get("type") == "fallback_message" for i in iterations
+    )
 
 
 class Conversation(BaseModel):
@@ -191,6 +234,21 @@ class Conversation(BaseModel):
     retired_tools: list[str] = []
     """Tools withdrawn when a compaction replaced the history that withdrew them. The SDK stops running them
     (``_register_compaction_response``) whatever the new history says; the runner's own ``add_tools`` gives one back."""
+
+    thread_fallbacks: bool = False
+    """Whether the run follows the SDK's thread fallbacks (``stop_threading`` after ``thread_unsupported_request`` or
+    a thread lost again right after a replay, a new thread after a fallback model's reply). The run sets it behind
+    ``workflow.patched`` where one of them first decides (``takes_thread_fallback``), so a run recorded before keeps
+    the rules it ran with; carried across continue-as-new."""
+
+    unthreaded: bool = False
+    """The server could not thread this run (the SDK's ``stop_threading``): ``threading`` is off for the rest of the
+    run, and each turn sends the whole history with the messages up to the last reply without ``cache_control``."""
+
+    replaces_lost_thread: bool = False
+    """The thread the next turn creates or first continues replaced one the server did not find (the SDK's
+    ``New`` / ``Created`` / ``Continue.replaces_lost_thread``): if that first ``continue`` finds it lost as well, the
+    server may be unable to store the conversation, and the run stops threading."""
 
     @classmethod
     def start(
@@ -227,33 +285,95 @@ class Conversation(BaseModel):
                 history.add(name)
         return withdrawn | history
 
-    def turn(self, compaction: dict[str, Any] | None = None) -> ModelTurn:
-        """What the model call needs to build the next request: settings, stored head, messages not stored yet."""
+    def turn(self, compaction: dict[str, Any] | None = None, keep_from: int | None = None) -> ModelTurn:
+        """What the model call needs to build the next request: settings, stored head, messages not stored yet.
+
+        Args:
+            compaction: The ``compaction`` field of a compaction request, which goes out on a new thread.
+            keep_from: For a compaction that keeps recent turns (``recent_turns_start``): only the messages before
+                this one are sent, to be summarized.
+        """
         settings = {"params": self.params, "tools": self.tools}
+        transcript = self.transcript
+        head, pending, length, answered = transcript.head, transcript.pending, len(transcript), self.answered
+        if keep_from is not None:
+            stored = transcript.offset + len(transcript.marks)
+            if keep_from <= stored:
+                head, pending = transcript.head_at(keep_from), []
+            else:
+                pending = pending[: keep_from - stored]
+            length, answered = keep_from, min(answered, keep_from)
         return ModelTurn(
             settings=settings,
             settings_ref=ref_for(canonical(settings)),
-            head=self.transcript.head,
-            pending=self.transcript.pending,
-            length=len(self.transcript),
+            head=head,
+            pending=pending,
+            length=length,
             threading=self.threading,
-            answered=self.answered,
+            answered=answered,
             previous_message_id=None if compaction is not None else self.previous_message_id,
             compaction=compaction,
         )
 
-    def record_compaction(self, message: dict[str, Any]) -> None:
-        """Replace the history by the compaction reply; the next turn starts a new thread from it."""
+    def recent_turns_start(self, turns: int) -> int | None:
+        """Where the last ``turns`` turns start: the index of the reply that begins the oldest of them.
+
+        A turn begins with a reply of Claude's that follows a user or system message (a resumed ``pause_turn`` reply
+        belongs to the turn before it), so the history before it never ends with a reply whose tool calls are
+        unanswered, which the API cannot summarize.
+
+        Returns:
+            The index, or ``None`` when the history has no turn older than those (or only the store knows them).
+        """
+        transcript = self.transcript
+        found = 0
+        for index in range(len(transcript) - 1, transcript.offset, -1):
+            before = transcript.role(index - 1)
+            if transcript.role(index) == "assistant" and before not in (None, "assistant"):
+                found += 1
+                if found == turns:
+                    return index
+        return None
+
+    def record_compaction(self, message: dict[str, Any], keep_from: int | None = None) -> None:
+        """Replace the history by the compaction reply; the next turn starts a new thread from it.
+
+        Args:
+            message: The compaction reply.
+            keep_from: The first message kept after the summary (``recent_turns_start``); ``None`` keeps none.
+        """
         self.retired_tools = sorted(self.withdrawn_tools())
-        self.replace_messages([{"role": "assistant", "content": message.get("content") or []}])
+        kept: list[dict[str, Any]] = []
+        kept_changes: list[ToolChange] = []
+        if keep_from is not None:
+            transcript = self.transcript
+            stored = transcript.offset + len(transcript.marks)
+            # Stored messages are kept by reference (their content blocks spliced from the store), so a long run
+            # carries nothing new through its history.
+            kept = [
+                {"role": mark.role, "content": [splice(mark.ref)]}
+                for mark in transcript.marks[keep_from - transcript.offset :]
+            ]
+            kept.extend(copy.deepcopy(transcript.pending[max(0, keep_from - stored) :]))
+            # Their tool changes are known already: a spliced message cannot be read here.
+            kept_changes = [
+                ToolChange(index=c.index - keep_from + 1, name=c.name, available=c.available)
+                for c in self.tool_changes
+                if c.index >= keep_from
+            ]
+        self.replace_messages([{"role": "assistant", "content": message.get("content") or []}, *kept])
+        if keep_from is not None:
+            self.tool_changes = [*(c for c in self.tool_changes if c.index == 0), *kept_changes]
         self.answered = 0
         self.previous_message_id = None
+        self.replaces_lost_thread = False
 
     def record_reply(self, message: dict[str, Any]) -> None:
-        """Add Claude's reply to the history and continue the thread from it.
+        """Add Claude's reply to the history and continue the thread from it (the SDK's ``record_reply``).
 
         A refused turn is kept in the history but the thread is not continued from it, because the server may hold
-        the refused turn: the next turn, if any, starts a new thread (as the SDK does).
+        the refused turn: the next turn, if any, starts a new thread (as the SDK does). With ``thread_fallbacks``, a
+        reply a fallback model served is not continued from either: the server stores no such turn.
         """
         self._append({"role": "assistant", "content": message.get("content") or []})
         container = message.get("container")
@@ -263,13 +383,49 @@ class Conversation(BaseModel):
                 self.params["container"] = container["id"]
             elif isinstance(current, dict) and not current.get("id"):
                 self.params["container"] = {**current, "id": container["id"]}
+        refused = message.get("stop_reason") == "refusal"
         if not self.threading:
+            if self.unthreaded and not refused:
+                self.answered = len(self.transcript)
             return
-        if message.get("stop_reason") == "refusal":
-            self.start_new_thread()
+        if refused:
+            if self.previous_message_id is not None:
+                self.start_new_thread("refusal")
             return
+        if self.previous_message_id is not None:
+            # Only the first `continue` of a thread that replaced a lost one counts as "right after a replay".
+            self.replaces_lost_thread = False
         self.answered = len(self.transcript)
         self.previous_message_id = str(message["id"])
+        if self.thread_fallbacks and served_by_fallback(message):
+            self.start_new_thread("fallback_message")
+
+    def takes_thread_fallback(self, error_code: str, *, continuing: bool) -> bool:
+        """Whether ``recover`` decides on this rejection by one of the rules ``thread_fallbacks`` turns on."""
+        if error_code == THREAD_UNSUPPORTED_CODE:
+            return self.threading
+        return error_code == "thread_not_found" and continuing and self.replaces_lost_thread
+
+    def recover(self, error_code: str, *, continuing: bool) -> bool:
+        """Adjust to a thread rejection so the turn can be sent again (the SDK's ``ThreadState.recovers_from``).
+
+        Args:
+            error_code: The rejection's ``error.details.error_code``.
+            continuing: Whether the rejected request was a ``continue`` (a compaction request never is).
+
+        Returns:
+            Whether the turn should be sent again; ``False`` leaves the run to fail with the API's error.
+        """
+        if error_code in THREAD_REPLAY_CODES and continuing:
+            if error_code == "thread_not_found" and self.replaces_lost_thread and self.thread_fallbacks:
+                self.stop_threading()
+            else:
+                self.start_new_thread(error_code)
+            return True
+        if error_code == THREAD_UNSUPPORTED_CODE and self.threading and self.thread_fallbacks:
+            self.stop_threading()
+            return True
+        return False
 
     def append_user_content(self, blocks: list[dict[str, Any]]) -> None:
         """Add a user message holding ``blocks`` (such as tool results) after the last reply."""
@@ -330,6 +486,7 @@ class Conversation(BaseModel):
         if kept < self.answered:
             self.answered = 0
             self.previous_message_id = None
+            self.replaces_lost_thread = False
         return kept
 
     def drop_last_reply(self) -> bool:
@@ -351,12 +508,27 @@ class Conversation(BaseModel):
                 if i < self.answered:
                     self.answered = 0
                     self.previous_message_id = None
+                    self.replaces_lost_thread = False
                 return True
         return False
 
-    def start_new_thread(self) -> None:
-        """Replay the whole history as a ``create`` on the next turn: the server lost or refused the thread."""
+    def start_new_thread(self, reason: str | None = None) -> None:
+        """Replay the whole history as a ``create`` on the next turn: the server lost, refused or did not store it.
+
+        Args:
+            reason: Why (the SDK's ``NewThreadReason``): ``thread_not_found`` marks the new thread as replacing a lost
+                one.
+        """
         self.previous_message_id = None
+        self.replaces_lost_thread = reason == "thread_not_found"
+
+    def stop_threading(self) -> None:
+        """Send this turn and every later one with the whole history and no ``thread`` (the SDK's "unthreaded")."""
+        if self.threading:
+            self.threading = False
+            self.unthreaded = True
+            self.previous_message_id = None
+            self.replaces_lost_thread = False
 
 
 def _without_cache_control(value: Any) -> Any:

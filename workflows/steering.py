@@ -96,6 +96,12 @@ class Compact(_Strict):
     compaction: dict[str, Any] = {"type": "summarize"}
     """The ``compaction`` parameter of the summarizing request. Give the compaction beta in the run's ``betas``."""
 
+    keep_recent_turns: int = Field(default=0, ge=0, strict=True)
+    """Keep the last this many turns verbatim: only the history before them is summarized, and they follow the
+    summary (``0``, the default, summarizes the whole history, as the SDK does). A turn starts with a reply of
+    Claude's that follows a user or system message, and holds everything up to the next one. While the history has no
+    turn older than those, the compaction is skipped and the edit says so."""
+
 
 class Stop(_Strict):
     """End the run (the SDK's ``close``): the current reply's tools do not run."""
