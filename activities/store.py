@@ -596,11 +596,6 @@ class _SqliteStore(_Backend):
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
         def work(conn: sqlite3.Connection) -> Swept:
-            if not dry_run:
-                with _sqlite_write(conn):
-                    now = time.time()
-                    for table in ("blobs", "nodes"):
-                        conn.execute(f"UPDATE {table} SET written_at = ? WHERE written_at IS NULL", (now,))
             with _sqlite_read(conn):
                 blobs = [
                     (key, size)
@@ -616,6 +611,12 @@ class _SqliteStore(_Backend):
                 ]
             if dry_run:
                 return Swept(len(blobs), sum(size for _, size in blobs), len(heads))
+            # After the list: rows without a time are not in it, and from now on their time says when they were
+            # first seen, so they go one window later at the soonest.
+            with _sqlite_write(conn):
+                now = time.time()
+                for table in ("blobs", "nodes"):
+                    conn.execute(f"UPDATE {table} SET written_at = ? WHERE written_at IS NULL", (now,))
             removed, removed_bytes, removed_nodes = 0, 0, 0
             # Short transactions, so workers' writes wait for one chunk at most; each deletes only what is still
             # old (an activity may have stored the same content again since the list was made).
@@ -866,9 +867,6 @@ class _PostgresStore(_Backend):
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
         async def candidates(conn: AsyncConnection[tuple[Any, ...]]) -> tuple[list[tuple[str, int]], list[str]]:
-            if not dry_run:
-                for table in ("blobs", "nodes"):
-                    await conn.execute(f"UPDATE {table} SET written_at = {_PG_NOW} WHERE written_at IS NULL")
             # octet_length reads a stored value's size from its TOAST pointer, not the value.
             cursor = await conn.execute(
                 "SELECT ref, octet_length(data) FROM blobs WHERE written_at < %s", (written_before,)
@@ -876,6 +874,10 @@ class _PostgresStore(_Backend):
             blobs = [(key, int(size)) for key, size in await cursor.fetchall() if key not in keep_blobs]
             cursor = await conn.execute("SELECT head FROM nodes WHERE written_at < %s", (written_before,))
             heads = [head for (head,) in await cursor.fetchall() if head not in keep_heads]
+            if not dry_run:
+                # After the list, as in SQLite: rows without a time go one window after they are first seen.
+                for table in ("blobs", "nodes"):
+                    await conn.execute(f"UPDATE {table} SET written_at = {_PG_NOW} WHERE written_at IS NULL")
             return blobs, heads
 
         found: tuple[list[tuple[str, int]], list[str]] = await self._run(candidates)
