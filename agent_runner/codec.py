@@ -8,7 +8,8 @@ environment, never from the code or the run::
 
 The first key encrypts; every listed key decrypts, so rotating is: put a new key first, keep the old ones until no
 open run needs them. Each payload names the key that encrypted it. Generate a key with
-``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable.
+``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable. The
+content store reads the same keys (``keys_from_env``) and encrypts what it holds too (``activities/store.py``).
 
 ``python -m agent_runner.codec serve --port 8081`` runs a codec server, so the Temporal UI can show decrypted
 payloads to the people allowed to reach it (point the UI's "codec endpoint" at it).

@@ -176,7 +176,10 @@ async def _first_json(payloads: Sequence[Payload], codec: PayloadCodec | None) -
     if not payloads:
         return {}
     decoded = await codec.decode(payloads[:1]) if codec is not None else payloads[:1]
-    value = json.loads(decoded[0].data)
+    try:
+        value = json.loads(decoded[0].data)
+    except ValueError:  # not JSON: not a model call's input or output, so it produced no heads
+        return {}
     return value if isinstance(value, dict) else {}
 
 

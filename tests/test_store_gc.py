@@ -247,3 +247,13 @@ async def test_a_store_made_before_write_times_gets_them_and_its_rows_outlive_on
         assert await store.sweep(set(), set(), written_before=later, dry_run=True) == Swept(0, 0, 0)
         assert await store.sweep(set(), set(), written_before=later) == Swept(0, 0, 0)
         assert await store.sweep(set(), set(), written_before=later) == Swept(1, len(data), 1)
+
+
+async def test_a_retention_that_is_not_a_duration_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent_runner import cli
+
+    assert await cli.amain(["store", "gc", "--retention", "30x"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "agent-runner store gc: error: argument --retention: '30x' is not a duration: write e.g. 30d, 12h, 1h30m or "
+        "0s\n"
+    )
