@@ -8,17 +8,19 @@ moving the runs' write times two hours back (past the default grace of an hour).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+import pytest_asyncio
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -120,6 +122,16 @@ async def wait_status(run: Run, status: str, iterations: int) -> None:
             await asyncio.sleep(0.05)
 
 
+@pytest_asyncio.fixture
+async def left_open(temporal_env: WorkflowEnvironment) -> AsyncIterator[list[str]]:
+    """Run ids to terminate after the test, should it fail with them open: later collections must not see them."""
+    ids: list[str] = []
+    yield ids
+    for run_id in ids:
+        with contextlib.suppress(Exception):  # closed already: the test went to the end
+            await temporal_env.client.get_workflow_handle(run_id).terminate("left open by a failed test")
+
+
 async def open_runs(client: Client) -> int:
     """Runs of the session's server that gc must count: those open (a retention of 0s keeps no closed one)."""
     query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
@@ -127,7 +139,10 @@ async def open_runs(client: Client) -> int:
 
 
 async def test_gc_removes_a_closed_runs_content_and_keeps_an_open_runs_and_fresh_writes(
-    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, setup: tuple[str, dict[str, str]]
+    temporal_env: WorkflowEnvironment,
+    fake_api: FakeMessagesAPI,
+    setup: tuple[str, dict[str, str]],
+    left_open: list[str],
 ) -> None:
     """An old, closed run's content goes; an open run's stays and the run carries on; a just-written blob stays."""
     url, environ = setup
@@ -150,6 +165,7 @@ async def test_gc_removes_a_closed_runs_content_and_keeps_an_open_runs_and_fresh
                 messages=[{"role": "user", "content": "A question still open."}],
                 step=True,
             )
+            left_open.append(live.id)
             await wait_status(live, "waiting_for_step", 1)
         all_blobs, all_heads = rows(url)
         live_blobs = {key: size for key, size in all_blobs.items() if key not in old_blobs}
