@@ -214,6 +214,65 @@ async def test_gc_removes_a_closed_runs_content_and_keeps_an_open_runs_and_fresh
     ]
 
 
+async def test_a_run_that_continued_as_new_keeps_its_whole_transcript_through_gc(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path, left_open: list[str]
+) -> None:
+    """Only the current execution counts (its predecessors closed before a 0s retention): what it carried is enough."""
+    url = f"sqlite://{tmp_path}/store.db"
+    client = temporal_env.client
+    queue = f"gc-{uuid.uuid4()}"
+    fake_api.script(*(end_turn(f"Answer {n}.") for n in range(1, 6)))
+    store = open_store(url, environ={})
+    async with store:
+        async with worker_with_store(client, fake_api, queue, store):
+            runner = AgentRunner(client, task_queue=queue, store=store)
+            run = await runner.start(
+                model="claude-fake-1",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "Question 1."}],
+                step=True,
+                continue_as_new={"events": 10},
+            )
+            left_open.append(run.id)
+            for turn in range(1, 4):
+                await wait_status(run, "waiting_for_step", turn)
+                await run.inject(f"Question {turn + 1}.", wait=False)
+                await run.advance()
+            await wait_status(run, "waiting_for_step", 4)
+            assert (await run.status()).continuations >= 1
+        blobs, heads = rows(url)
+        age(url, 2 * 3600)
+        runs = await open_runs(client)
+
+        done = gc_cli(client, url, {}, "--retention", "0s")
+        assert (done.returncode, done.stderr, done.stdout) == (
+            0,
+            "",
+            f"removed 0 blobs (0 bytes) and 0 chain nodes; kept {len(blobs)} blobs and {len(heads)} chain nodes "
+            f"referenced by {runs} runs, and what was written within the retention\n",
+        )
+        async with worker_with_store(client, fake_api, queue, store):
+            run = AgentRunner(client, task_queue=queue, store=store).attach(run.id)
+            await run.inject("Question 5.", wait=False)
+            await run.advance()
+            await wait_status(run, "waiting_for_step", 5)
+            await run.advance()
+            await run.until_done()
+            transcript = await AgentRunner(client, task_queue=queue, store=store).attach(run.id).transcript()
+    assert [m["content"] for m in transcript] == [
+        "Question 1.",
+        *(
+            part
+            for n in range(1, 5)
+            for part in (
+                [{"type": "text", "text": f"Answer {n}."}],
+                [{"type": "text", "text": f"Question {n + 1}."}],
+            )
+        ),
+        [{"type": "text", "text": "Answer 5."}],
+    ]
+
+
 # ------------------------------------------------------------------------------------------- the sweep itself
 
 
