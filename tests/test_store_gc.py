@@ -13,7 +13,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -307,18 +306,40 @@ async def test_putting_content_again_keeps_it_from_a_sweep_that_started_before(u
     assert (stats.blobs, stats.nodes) == (1, 1)
 
 
-async def test_a_store_made_before_write_times_gets_them_and_its_rows_outlive_one_sweep(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+async def test_a_store_made_before_write_times_gets_them_and_its_rows_outlive_one_sweep(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """Backward compatible: the columns are added; rows without a time are stamped by a sweep, not removed by it."""
-    path = tmp_path / "old.db"
     data = b'"from an older version"'
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL)")
-        conn.execute("CREATE TABLE nodes (head TEXT PRIMARY KEY, parent TEXT, message TEXT NOT NULL) WITHOUT ROWID")
-        conn.execute("INSERT INTO blobs VALUES (?, ?)", (ref_for(data), data))
-        conn.execute("INSERT INTO nodes VALUES ('h', NULL, ?)", (ref_for(data),))
-    async with open_store(f"sqlite://{path}", environ={}) as store:
+    schema = (
+        "CREATE TABLE blobs (ref text PRIMARY KEY, data bytea NOT NULL)",
+        "CREATE TABLE nodes (head text PRIMARY KEY, parent text, message text NOT NULL)",
+    )
+    rows_before = ("INSERT INTO blobs VALUES ({p}, {p})", "INSERT INTO nodes VALUES ('h', NULL, {p})")
+    params = ((ref_for(data), data), (ref_for(data),))
+    if kind == "sqlite":
+        url = f"sqlite://{tmp_path}/old.db"
+        with sqlite3.connect(tmp_path / "old.db") as conn:
+            for statement in schema:
+                conn.execute(statement.replace("bytea", "BLOB"))
+            for statement, values in zip(rows_before, params, strict=True):
+                conn.execute(statement.format(p="?"), values)
+        await _sweep_twice(url, data)
+        return
+    for url in _fresh_database(request.getfixturevalue("postgres_url")):
+        with psycopg.connect(url) as pg:
+            for statement in schema:
+                pg.execute(statement)
+            for statement, values in zip(rows_before, params, strict=True):
+                pg.execute(statement.format(p="%s"), values)
+        await _sweep_twice(url, data)
+
+
+async def _sweep_twice(url: str, data: bytes) -> None:
+    async with open_store(url, environ={}) as store:
         assert await store.get([ref_for(data)]) == {ref_for(data): data}
-        later = time.time() + 3600
+        later = await store.clock() + 3600
         assert await store.sweep(set(), set(), written_before=later, dry_run=True) == Swept(0, 0, 0)
         assert await store.sweep(set(), set(), written_before=later) == Swept(0, 0, 0)
         assert await store.sweep(set(), set(), written_before=later) == Swept(1, len(data), 1)
