@@ -16,16 +16,34 @@ Three backends, chosen by URL (``open_store``):
 
 The worker and the client must use the same store: both read ``AGENT_RUNNER_STORE``. This module does I/O, so
 workflow code never imports it; it runs in activities.
+
+**Encryption at rest.** With ``AGENT_RUNNER_ENCRYPTION_KEYS`` set (the payload codec's keys and rotation,
+``agent_runner/codec.py``), ``open_store`` wraps the backend in a layer that stores every blob AES-GCM encrypted
+under the current key (its key id stored with it, so older listed keys still read what they wrote) and files blobs
+and chain nodes under ``hmac:`` addresses, an HMAC-SHA256 of the reference, instead of the reference itself: the
+database holds neither content nor the ``sha256:`` references that workflow history carries. The references callers
+use do not change, and every blob read is still decrypted and then checked against its reference. The HMAC key is
+one random key per store, kept in its ``meta`` table wrapped (AES-GCM) under each encryption key that opened the
+store, so addresses never change when keys rotate: the store adds a wrapping under a new current key when it is
+opened with it, and an old key can be dropped once every blob it encrypted is gone.
+
+**Retention.** Every blob and node records when it was last written (``written_at``; putting what is already there
+writes it again), so ``sweep`` can remove what no run references without touching what an activity stored a moment
+ago; ``agent_runner/gc.py`` decides what is referenced.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +51,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from agent_runner.codec import KEYS_ENV, keys_from_env
 from workflows.errors import BlobCorrupted, BlobMissing, StoreError
 from workflows.transcript import ref_for
 
@@ -48,6 +70,7 @@ __all__ = [
     "ContentStore",
     "StoreError",
     "StoreStats",
+    "Swept",
     "default_store_path",
     "open_store",
     "ref_for",
@@ -94,6 +117,21 @@ class StoreStats:
     Attributes:
         blobs: Number of blobs.
         blob_bytes: Their total size in bytes.
+        nodes: Number of chain nodes.
+    """
+
+    blobs: int
+    blob_bytes: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What ``sweep`` removed (or, in a dry run, would remove).
+
+    Attributes:
+        blobs: Number of blobs.
+        blob_bytes: Their total size in bytes, as stored (ciphertext in an encrypted store).
         nodes: Number of chain nodes.
     """
 
@@ -171,6 +209,37 @@ class ContentStore(abc.ABC):
     @abc.abstractmethod
     async def stats(self) -> StoreStats:
         """Count what the store holds."""
+
+    async def clock(self) -> float:
+        """The store's current time, in seconds since the epoch: the clock ``written_at`` is kept by.
+
+        A PostgreSQL store reads the server's clock, so workers on machines whose clocks disagree stamp alike.
+        """
+        return time.time()
+
+    async def sweep(
+        self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
+    ) -> Swept:
+        """Remove every blob and chain node not kept that was last written before ``written_before``.
+
+        Each removal checks ``written_before`` again as it deletes, so something written again meanwhile (an
+        activity storing the same content) stays. Rows written by a version that did not record write times are
+        stamped with the current time instead, so they are removed one retention period later at the soonest.
+
+        Args:
+            keep_blobs: References of blobs to keep.
+            keep_heads: Heads of chain nodes to keep.
+            written_before: A time of ``clock()``; only what was written before it can go.
+            dry_run: Count what would go, and change nothing.
+
+        Returns:
+            What was removed, or would be.
+
+        Raises:
+            StoreError: The store cannot sweep (it is not one ``open_store`` opened), or failed.
+        """
+        del keep_blobs, keep_heads, written_before, dry_run  # the backends' signature: this store cannot use them
+        raise StoreError(f"the store at {self.url} cannot be swept: open it with activities.store.open_store()")
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -252,32 +321,69 @@ def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
         yield items[start : start + size]
 
 
-# -------------------------------------------------------------------------------------------------------- memory
+_MetaSetup = Callable[[str, Mapping[str, bytes], bool], Mapping[str, bytes]]
+"""Called once when a store is opened, inside the transaction that sets up its schema: ``(url, meta rows, whether
+the store holds anything)``; returns the meta rows to add, or raises ``StoreError`` to refuse the store."""
+
+_ADDRESS_KEY = "address-key:"
+"""Meta rows named so hold the store's HMAC address key, wrapped under the encryption key named after the colon."""
 
 
-class _MemoryStore(ContentStore):
-    """A store in this process's memory, for tests and benchmarks. Nothing survives the process."""
+def _plain_setup(url: str, meta: Mapping[str, bytes], has_content: bool) -> Mapping[str, bytes]:  # noqa: ARG001
+    if any(name.startswith(_ADDRESS_KEY) for name in meta):
+        raise StoreError(
+            f"the store at {url} is encrypted: set {KEYS_ENV} to the keys it was written with (the workers' keys)"
+        )
+    return {}
 
-    def __init__(self) -> None:
-        self.url = "memory:"
-        self._blobs: dict[str, bytes] = {}
-        self._nodes: dict[str, tuple[str | None, str]] = {}
+
+class _Backend(ContentStore):
+    """A store that keeps what it is given as is: ``put`` checks the references, ``_write`` stores the bytes.
+
+    The encryption layer writes through ``_write`` under its own addresses, which are not references.
+    """
 
     async def put(self, blobs: Mapping[str, bytes]) -> int:
         _check_refs(self.url, blobs)
-        written = 0
-        for ref, data in blobs.items():
-            if ref not in self._blobs:
-                self._blobs[ref] = bytes(data)
-                written += len(data)
+        written = await self._write(blobs)
+        return sum(len(blobs[key]) for key in written)
+
+    @abc.abstractmethod
+    async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
+        """Store ``blobs`` by key, unchecked; stamp those already there as written now; return the keys added."""
+
+
+# -------------------------------------------------------------------------------------------------------- memory
+
+
+class _MemoryStore(_Backend):
+    """A store in this process's memory, for tests and benchmarks. Nothing survives the process."""
+
+    def __init__(self, setup: _MetaSetup = _plain_setup) -> None:
+        self.url = "memory:"
+        self._blobs: dict[str, bytes] = {}
+        self._nodes: dict[str, tuple[str | None, str]] = {}
+        self._written: dict[tuple[str, str], float] = {}
+        self._meta = dict(setup(self.url, {}, False))
+
+    async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
+        now = time.time()
+        written = []
+        for key, data in blobs.items():
+            if key not in self._blobs:
+                self._blobs[key] = bytes(data)
+                written.append(key)
+            self._written["blob", key] = now
         return written
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
         return {ref: self._blobs[ref] for ref in refs if ref in self._blobs}
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
+        now = time.time()
         for node in nodes:
             self._nodes.setdefault(node.head, (node.parent, node.message))
+            self._written["node", node.head] = now
 
     async def chain(self, head: str) -> list[str]:
         rows: list[tuple[str | None, str]] = []
@@ -297,6 +403,19 @@ class _MemoryStore(ContentStore):
     async def stats(self) -> StoreStats:
         return StoreStats(len(self._blobs), sum(map(len, self._blobs.values())), len(self._nodes))
 
+    async def sweep(
+        self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
+    ) -> Swept:
+        blobs = [k for k in self._blobs if k not in keep_blobs and self._written["blob", k] < written_before]
+        heads = [h for h in self._nodes if h not in keep_heads and self._written["node", h] < written_before]
+        swept = Swept(len(blobs), sum(len(self._blobs[k]) for k in blobs), len(heads))
+        if not dry_run:
+            for key in blobs:
+                del self._blobs[key], self._written["blob", key]
+            for head in heads:
+                del self._nodes[head], self._written["node", head]
+        return swept
+
     async def close(self) -> None:
         return None
 
@@ -305,9 +424,18 @@ class _MemoryStore(ContentStore):
 
 # blobs keeps its rowid: SQLite advises against WITHOUT ROWID for rows larger than a twentieth of a page, and blobs
 # run to megabytes. nodes rows are small and only ever found by head, so they live in the key's own b-tree.
+# written_at (seconds since the epoch) is NULL in rows written before it existed, or by a version that does not
+# know it: files made before it get the column (ALTER TABLE ... ADD COLUMN), and such rows are kept until a sweep
+# stamps them.
 _SQLITE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS nodes (head TEXT PRIMARY KEY, parent TEXT, message TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL, written_at REAL)",
+    "CREATE TABLE IF NOT EXISTS nodes (head TEXT PRIMARY KEY, parent TEXT, message TEXT NOT NULL, written_at REAL) "
+    "WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+)
+_SQLITE_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS blobs_written_at ON blobs (written_at)",
+    "CREATE INDEX IF NOT EXISTS nodes_written_at ON nodes (written_at)",
 )
 
 # One statement walks the chain: the recursive part follows parent links by the primary key, ``depth`` orders it.
@@ -323,7 +451,7 @@ SELECT parent, message FROM walk ORDER BY depth DESC
 """
 
 
-class _SqliteStore(ContentStore):
+class _SqliteStore(_Backend):
     """A store in one SQLite file, shared by every process on the machine that opens it.
 
     The file is in WAL mode (readers never wait for the writer) with a busy timeout, and each write is one
@@ -336,17 +464,23 @@ class _SqliteStore(ContentStore):
         busy_timeout_ms: How long a write waits for another process's write to finish.
     """
 
-    def __init__(self, path: Path, url: str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, path: Path, url: str, *, busy_timeout_ms: int = 30_000, setup: _MetaSetup = _plain_setup
+    ) -> None:
         self.url = url
         self.path = path
         # The stdlib driver on one thread of our own rather than aiosqlite: aiosqlite does the same (a thread per
         # connection) plus a dependency. One thread owns the connection, so no lock is needed around it, and the
         # event loop never waits on disk or on another process's write lock.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-runner-store")
-        self._conn = self._executor.submit(self._connect, busy_timeout_ms).result()
+        try:
+            self._conn = self._executor.submit(self._connect, busy_timeout_ms, setup).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
         self._closed = False
 
-    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+    def _connect(self, busy_timeout_ms: int, setup: _MetaSetup) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -364,9 +498,25 @@ class _SqliteStore(ContentStore):
             with _sqlite_write(conn):
                 for statement in _SQLITE_SCHEMA:
                     conn.execute(statement)
+                for table in ("blobs", "nodes"):
+                    if "written_at" not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN written_at REAL")
+                for statement in _SQLITE_INDEXES:
+                    conn.execute(statement)
+                meta = dict(conn.execute("SELECT name, value FROM meta"))
+                (has_content,) = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM blobs) OR EXISTS (SELECT 1 FROM nodes)"
+                ).fetchone()
+                conn.executemany(
+                    "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                    list(setup(self.url, meta, bool(has_content)).items()),
+                )
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot set up the store at {self.url}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     async def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -378,19 +528,23 @@ class _SqliteStore(ContentStore):
         except sqlite3.Error as exc:
             raise StoreError(f"the store at {self.url} failed: {exc}") from exc
 
-    async def put(self, blobs: Mapping[str, bytes]) -> int:
-        _check_refs(self.url, blobs)
+    async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
         items = list(blobs.items())
 
-        def work(conn: sqlite3.Connection) -> int:
-            written = 0
+        def work(conn: sqlite3.Connection) -> list[str]:
+            written = []
             with _sqlite_write(conn):
-                for ref, data in items:
+                now = time.time()
+                for key, data in items:
                     cursor = conn.execute(
-                        "INSERT INTO blobs (ref, data) VALUES (?, ?) ON CONFLICT (ref) DO NOTHING", (ref, data)
+                        "INSERT INTO blobs (ref, data, written_at) VALUES (?, ?, ?) ON CONFLICT (ref) DO NOTHING",
+                        (key, data, now),
                     )
                     if cursor.rowcount == 1:
-                        written += len(data)
+                        written.append(key)
+                    else:
+                        # Not an upsert: that would rewrite the blob's bytes too, and blobs run to megabytes.
+                        conn.execute("UPDATE blobs SET written_at = ? WHERE ref = ?", (now, key))
             return written
 
         return await self._run(work)
@@ -408,12 +562,13 @@ class _SqliteStore(ContentStore):
         return await self._run(work)
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
-        rows = [(node.head, node.parent, node.message) for node in nodes]
-
         def work(conn: sqlite3.Connection) -> None:
             with _sqlite_write(conn):
+                now = time.time()
                 conn.executemany(
-                    "INSERT INTO nodes (head, parent, message) VALUES (?, ?, ?) ON CONFLICT (head) DO NOTHING", rows
+                    "INSERT INTO nodes (head, parent, message, written_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
+                    [(node.head, node.parent, node.message, now) for node in nodes],
                 )
 
         await self._run(work)
@@ -434,6 +589,57 @@ class _SqliteStore(ContentStore):
                 ).fetchone()
                 (nodes,) = conn.execute("SELECT count(*) FROM nodes").fetchone()
             return StoreStats(blobs, blob_bytes, nodes)
+
+        return await self._run(work)
+
+    async def sweep(
+        self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
+    ) -> Swept:
+        def work(conn: sqlite3.Connection) -> Swept:
+            with _sqlite_read(conn):
+                blobs = [
+                    (key, size)
+                    for key, size in conn.execute(
+                        "SELECT ref, length(data) FROM blobs WHERE written_at < ?", (written_before,)
+                    )
+                    if key not in keep_blobs
+                ]
+                heads = [
+                    head
+                    for (head,) in conn.execute("SELECT head FROM nodes WHERE written_at < ?", (written_before,))
+                    if head not in keep_heads
+                ]
+            if dry_run:
+                return Swept(len(blobs), sum(size for _, size in blobs), len(heads))
+            # After the list: rows without a time are not in it, and from now on their time says when they were
+            # first seen, so they go one window later at the soonest.
+            with _sqlite_write(conn):
+                now = time.time()
+                for table in ("blobs", "nodes"):
+                    conn.execute(f"UPDATE {table} SET written_at = ? WHERE written_at IS NULL", (now,))
+            removed, removed_bytes, removed_nodes = 0, 0, 0
+            # Short transactions, so workers' writes wait for one chunk at most; each deletes only what is still
+            # old (an activity may have stored the same content again since the list was made).
+            for chunk in _chunks([key for key, _ in blobs], GET_CHUNK):
+                marks = ", ".join("?" * len(chunk))
+                with _sqlite_write(conn):
+                    sizes = conn.execute(
+                        f"SELECT length(data) FROM blobs WHERE ref IN ({marks}) AND written_at < ?",
+                        [*chunk, written_before],
+                    ).fetchall()
+                    conn.execute(
+                        f"DELETE FROM blobs WHERE ref IN ({marks}) AND written_at < ?", [*chunk, written_before]
+                    )
+                removed += len(sizes)
+                removed_bytes += sum(size for (size,) in sizes)
+            for chunk in _chunks(heads, GET_CHUNK):
+                marks = ", ".join("?" * len(chunk))
+                with _sqlite_write(conn):
+                    cursor = conn.execute(
+                        f"DELETE FROM nodes WHERE head IN ({marks}) AND written_at < ?", [*chunk, written_before]
+                    )
+                removed_nodes += cursor.rowcount
+            return Swept(removed, removed_bytes, removed_nodes)
 
         return await self._run(work)
 
@@ -479,13 +685,21 @@ def _sqlite_read(conn: sqlite3.Connection) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------------- PostgreSQL
 
 _PG_SCHEMA_LOCK = 0x6167_656E_7473_7430  # "agentst0": the advisory lock that serializes schema creation
+# As in SQLite, written_at is added to tables made before it and NULL in rows written without it.
 _PG_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS blobs (ref text PRIMARY KEY, data bytea NOT NULL)",
     "CREATE TABLE IF NOT EXISTS nodes (head text PRIMARY KEY, parent text, message text NOT NULL)",
+    "ALTER TABLE blobs ADD COLUMN IF NOT EXISTS written_at double precision",
+    "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS written_at double precision",
+    "CREATE INDEX IF NOT EXISTS blobs_written_at ON blobs (written_at)",
+    "CREATE INDEX IF NOT EXISTS nodes_written_at ON nodes (written_at)",
+    "CREATE TABLE IF NOT EXISTS meta (name text PRIMARY KEY, value bytea NOT NULL)",
 )
+_PG_NOW = "extract(epoch from clock_timestamp())::float8"
+"""The server's clock: workers on several machines stamp ``written_at`` by one clock."""
 
 
-class _PostgresStore(ContentStore):
+class _PostgresStore(_Backend):
     """A store in a PostgreSQL database, shared by workers on any number of machines.
 
     The schema is created when the store is opened; concurrent openers take turns on an advisory lock, since two
@@ -496,18 +710,19 @@ class _PostgresStore(ContentStore):
         conninfo: The libpq connection URL, password included.
         url: The same URL without the password, for messages.
         max_connections: The pool's size.
+        setup: Checks the store's meta rows when it is opened (encrypted or not) and adds any.
     """
 
-    def __init__(self, conninfo: str, url: str, *, max_connections: int = 4) -> None:
+    def __init__(self, conninfo: str, url: str, *, max_connections: int = 4, setup: _MetaSetup = _plain_setup) -> None:
         self.url = url
         self._conninfo = conninfo
         self._max_connections = max_connections
         self._pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
-        self._create_schema()
+        self._create_schema(setup)
 
-    def _create_schema(self) -> None:
+    def _create_schema(self, setup: _MetaSetup) -> None:
         import psycopg
 
         try:
@@ -515,6 +730,12 @@ class _PostgresStore(ContentStore):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
                 for statement in _PG_SCHEMA:
                     conn.execute(statement)
+                meta = {name: bytes(value) for name, value in conn.execute("SELECT name, value FROM meta")}
+                row = conn.execute("SELECT EXISTS (SELECT 1 FROM blobs) OR EXISTS (SELECT 1 FROM nodes)").fetchone()
+                for name, value in setup(self.url, meta, bool(row and row[0])).items():
+                    conn.execute(
+                        "INSERT INTO meta (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING", (name, value)
+                    )
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot set up the store at {self.url}: {exc}. Check that the server is up, that the database "
@@ -553,8 +774,7 @@ class _PostgresStore(ContentStore):
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise StoreError(f"the store at {self.url} failed: {exc}") from exc
 
-    async def put(self, blobs: Mapping[str, bytes]) -> int:
-        _check_refs(self.url, blobs)
+    async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
         batches: list[list[tuple[str, bytes]]] = [[]]
         size = 0
         for ref, data in blobs.items():
@@ -564,22 +784,24 @@ class _PostgresStore(ContentStore):
             batches[-1].append((ref, data))
             size += len(data)
 
-        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> int:
-            written: set[str] = set()
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[str]:
+            written: list[str] = []
             for batch in batches:
                 if not batch:
                     continue
                 # %b sends the blobs in binary: as text they would go hex-escaped, at twice the size, and a 12 MB
-                # put took 3x as long.
+                # put took 3x as long. A blob already there gets a new written_at only: its bytes, kept out of
+                # line (TOAST), are not rewritten. xmax = 0 tells a new row from an updated one.
                 cursor = await conn.execute(
-                    "INSERT INTO blobs (ref, data) SELECT * FROM unnest(%s::text[], %b::bytea[]) "
-                    "ON CONFLICT (ref) DO NOTHING RETURNING ref",
-                    ([ref for ref, _ in batch], [data for _, data in batch]),
+                    f"INSERT INTO blobs (ref, data, written_at) SELECT ref, data, {_PG_NOW} "
+                    "FROM unnest(%s::text[], %b::bytea[]) AS new (ref, data) "
+                    "ON CONFLICT (ref) DO UPDATE SET written_at = excluded.written_at RETURNING ref, xmax = 0",
+                    ([key for key, _ in batch], [data for _, data in batch]),
                 )
-                written.update(ref for (ref,) in await cursor.fetchall())
-            return sum(len(blobs[ref]) for ref in written)
+                written.extend(key for key, inserted in await cursor.fetchall() if inserted)
+            return written
 
-        result: int = await self._run(work)
+        result: list[str] = await self._run(work)
         return result
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
@@ -596,11 +818,15 @@ class _PostgresStore(ContentStore):
         return found
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
+        # One row per head: an upsert may not touch a row twice in one statement.
+        unique = list({node.head: node for node in reversed(nodes)}.values())
+
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:
-            for chunk in _chunks(nodes, NODE_CHUNK):
+            for chunk in _chunks(unique, NODE_CHUNK):
                 await conn.execute(
-                    "INSERT INTO nodes (head, parent, message) "
-                    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) ON CONFLICT (head) DO NOTHING",
+                    f"INSERT INTO nodes (head, parent, message, written_at) SELECT head, parent, message, {_PG_NOW} "
+                    "FROM unnest(%s::text[], %s::text[], %s::text[]) AS new (head, parent, message) "
+                    "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
                     ([n.head for n in chunk], [n.parent for n in chunk], [n.message for n in chunk]),
                 )
 
@@ -628,11 +854,255 @@ class _PostgresStore(ContentStore):
         result: StoreStats = await self._run(work)
         return result
 
+    async def clock(self) -> float:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> float:
+            row = await (await conn.execute(f"SELECT {_PG_NOW}")).fetchone()
+            assert row is not None
+            return float(row[0])
+
+        result: float = await self._run(work)
+        return result
+
+    async def sweep(
+        self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
+    ) -> Swept:
+        async def candidates(conn: AsyncConnection[tuple[Any, ...]]) -> tuple[list[tuple[str, int]], list[str]]:
+            # octet_length reads a stored value's size from its TOAST pointer, not the value.
+            cursor = await conn.execute(
+                "SELECT ref, octet_length(data) FROM blobs WHERE written_at < %s", (written_before,)
+            )
+            blobs = [(key, int(size)) for key, size in await cursor.fetchall() if key not in keep_blobs]
+            cursor = await conn.execute("SELECT head FROM nodes WHERE written_at < %s", (written_before,))
+            heads = [head for (head,) in await cursor.fetchall() if head not in keep_heads]
+            if not dry_run:
+                # After the list, as in SQLite: rows without a time go one window after they are first seen.
+                for table in ("blobs", "nodes"):
+                    await conn.execute(f"UPDATE {table} SET written_at = {_PG_NOW} WHERE written_at IS NULL")
+            return blobs, heads
+
+        found: tuple[list[tuple[str, int]], list[str]] = await self._run(candidates)
+        blobs, heads = found
+        if dry_run:
+            return Swept(len(blobs), sum(size for _, size in blobs), len(heads))
+        removed, removed_bytes, removed_nodes = 0, 0, 0
+        for chunk in _chunks([key for key, _ in blobs], GET_CHUNK):
+
+            async def delete_blobs(conn: AsyncConnection[tuple[Any, ...]], chunk: Sequence[str] = chunk) -> list[int]:
+                # The row lock an upsert takes makes this wait for it, then see its new written_at and keep the row.
+                cursor = await conn.execute(
+                    "DELETE FROM blobs WHERE ref = ANY(%s::text[]) AND written_at < %s RETURNING octet_length(data)",
+                    (list(chunk), written_before),
+                )
+                return [int(size) for (size,) in await cursor.fetchall()]
+
+            sizes: list[int] = await self._run(delete_blobs)
+            removed += len(sizes)
+            removed_bytes += sum(sizes)
+        for chunk in _chunks(heads, GET_CHUNK):
+
+            async def delete_nodes(conn: AsyncConnection[tuple[Any, ...]], chunk: Sequence[str] = chunk) -> int:
+                cursor = await conn.execute(
+                    "DELETE FROM nodes WHERE head = ANY(%s::text[]) AND written_at < %s", (list(chunk), written_before)
+                )
+                return cursor.rowcount
+
+            count: int = await self._run(delete_nodes)
+            removed_nodes += count
+        return Swept(removed, removed_bytes, removed_nodes)
+
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+# ---------------------------------------------------------------------------------------------------- encryption
+
+_SEALED = b"AR1"
+"""The first bytes of every sealed value: a format version, then the key id's length (2 bytes), the key id, the
+nonce and the AES-GCM ciphertext."""
+_SEALED_TEXT = "AR1:"
+_NONCE_BYTES = 12
+_WRAP_AAD = b"agent-runner store address key"
+_NODE_AAD = b"agent-runner chain node"
+ADDRESS_PREFIX = "hmac:"
+"""How an encrypted store's addresses start: ``hmac:`` and the hex HMAC-SHA256 of the reference."""
+
+
+class _StoreCipher:
+    """The keys of an encrypted store: AES-GCM for what it holds, HMAC for where it is filed.
+
+    Args:
+        keys: Key id to raw key, current first (``agent_runner.codec.keys_from_env``).
+    """
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self._current = next(iter(keys))
+        self._address_key = b""
+
+    def setup(self, url: str, meta: Mapping[str, bytes], has_content: bool) -> Mapping[str, bytes]:
+        """Find the store's address key (or make one for a new store); wrap it under the current key if need be."""
+        wrapped = {
+            name.removeprefix(_ADDRESS_KEY): value for name, value in meta.items() if name.startswith(_ADDRESS_KEY)
+        }
+        if not wrapped:
+            if has_content:
+                raise StoreError(
+                    f"the store at {url} holds unencrypted content, so it cannot be encrypted: unset {KEYS_ENV} to "
+                    f"use it as it is, or point {STORE_ENV} at a new store"
+                )
+            self._address_key = os.urandom(32)
+        else:
+            for key_id, value in wrapped.items():
+                cipher = self._ciphers.get(key_id)
+                if cipher is None:
+                    continue
+                try:
+                    self._address_key = cipher.decrypt(value[:_NONCE_BYTES], value[_NONCE_BYTES:], _WRAP_AAD)
+                    break
+                except InvalidTag:
+                    continue
+            else:
+                ids = ", ".join(repr(key_id) for key_id in sorted(wrapped))
+                raise StoreError(
+                    f"the store at {url} is encrypted with key {ids}, and {KEYS_ENV} holds none that opens it: set "
+                    f"{KEYS_ENV} to the keys it was written with (the workers' keys)"
+                )
+        if self._current in wrapped:
+            return {}
+        # A rotation: the new key wraps the address key too, so the old one can go once nothing needs it.
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = nonce + self._ciphers[self._current].encrypt(nonce, self._address_key, _WRAP_AAD)
+        return {_ADDRESS_KEY + self._current: sealed}
+
+    def address(self, ref: str) -> str:
+        """Where ``ref`` is filed: guessing it needs the address key, so the store does not reveal references."""
+        return ADDRESS_PREFIX + hmac.new(self._address_key, ref.encode(), hashlib.sha256).hexdigest()
+
+    def seal(self, data: bytes, aad: bytes) -> bytes:
+        """``data`` encrypted under the current key, naming that key."""
+        key_id = self._current.encode()
+        nonce = os.urandom(_NONCE_BYTES)
+        header = _SEALED + len(key_id).to_bytes(2, "big") + key_id
+        return header + nonce + self._ciphers[self._current].encrypt(nonce, data, aad)
+
+    def open(self, url: str, sealed: bytes, aad: bytes, what: str) -> bytes | None:
+        """``sealed`` decrypted, or ``None`` if it does not decrypt (it changed, or is not ours).
+
+        Raises:
+            StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
+        """
+        if not sealed.startswith(_SEALED) or len(sealed) < len(_SEALED) + 2:
+            return None
+        start = len(_SEALED) + 2
+        end = start + int.from_bytes(sealed[len(_SEALED) : start], "big")
+        key_id = sealed[start:end].decode(errors="replace")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise StoreError(
+                f"the store at {url} holds {what} encrypted with key {key_id!r}, which {KEYS_ENV} does not hold: add "
+                "that key back (after the current one)"
+            )
+        try:
+            return cipher.decrypt(sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :], aad)
+        except InvalidTag:
+            return None
+
+
+class _EncryptedStore(ContentStore):
+    """Any backend, holding only ciphertext under HMAC addresses; callers see references and plain bytes.
+
+    Blobs are sealed with their reference as associated data, so a blob moved to another address does not decrypt
+    and is reported corrupted, as a changed one is. A chain node is filed under its head's address with its parent's
+    address (so the backend still walks a chain in one query) and its message reference sealed.
+
+    Args:
+        inner: The backend, opened with ``cipher.setup``.
+        cipher: The store's keys.
+    """
+
+    def __init__(self, inner: _Backend, cipher: _StoreCipher) -> None:
+        self.url = inner.url
+        self._inner = inner
+        self._cipher = cipher
+
+    async def put(self, blobs: Mapping[str, bytes]) -> int:
+        _check_refs(self.url, blobs)
+        addresses = {self._cipher.address(ref): ref for ref in blobs}
+        written = await self._inner._write(
+            {address: self._cipher.seal(blobs[ref], ref.encode()) for address, ref in addresses.items()}
+        )
+        return sum(len(blobs[addresses[address]]) for address in written)
+
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
+        addresses = {self._cipher.address(ref): ref for ref in refs}
+        found: dict[str, bytes] = {}
+        for address, sealed in (await self._inner._read(list(addresses))).items():
+            ref = addresses[address]
+            # Bytes that do not decrypt are returned as stored: they do not hash to ref, so get() reports them.
+            found[ref] = self._cipher.open(self.url, sealed, ref.encode(), f"blob {ref}") or sealed
+        return found
+
+    async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
+        address = self._cipher.address
+        await self._inner.put_nodes(
+            [
+                ChainNode(
+                    head=address(node.head),
+                    parent=None if node.parent is None else address(node.parent),
+                    message=_SEALED_TEXT
+                    + base64.b64encode(self._cipher.seal(node.message.encode(), _NODE_AAD)).decode(),
+                )
+                for node in nodes
+            ]
+        )
+
+    async def chain(self, head: str) -> list[str]:
+        try:
+            sealed = await self._inner.chain(self._cipher.address(head))
+        except BlobMissing as error:
+            if error.refs == (self._cipher.address(head),):
+                raise _missing_node(self.url, head, head) from None
+            raise _missing_node(self.url, head, f"(filed under {', '.join(error.refs)})") from None
+        messages = []
+        for text in sealed:
+            opened = None
+            if text.startswith(_SEALED_TEXT):
+                with contextlib.suppress(ValueError):
+                    raw = base64.b64decode(text.removeprefix(_SEALED_TEXT), validate=True)
+                    opened = self._cipher.open(self.url, raw, _NODE_AAD, f"a chain node of {head}")
+            if opened is None:
+                raise BlobCorrupted(
+                    f"the store at {self.url} holds a corrupted transcript under {head}: a chain node does not "
+                    "decrypt, so it was not used. Restore the store from a backup; a run that needs this transcript "
+                    "cannot go on, so start it again",
+                    refs=(head,),
+                    url=self.url,
+                )
+            messages.append(opened.decode())
+        return messages
+
+    async def stats(self) -> StoreStats:
+        return await self._inner.stats()
+
+    async def clock(self) -> float:
+        return await self._inner.clock()
+
+    async def sweep(
+        self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
+    ) -> Swept:
+        address = self._cipher.address
+        return await self._inner.sweep(
+            {address(ref) for ref in keep_blobs},
+            {address(head) for head in keep_heads},
+            written_before=written_before,
+            dry_run=dry_run,
+        )
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 # ---------------------------------------------------------------------------------------------------- open_store
@@ -671,35 +1141,46 @@ def _sqlite_path(url: str) -> Path:
     return Path(rest).expanduser()
 
 
-def open_store(url: str | None = None) -> ContentStore:
-    """Open the content store at ``url``, creating its schema if needed.
+def open_store(url: str | None = None, *, environ: Mapping[str, str] | None = None) -> ContentStore:
+    """Open the content store at ``url``, creating its schema if needed; encrypted when keys are configured.
 
     Args:
         url: ``sqlite:///absolute/path.db``, ``sqlite:relative/path.db``, ``postgresql://user:pw@host:port/db``
             (or ``postgres://``), or ``memory:``. ``None`` reads ``AGENT_RUNNER_STORE``; if that is unset or empty,
             the SQLite file ``default_store_path()``, whose directory is created.
+        environ: Where ``AGENT_RUNNER_STORE`` and ``AGENT_RUNNER_ENCRYPTION_KEYS`` are read; ``os.environ`` by
+            default. With keys, what is stored is encrypted (see the module's docstring).
 
     Returns:
         The open store; ``close()`` it when done (or use it as ``async with``).
 
     Raises:
-        StoreError: The URL's scheme is unknown, or the store cannot be opened.
+        StoreError: The URL's scheme is unknown, or the store cannot be opened: among others, an encrypted store
+            opened without its keys or with others, or a store holding unencrypted content opened with keys.
+        ConfigurationError: ``AGENT_RUNNER_ENCRYPTION_KEYS`` is malformed.
     """
-    if url is None:
-        url = os.environ.get(STORE_ENV) or None
+    env = os.environ if environ is None else environ
+    keys = keys_from_env(env)
+    cipher = _StoreCipher(keys) if keys else None
+    setup = _plain_setup if cipher is None else cipher.setup
+    backend = _open_backend(url if url is not None else env.get(STORE_ENV) or None, setup)
+    return backend if cipher is None else _EncryptedStore(backend, cipher)
+
+
+def _open_backend(url: str | None, setup: _MetaSetup) -> _Backend:
     if url is None:
         path = default_store_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {path.parent} for the default store: {exc}; set {STORE_ENV}") from exc
-        return _SqliteStore(path, f"sqlite://{path}")
+        return _SqliteStore(path, f"sqlite://{path}", setup=setup)
     if url.startswith("sqlite:"):
-        return _SqliteStore(_sqlite_path(url), url)
+        return _SqliteStore(_sqlite_path(url), url, setup=setup)
     if url.startswith(("postgresql://", "postgres://")):
-        return _PostgresStore(url, _without_password(url))
+        return _PostgresStore(url, _without_password(url), setup=setup)
     if url == "memory:":
-        return _MemoryStore()
+        return _MemoryStore(setup)
     raise StoreError(
         f"unknown store URL {_without_password(url)!r}: use sqlite:///absolute/path.db, sqlite:relative/path.db, "
         f"postgresql://user:password@host:port/database (or postgres://...), or memory: (this process only). "

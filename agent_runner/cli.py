@@ -12,6 +12,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner terminate RUN_ID [--reason TEXT]                          # end it at once (last resort)
     agent-runner fork RUN_ID --from-iteration N [--detach]                 # a new run from turn N's request
     agent-runner demo                                                      # the example agent, end to end
+    agent-runner store gc --retention 30d [--grace 1h] [--dry-run]         # remove content no run references
 
 Steering a live run (each edit is accepted at once and applies before the run's next model call)::
 
@@ -91,6 +92,7 @@ from agent_runner.events import (
     RunEvent,
 )
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
+from agent_runner.gc import DEFAULT_GRACE
 from workflows.errors import (
     AgentRunError,
     AgentRunnerError,
@@ -966,6 +968,20 @@ async def cmd_transcript(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_store_gc(args: argparse.Namespace) -> int:
+    """``store gc``: remove content no open or recently closed run references (``agent_runner/gc.py``)."""
+    from activities.store import open_store
+    from agent_runner.gc import collect_garbage
+
+    # The store first: a wrong AGENT_RUNNER_STORE or missing keys is reported before Temporal is reached.
+    async with open_store() as store, connected() as client:
+        collected = await collect_garbage(
+            client, store, retention=args.retention, grace=args.grace, dry_run=args.dry_run
+        )
+    _out([collected.summary()])
+    return EXIT_OK
+
+
 def list_query(status: str | None, task_queue: str | None, query: str | None) -> str | None:
     """The visibility query of ``list``: its filters joined with ``AND``, or ``None`` for every run."""
     clauses: list[str] = []
@@ -1373,6 +1389,17 @@ _positive_int = _int_at_least(1, "a positive integer")
 _version = _int_at_least(0, "a transcript version (0 or more)")
 
 
+def _duration(value: str) -> timedelta:
+    """``30d``, ``12h``, ``1h30m``, ``0s``: a ``timedelta`` (units s, m, h, d, w)."""
+    import re
+
+    parts = re.findall(r"(\d+)([smhdw])", value)
+    if not parts or "".join(number + unit for number, unit in parts) != value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration: write e.g. 30d, 12h, 1h30m or 0s")
+    units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+    return sum((timedelta(**{units[unit]: int(number)}) for number, unit in parts), timedelta())
+
+
 def _json_object(value: str) -> dict[str, Any]:
     try:
         data = json.loads(value)
@@ -1628,6 +1655,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help=f"the model when ANTHROPIC_API_KEY is set (default ${MODEL_ENV}, else {DEFAULT_MODEL})"
     )
     demo.set_defaults(handler=cmd_demo)
+
+    store = commands.add_parser("store", help="Maintain the content store.", description="Maintain the content store.")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
+    gc_help = (
+        "Remove stored content that no run open or closed within the retention references, and that was not "
+        "written within the retention; safe while runs are live."
+    )
+    gc = store_commands.add_parser("gc", help=gc_help, description=gc_help)
+    gc.add_argument(
+        "--retention", type=_duration, required=True, metavar="DURATION", help="e.g. 30d: how long content is kept"
+    )
+    gc.add_argument(
+        "--grace",
+        type=_duration,
+        default=DEFAULT_GRACE,
+        metavar="DURATION",
+        help="content written this recently is kept whatever the retention (default 1h)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
+    gc.set_defaults(handler=cmd_store_gc)
     return parser
 
 

@@ -8,7 +8,8 @@ environment, never from the code or the run::
 
 The first key encrypts; every listed key decrypts, so rotating is: put a new key first, keep the old ones until no
 open run needs them. Each payload names the key that encrypted it. Generate a key with
-``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable.
+``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable. The
+content store reads the same keys (``keys_from_env``) and encrypts what it holds too (``activities/store.py``).
 
 ``python -m agent_runner.codec serve --port 8081`` runs a codec server, so the Temporal UI can show decrypted
 payloads to the people allowed to reach it (point the UI's "codec endpoint" at it).
@@ -54,23 +55,8 @@ class EncryptionCodec(PayloadCodec):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
         """The codec ``AGENT_RUNNER_ENCRYPTION_KEYS`` describes, or ``None`` when it is not set."""
-        value = (os.environ if environ is None else environ).get(KEYS_ENV, "").strip()
-        if not value:
-            return None
-        keys: dict[str, bytes] = {}
-        for entry in value.split(","):
-            key_id, _, encoded = entry.strip().partition(":")
-            try:
-                key = base64.b64decode(encoded, validate=True)
-            except binascii.Error:
-                key = b""
-            if not key_id or len(key) not in (16, 24, 32):
-                raise ConfigurationError(
-                    f"{KEYS_ENV} must be `id:base64key,...` with 16-, 24- or 32-byte keys; the entry for "
-                    f"{key_id or '(no id)'!r} is not. Make one with `python -m agent_runner.codec new-key`."
-                )
-            keys[key_id] = key
-        return cls(keys)
+        keys = keys_from_env(environ)
+        return None if keys is None else cls(keys)
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """Encrypt each payload whole (data and metadata) under the current key."""
@@ -103,6 +89,34 @@ class EncryptionCodec(PayloadCodec):
             data = payload.data
             decoded.append(Payload.FromString(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], None)))
         return decoded
+
+
+def keys_from_env(environ: Mapping[str, str] | None = None) -> dict[str, bytes] | None:
+    """The keys ``AGENT_RUNNER_ENCRYPTION_KEYS`` lists, current first, or ``None`` when it is not set.
+
+    The payload codec and the content store (``activities/store.py``) both read them, so one variable turns
+    encryption on everywhere, with one rotation.
+
+    Raises:
+        ConfigurationError: An entry is not ``id:base64key`` with a 16-, 24- or 32-byte key.
+    """
+    value = (os.environ if environ is None else environ).get(KEYS_ENV, "").strip()
+    if not value:
+        return None
+    keys: dict[str, bytes] = {}
+    for entry in value.split(","):
+        key_id, _, encoded = entry.strip().partition(":")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            key = b""
+        if not key_id or len(key) not in (16, 24, 32):
+            raise ConfigurationError(
+                f"{KEYS_ENV} must be `id:base64key,...` with 16-, 24- or 32-byte keys; the entry for "
+                f"{key_id or '(no id)'!r} is not. Make one with `python -m agent_runner.codec new-key`."
+            )
+        keys[key_id] = key
+    return keys
 
 
 def new_key() -> str:
