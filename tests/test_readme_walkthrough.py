@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -76,8 +77,104 @@ def _normalized(out: str) -> list[str]:
     return [TIME.sub("TIME", RUN_ID.sub("RUN", line)).rstrip() for line in out.splitlines()]
 
 
+READY = [
+    r"agent-runner dev is ready \(pid (?P<pid>\d+)\)",
+    r"  temporal    127\.0\.0\.1:\d+ \(from TEMPORAL_ADDRESS\)",
+    r"  task queue  agent-runner",
+    r"  tools       get_time, get_weather \(from agent_runner\.example_tools\)",
+    r"  model       the scripted fake Messages API \(ANTHROPIC_API_KEY is not set\): it calls get_weather and "
+    r"get_time for the cities a prompt names, then quotes them",
+    r"  store       sqlite:///.*",
+    r"  try         agent-runner run \"What's the weather in Paris and Tokyo\?\" --tools get_weather",
+    r"  stop        agent-runner dev --stop \(log: .*/agent-runner-home/dev\.log\)",
+]
+
+WALKTHROUGH_OUTPUT = [
+    # agent-runner run "What's the weather in Paris and Tokyo?" --tools get_weather
+    "RUN",
+    "── turn 1 ──",
+    "Let me check the weather in Paris and Tokyo.",
+    '→ get_weather {"city": "Paris"}',
+    '→ get_weather {"city": "Tokyo"}',
+    "← get_weather: sunny, 21C in Paris",
+    "← get_weather: light rain, 18C in Tokyo",
+    "── turn 2 ──",
+    "Here is what the tools say:",
+    "- Weather in Paris: sunny, 21C",
+    "- Weather in Tokyo: light rain, 18C",
+    "── completed · 2 turns · stop_reason end_turn · 267 input / 109 output tokens ──",
+    # RUN_ID=$(agent-runner run ... --detach) prints nothing here; agent-runner follow "$RUN_ID"
+    "── turn 1 ──",
+    "Let me check the local time in Sydney.",
+    '→ get_time {"city": "Sydney"}',
+    "← get_time: 22:05 in Sydney",
+    "── turn 2 ──",
+    "Here is what the tools say:",
+    "- Local time in Sydney: 22:05",
+    "── completed · 2 turns · stop_reason end_turn · 209 input / 73 output tokens ──",
+    # agent-runner status "$RUN_ID"
+    "run          RUN",
+    "status       completed",
+    "turns        2",
+    "stop_reason  end_turn",
+    "tokens       209 input / 73 output tokens",
+    "messages     4",
+    "version      3",
+    # agent-runner transcript "$RUN_ID"
+    "── user ──",
+    "What's the time in Sydney?",
+    "── assistant ──",
+    "Let me check the local time in Sydney.",
+    '→ get_time {"city": "Sydney"}',
+    "← get_time: 22:05 in Sydney",
+    "── assistant ──",
+    "Here is what the tools say:",
+    "- Local time in Sydney: 22:05",
+    # agent-runner fork "$RUN_ID" --from-iteration 2
+    "RUN",
+    "── turn 1 ──",
+    "Here is what the tools say:",
+    "- Local time in Sydney: 22:05",
+    "── completed · 1 turn · stop_reason end_turn · 145 input / 27 output tokens ──",
+    # agent-runner list --status completed
+    "ID                                          STATUS     STARTED",
+    "RUN  completed  TIME",
+    "RUN  completed  TIME",
+    "RUN  completed  TIME",
+    # inject, params, add-tools to the run waiting for approval
+    "accepted; it applies before the next turn",
+    "accepted; it applies before the next turn",
+    "accepted; it applies before the next turn",
+    # agent-runner approvals "$RUN_ID"
+    "TOOL_USE_ID       TOOL         INPUT               TURN  WAITING SINCE",
+    'toolu_dev_0006_1  get_weather  {"city": "London"}  1     TIME',
+    # agent-runner approve "$RUN_ID" "$TOOL_USE_ID"
+    "approved toolu_dev_0006_1: it runs now",
+    # agent-runner follow "$RUN_ID"
+    "── turn 1 ──",
+    "Let me check the weather in London.",
+    '→ get_weather {"city": "London"}',
+    '⏸ waiting for approval: get_weather {"city": "London"} (toolu_dev_0006_1) — agent-runner approve RUN '
+    "toolu_dev_0006_1",
+    "← get_weather: drizzle, 15C in London",
+    "── turn 2 ──",
+    "Here is what the tools say:",
+    "- Weather in London: drizzle, 15C",
+    'You also wrote "Also answer in French.": I am the scripted fake model of `agent-runner dev`, so I can only '
+    "quote the tools.",
+    "── completed · 2 turns · stop_reason end_turn · 316 input / 105 output tokens ──",
+]
+"""What the walk-through prints after the ready block and before it stops, run ids and times left out."""
+
+WAITING_NOTE = (
+    "note: run RUN waits for approval of get_weather (toolu_dev_0006_1): the edit applies once it is decided "
+    "(`agent-runner approve RUN toolu_dev_0006_1`, or `deny`)."
+)
+
+
 @pytest.mark.timeout(300)
 def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, tmp_path: Path) -> None:
+    """It prints what the README promises, ends with the stack stopped, and no process of it is left."""
     home = tmp_path / "agent-runner-home"
     env = _env(temporal, home)
     script = "set -euo pipefail\n" + walkthrough()
@@ -97,9 +194,20 @@ def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, 
             check=False,
         )
         for pid in processes_with(f"AGENT_RUNNER_HOME={home}"):
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = _normalized(done.stdout)
+    ready = [re.fullmatch(pattern, line) for pattern, line in zip(READY, lines, strict=False)]
+    assert all(ready), "\n".join(lines[: len(READY)])
+    pid = ready[0]["pid"] if ready[0] else ""
+    body, (stopped, stop) = lines[len(READY) : -2], lines[-2:]
+    assert body == WALKTHROUGH_OUTPUT
+    # agent-runner stop "$RUN_ID" ... ends a run that waits for approval (its first reply is in, as a rule).
+    assert re.fullmatch(
+        r"── stopped · [01] turns? · stop_reason (tool_use|none) · \d+ input / \d+ output tokens ──", stopped
+    )
+    assert stop == f"Stopped the dev stack (pid {pid})."
+    assert _normalized(done.stderr) == [WAITING_NOTE] * 3
+    assert "Traceback" not in (home / "dev.log").read_text()
     assert left == [], "the walk-through left processes running"
     assert not (home / "dev.json").exists()
-    print(done.stdout)
-    print(done.stderr)
