@@ -1681,7 +1681,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mode = dev.add_mutually_exclusive_group()
     mode.add_argument("--detach", action="store_true", help="run it in the background; return once it is ready")
-    mode.add_argument("--stop", action="store_true", help="stop the stack running in the background")
+    mode.add_argument("--stop", action="store_true", help="stop the running dev stack (it drains its worker first)")
     dev.set_defaults(handler=cmd_dev)
     return parser
 

@@ -23,9 +23,9 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import logging
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,6 +40,7 @@ from agent_runner.example_tools import CITIES
 from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
 from workflows.errors import ConfigurationError
+from workflows.types import TASK_QUEUE
 
 __all__ = [
     "EXAMPLE_TOOLS",
@@ -51,6 +52,7 @@ __all__ = [
     "serve",
     "start_detached",
     "stop_stack",
+    "try_command",
 ]
 
 EXAMPLE_TOOLS = "agent_runner.example_tools"
@@ -78,8 +80,6 @@ _STATE_FILE = "dev.json"
 _LOCK_FILE = "dev.lock"
 _LOG_FILE = "dev.log"
 
-logger = logging.getLogger("agent_runner.dev")
-
 
 @dataclasses.dataclass(frozen=True)
 class DevStack:
@@ -96,6 +96,7 @@ class DevStack:
         tools: The tools' names.
         model: The model the worker calls, for a person.
         store: The content store's URL (without a password); clients that read transcripts must use the same.
+        try_command: The first command to try with it.
         log: The stack's log file when it runs in the background.
     """
 
@@ -108,6 +109,7 @@ class DevStack:
     tools: list[str]
     model: str
     store: str
+    try_command: str
     log: str | None = None
 
 
@@ -118,25 +120,28 @@ def render_ready(stack: DevStack, *, detached: bool) -> list[str]:
         stack: The running stack.
         detached: Whether it runs in the background (stopped with ``--stop``) rather than in this terminal (Ctrl-C).
     """
-    queue = stack.task_queue
-    try_command = TRY_COMMAND if queue == _default_task_queue() else f"{TRY_COMMAND} --task-queue {queue}"
     stop = f"agent-runner dev --stop (log: {stack.log})" if detached else "Ctrl-C"
     return [
         f"agent-runner dev is ready (pid {stack.pid})",
         f"  temporal    {stack.temporal} ({stack.temporal_origin})",
-        f"  task queue  {queue}",
+        f"  task queue  {stack.task_queue}",
         f"  tools       {', '.join(stack.tools) or '-'} (from {', '.join(stack.modules)})",
         f"  model       {stack.model}",
         f"  store       {stack.store}",
-        f"  try         {try_command}",
+        f"  try         {stack.try_command}",
         f"  stop        {stop}",
     ]
 
 
-def _default_task_queue() -> str:
-    from workflows.types import TASK_QUEUE
+def try_command(task_queue: str, address: str | None) -> str:
+    """The command the ready block suggests: ``TRY_COMMAND``, with what it needs to find this stack.
 
-    return TASK_QUEUE
+    Args:
+        task_queue: The stack's task queue.
+        address: The address other commands must be given (an embedded server off the default port), or ``None``.
+    """
+    command = TRY_COMMAND if task_queue == TASK_QUEUE else f"{TRY_COMMAND} --task-queue {shlex.quote(task_queue)}"
+    return command if address is None else f"TEMPORAL_ADDRESS={address} {command}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,6 +535,10 @@ async def serve(
                     tools=sorted(registry.names),
                     model=model,
                     store=store.url,
+                    # Other commands find the embedded server on its default port only.
+                    try_command=try_command(
+                        task_queue, address if configured is None and embedded_port != DEFAULT_PORT else None
+                    ),
                     log=str(_file(_LOG_FILE)) if os.environ.get(_DETACHED_ENV) else None,
                 )
                 _write_state(stack)

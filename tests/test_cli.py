@@ -1131,7 +1131,8 @@ def test_dev_detach_starts_the_embedded_server_and_stop_leaves_nothing(tmp_path:
             "  model       the scripted fake Messages API (ANTHROPIC_API_KEY is not set): it calls get_weather and "
             "get_time for the cities a prompt names, then quotes them",
             f"  store       {state['store']}",
-            '  try         agent-runner run "What\'s the weather in Paris and Tokyo?" --tools get_weather',
+            f"  try         TEMPORAL_ADDRESS=127.0.0.1:{port} agent-runner run \"What's the weather in Paris and "
+            'Tokyo?" --tools get_weather',
             f"  stop        agent-runner dev --stop (log: {tmp_path}/dev.log)",
         ]
         assert _alive(state["pid"]) and _alive(state["server_pid"])
