@@ -995,7 +995,7 @@ def test_the_worker_refuses_a_bad_configuration_in_one_line(
 # ------------------------------------------------------------------------------------------ agent-runner dev
 
 
-def _weather_request(*messages: dict[str, Any], tools: tuple[str, ...] = ("get_weather", "get_time")) -> dict:
+def _weather_request(*messages: dict[str, Any], tools: tuple[str, ...] = ("get_weather", "get_time")) -> dict[str, Any]:
     return {"model": "m", "max_tokens": 10, "messages": list(messages), "tools": [{"name": n} for n in tools]}
 
 
@@ -1075,7 +1075,7 @@ class TestScriptedClaude:
             ),
         ],
     )
-    def test_without_tools_or_cities_it_says_what_it_is(self, request_body: dict, answer: str) -> None:
+    def test_without_tools_or_cities_it_says_what_it_is(self, request_body: dict[str, Any], answer: str) -> None:
         reply = ScriptedClaude()(request_body)
         assert (reply.stop_reason, reply.content) == ("end_turn", [text(answer)])
 

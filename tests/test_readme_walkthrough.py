@@ -209,18 +209,18 @@ def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, 
             timeout=120,
             check=False,
         )
-        for pid in processes_with(f"AGENT_RUNNER_HOME={home}"):
-            os.kill(pid, signal.SIGKILL)
+        for leftover in processes_with(f"AGENT_RUNNER_HOME={home}"):
+            os.kill(leftover, signal.SIGKILL)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     lines = _normalized(done.stdout)
     ready = [re.fullmatch(pattern, line) for pattern, line in zip(READY, lines, strict=False)]
     assert all(ready), "\n".join(lines[: len(READY)])
-    pid = ready[0]["pid"] if ready[0] else ""
+    stack_pid = ready[0]["pid"] if ready[0] else ""
     body = lines[len(READY) : len(READY) + len(WALKTHROUGH_OUTPUT)]
     assert body == WALKTHROUGH_OUTPUT
     ending = lines[len(READY) + len(WALKTHROUGH_OUTPUT) :]
     assert len(ending) == len(ENDING) and all(map(re.fullmatch, ENDING, ending)), "\n".join(ending)
-    assert ending[-1] == f"Stopped the dev stack (pid {pid})."
+    assert ending[-1] == f"Stopped the dev stack (pid {stack_pid})."
     assert _normalized(done.stderr) == [WAITING_NOTE] * 3
     assert "Traceback" not in (home / "dev.log").read_text()
     assert left == [], "the walk-through left processes running"
