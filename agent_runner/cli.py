@@ -13,6 +13,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner fork RUN_ID --from-iteration N [--detach]                 # a new run from turn N's request
     agent-runner demo                                                      # the example agent, end to end
     agent-runner store gc --retention 30d [--grace 1h] [--dry-run]         # remove content no run references
+    agent-runner dev [--detach | --stop] [--tools MODULE]                  # Temporal, a worker, Claude or a fake
 
 Steering a live run (each edit is accepted at once and applies before the run's next model call)::
 
@@ -1368,6 +1369,36 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# The development stack
+# --------------------------------------------------------------------------------------------
+
+
+def _line(line: str) -> None:
+    print(line, flush=True)
+
+
+async def cmd_dev(args: argparse.Namespace) -> int:
+    """``dev``: Temporal, a worker with the example tools and Claude or the scripted fake (``agent_runner.dev``)."""
+    from agent_runner import dev
+    from agent_runner.temporal_server import DEFAULT_PORT
+
+    if args.stop:
+        await dev.stop_stack(out=_line)
+        return EXIT_OK
+    modules = dev.tool_modules(args.tools)
+    if args.detach:
+        argv = ["--task-queue", args.task_queue, *(arg for module in args.tools for arg in ("--tools", module))]
+        if args.port is not None:
+            argv += ["--port", str(args.port)]
+        await dev.start_detached(argv, modules, args.task_queue, out=_line, note=_err)
+        return EXIT_OK
+    await dev.serve(
+        modules, args.task_queue, default_model=default_model(), embedded_port=args.port or DEFAULT_PORT, out=_line
+    )
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
 # Argument parsing and entry points
 # --------------------------------------------------------------------------------------------
 
@@ -1675,6 +1706,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     gc.set_defaults(handler=cmd_store_gc)
+    dev = command(
+        "dev",
+        "Run a development stack: Temporal, a worker with the example tools, and Claude (without ANTHROPIC_API_KEY, "
+        "a scripted fake of it).",
+    )
+    dev.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also register this module's tools (repeatable; agent_runner.example_tools always is)",
+    )
+    dev.add_argument(
+        "--port",
+        type=_positive_int,
+        metavar="N",
+        help="the embedded Temporal server's port when Temporal's configuration names no server (default 7233; "
+        "other commands then need TEMPORAL_ADDRESS=127.0.0.1:N)",
+    )
+    mode = dev.add_mutually_exclusive_group()
+    mode.add_argument("--detach", action="store_true", help="run it in the background; return once it is ready")
+    mode.add_argument("--stop", action="store_true", help="stop the running dev stack (it drains its worker first)")
+    dev.set_defaults(handler=cmd_dev)
     return parser
 
 

@@ -5,7 +5,8 @@ parameter descriptions Claude sees), so a worker registers them unchanged::
 
     python worker.py --tools agent_runner.example_tools
 
-``agent-runner demo`` runs them. The data is deterministic on purpose: the demo and the tests can quote it.
+``agent-runner demo`` runs them, and ``agent-runner dev`` registers them on its worker. The data is deterministic on
+purpose: the demo, the README's walk-through and the tests can quote it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ _CITIES: dict[str, tuple[str, int, str]] = {
     "Sydney": ("windy", 12, "22:05"),
     "Tokyo": ("light rain", 18, "21:05"),
 }
+
+CITIES: tuple[str, ...] = tuple(_CITIES)
+"""The cities the tools know, as they spell them; ``agent-runner dev``'s scripted model looks for them in a prompt."""
 
 _UNITS = ("c", "f")
 

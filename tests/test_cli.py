@@ -42,6 +42,7 @@ from agent_runner.cli import (
     waiting_notices,
 )
 from agent_runner.client import AgentRunner
+from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
 from agent_runner.fake_api import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
@@ -989,3 +990,229 @@ def test_the_worker_refuses_a_bad_configuration_in_one_line(
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
     assert line.endswith(f" ERROR agent_runner.worker: error: {error}")
+
+
+# ------------------------------------------------------------------------------------------ agent-runner dev
+
+
+def _weather_request(*messages: dict[str, Any], tools: tuple[str, ...] = ("get_weather", "get_time")) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 10, "messages": list(messages), "tools": [{"name": n} for n in tools]}
+
+
+class TestScriptedClaude:
+    """The dev stack's model without a key answers any prompt, and every run it starts ends."""
+
+    def test_it_calls_the_tools_a_prompt_asks_for_then_quotes_their_results(self) -> None:
+        claude = ScriptedClaude()
+        prompt = {"role": "user", "content": "What's the weather in tokyo and Paris?"}
+        first = claude(_weather_request(prompt))
+        assert (first.stop_reason, first.id) == ("tool_use", "msg_dev_0001")
+        assert first.content == [
+            text("Let me check the weather in Tokyo and Paris."),  # in the prompt's order, spelled as the tools do
+            tool_use("toolu_dev_0001_1", "get_weather", {"city": "Tokyo"}),
+            tool_use("toolu_dev_0001_2", "get_weather", {"city": "Paris"}),
+        ]
+        results = {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_dev_0001_1", "content": "No.", "is_error": True},
+                {"type": "tool_result", "tool_use_id": "toolu_dev_0001_2", "content": "sunny, 21C in Paris"},
+                {"type": "text", "text": "In French, please."},
+            ],
+        }
+        second = claude(_weather_request(prompt, {"role": "assistant", "content": first.content}, results))
+        assert second.stop_reason == "end_turn"
+        assert second.content == [
+            text(
+                "Here is what the tools say:\n- Weather in Tokyo: unavailable (No.)\n- Weather in Paris: sunny, 21C\n"
+                'You also wrote "In French, please.": I am the scripted fake model of `agent-runner dev`, so I can '
+                "only quote the tools."
+            )
+        ]
+
+    def test_a_thread_continue_is_answered_from_the_whole_conversation(self) -> None:
+        claude = ScriptedClaude()
+        thread = {"type": "create"}
+        first = claude({**_weather_request({"role": "user", "content": "Time in Berlin?"}), "thread": thread})
+        assert first.content[1:] == [tool_use("toolu_dev_0001_1", "get_time", {"city": "Berlin"})]
+        result = {"type": "tool_result", "tool_use_id": "toolu_dev_0001_1", "content": "14:05 in Berlin"}
+        second = claude(
+            {
+                "model": "m",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": [result]}],
+                "thread": {"type": "continue", "previous_message_id": first.id},
+            }
+        )
+        assert second.content == [text("Here is what the tools say:\n- Local time in Berlin: 14:05")]
+
+    @pytest.mark.parametrize(
+        ("request_body", "answer"),
+        [
+            pytest.param(
+                _weather_request({"role": "user", "content": "Hello"}),
+                "I am the scripted fake model of `agent-runner dev` (ANTHROPIC_API_KEY is not set), so I cannot "
+                'really answer "Hello". Ask about the weather or the time in Berlin, London, New York, Paris, San '
+                "Francisco, Sydney or Tokyo, or set ANTHROPIC_API_KEY to talk to Claude.",
+                id="no-city",
+            ),
+            pytest.param(
+                _weather_request({"role": "user", "content": "Weather in Paris?"}, tools=()),
+                "I am the scripted fake model of `agent-runner dev` (ANTHROPIC_API_KEY is not set), so I cannot "
+                'really answer "Weather in Paris?". Offer me the example tools (`--tools get_weather get_time`) and '
+                "ask about the weather or the time, or set ANTHROPIC_API_KEY to talk to Claude.",
+                id="no-tools",
+            ),
+            pytest.param(
+                {
+                    **_weather_request({"role": "user", "content": "Weather in Paris?"}),
+                    "tool_choice": {"type": "none"},
+                },
+                "I am the scripted fake model of `agent-runner dev` (ANTHROPIC_API_KEY is not set), so I cannot "
+                'really answer "Weather in Paris?". Offer me the example tools (`--tools get_weather get_time`) and '
+                "ask about the weather or the time, or set ANTHROPIC_API_KEY to talk to Claude.",
+                id="tool-choice-none",
+            ),
+        ],
+    )
+    def test_without_tools_or_cities_it_says_what_it_is(self, request_body: dict[str, Any], answer: str) -> None:
+        reply = ScriptedClaude()(request_body)
+        assert (reply.stop_reason, reply.content) == ("end_turn", [text(answer)])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _dev_env(home: Path, **extra: str) -> dict[str, str]:
+    """No key, no configured Temporal (not even a profile), the dev stack's files in ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TEMPORAL_"))}
+    env.update(AGENT_RUNNER_HOME=str(home), TEMPORAL_CONFIG_FILE=str(home / "no-temporal.toml"), **extra)
+    return env
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent_runner.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(240)
+def test_dev_detach_starts_the_embedded_server_and_stop_leaves_nothing(tmp_path: Path) -> None:
+    """`dev --detach` returns once ready and is reused when run again; `--stop` ends it, its server included."""
+    port = _free_port()
+    env = _dev_env(tmp_path)
+    try:
+        started = _cli(env, "dev", "--detach", "--port", str(port))
+        assert started.returncode == 0, started.stdout + started.stderr
+        state = json.loads((tmp_path / "dev.json").read_text())
+        assert _lines(started.stdout) == [
+            f"agent-runner dev is ready (pid {state['pid']})",
+            f"  temporal    127.0.0.1:{port} (embedded, started by this stack; data in {tmp_path}/temporal.db)",
+            "  task queue  agent-runner",
+            "  tools       get_time, get_weather (from agent_runner.example_tools)",
+            "  model       the scripted fake Messages API (ANTHROPIC_API_KEY is not set): it calls get_weather and "
+            "get_time for the cities a prompt names, then quotes them",
+            f"  store       {state['store']}",
+            f"  try         TEMPORAL_ADDRESS=127.0.0.1:{port} agent-runner run \"What's the weather in Paris and "
+            'Tokyo?" --tools get_weather',
+            f"  stop        agent-runner dev --stop (log: {tmp_path}/dev.log)",
+        ]
+        assert _alive(state["pid"]) and _alive(state["server_pid"])
+
+        again = _cli(env, "dev", "--detach", "--port", str(port))
+        assert (again.returncode, again.stdout) == (0, started.stdout)
+        assert again.stderr == f"note: a dev stack is already running (pid {state['pid']}); using it.\n"
+        other = _cli(env, "dev", "--tools", "tests.tools_for_tests")
+        assert (other.returncode, other.stdout) == (1, "")
+        assert other.stderr == (
+            f"error: A dev stack is already running (pid {state['pid']}, Temporal 127.0.0.1:{port}, task queue "
+            "agent-runner, tools from agent_runner.example_tools): use it, or stop it first with `agent-runner dev "
+            "--stop`.\n"
+        )
+
+        run = _cli({**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}, "run", "Time in Tokyo?", "--tools", "get_time")
+        assert run.returncode == 0, run.stderr
+        assert _lines(run.stdout)[-3:-1] == ["Here is what the tools say:", "- Local time in Tokyo: 21:05"]
+    finally:
+        stopped = _cli(env, "dev", "--stop")
+    assert (stopped.returncode, stopped.stdout) == (0, f"Stopped the dev stack (pid {state['pid']}).\n")
+    assert not _alive(state["pid"]) and not _alive(state["server_pid"])
+    assert not (tmp_path / "dev.json").exists()
+    assert _cli(env, "dev", "--stop").stdout == "No dev stack is running.\n"
+
+
+def test_a_dev_stack_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "broken_tools.py").write_text(BROKEN_TOOLS)
+    env = _dev_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1", PYTHONPATH=str(tmp_path))
+    error = (
+        "error: Tool module 'broken_tools' failed while it was imported: RuntimeError: API_TOKEN is not set. Fix the "
+        "module, or leave it out of --tools and AGENT_RUNNER_TOOLS.\n"
+    )
+    detached = _cli(env, "dev", "--detach", "--tools", "broken_tools")
+    assert (detached.returncode, detached.stdout, detached.stderr) == (1, "", error)
+    unreachable = _cli(env, "dev")
+    assert (unreachable.returncode, unreachable.stdout) == (1, "")
+    assert unreachable.stderr == (
+        "error: Cannot reach Temporal at '127.0.0.1:1' (from TEMPORAL_ADDRESS): Connection refused. Start the server "
+        "there, or point TEMPORAL_ADDRESS at a running one (unset, the embedded local server is used).\n"
+    )
+    assert not (tmp_path / "dev.json").exists()
+
+
+async def test_dev_in_the_foreground_stops_on_ctrl_c(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"dev-{uuid.uuid4()}"
+    env = _dev_env(tmp_path, TEMPORAL_ADDRESS=address)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_runner.cli", "dev", "--task-queue", queue,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    async with asyncio.timeout(60):
+        while not lines or not lines[-1].startswith("  stop"):
+            line = await proc.stdout.readline()
+            assert line, f"dev exited early: {lines}"
+            lines.append(line.decode().rstrip("\n"))
+        assert lines[1:3] == [f"  temporal    {address} (from TEMPORAL_ADDRESS)", f"  task queue  {queue}"]
+        assert lines[-2:] == [
+            f'  try         agent-runner run "What\'s the weather in Paris and Tokyo?" --tools get_weather '
+            f"--task-queue {queue}",
+            "  stop        Ctrl-C",
+        ]
+        runner = AgentRunner(temporal_env.client, task_queue=queue)
+        run = await runner.start(
+            model="m",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "Weather in Sydney?"}],
+            tools=["get_weather"],
+        )
+        assert (await run.until_done()).content[0].text == (  # type: ignore[union-attr]
+            "Here is what the tools say:\n- Weather in Sydney: windy, 12C"
+        )
+        proc.send_signal(signal.SIGINT)
+        out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    assert _lines(out.decode()) == [
+        "stopping: the worker finishes what it is doing (runs carry on when a worker comes back)",
+        "stopped",
+    ]
+    assert not (tmp_path / "dev.json").exists()
