@@ -108,6 +108,9 @@ _WORKER_RECHECK_MAX = 30.0
 WORKER_COMMAND = "python worker.py --tools agent_runner.example_tools"
 """The command ``NoWorker`` suggests (with ``--task-queue`` when the queue is not the default one)."""
 
+DEV_COMMAND = "agent-runner dev --detach"
+"""The development stack ``NoWorker`` also suggests: a worker with the example tools, and Claude or a fake of it."""
+
 CLOSED_STATUSES: Mapping[WorkflowExecutionStatus, RunStatusName] = {
     WorkflowExecutionStatus.FAILED: "failed",
     WorkflowExecutionStatus.CANCELED: "cancelled",
@@ -741,8 +744,11 @@ async def has_worker(client: Client, task_queue: str) -> bool:
 
 def no_worker(task_queue: str) -> NoWorker:
     """The error for a task queue that no worker polls, with the command that starts one."""
-    command = WORKER_COMMAND if task_queue == TASK_QUEUE else f"{WORKER_COMMAND} --task-queue {shlex.quote(task_queue)}"
-    return NoWorker(f"No worker is polling task queue {task_queue!r}. Start one: {command}")
+    queue = "" if task_queue == TASK_QUEUE else f" --task-queue {shlex.quote(task_queue)}"
+    return NoWorker(
+        f"No worker is polling task queue {task_queue!r}. Start one: {WORKER_COMMAND}{queue} (or, to try things out, "
+        f"the whole development stack: {DEV_COMMAND}{queue})"
+    )
 
 
 def error_from_failure(run_id: str, failure: WorkflowFailureError) -> AgentRunnerError:

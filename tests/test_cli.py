@@ -754,7 +754,8 @@ async def test_fork_and_terminate_from_the_command_line(
 def _no_worker(task_queue: str) -> str:
     return (
         f"No worker is polling task queue {task_queue!r}. Start one: python worker.py --tools "
-        f"agent_runner.example_tools --task-queue {task_queue}"
+        f"agent_runner.example_tools --task-queue {task_queue} (or, to try things out, the whole development stack: "
+        f"agent-runner dev --detach --task-queue {task_queue})"
     )
 
 

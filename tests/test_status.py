@@ -26,7 +26,8 @@ BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages"
 def no_worker_line(task_queue: str) -> str:
     return (
         f"No worker is polling task queue {task_queue!r}. Start one: python worker.py --tools "
-        f"agent_runner.example_tools --task-queue {task_queue}"
+        f"agent_runner.example_tools --task-queue {task_queue} (or, to try things out, the whole development stack: "
+        f"agent-runner dev --detach --task-queue {task_queue})"
     )
 
 
