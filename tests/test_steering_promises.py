@@ -142,3 +142,46 @@ async def test_a_client_waiting_for_its_edit_is_told_when_the_run_is_terminated(
         "Start a new run from its transcript to go on."
     )
     assert CALLS == []
+
+
+async def test_an_advance_waiting_for_a_pause_gives_up_when_the_run_continues_as_new(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """An `advance` for a review pause that already passed is accepted while a compaction runs at the boundary (the
+    run looks as if that pause were still coming); the run then continues as new: the advance must give up, refused,
+    instead of holding the continuation (and the run) for ever."""
+    summary = {"type": "compaction", "content": "Summary: Oslo reported."}
+    fake_api.script(
+        Reply([text("Reporting."), tool_use("toolu_G", "delete_file", {"path": "/tmp/oslo"})], "tool_use"),
+        Reply([summary], "compaction", delay=1.5),
+        end_turn("Done."),
+    )
+    async with worker(delete_file):
+        run = await runner.start(
+            **BASE,
+            tools=[delete_file],
+            step={"review_results": True},
+            continue_as_new={"events": 10},
+            betas=["compact-2026-09-04"],
+        )
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_review", 1)
+        await run.compact(wait=False)
+        await run.advance()  # the review pause: the boundary now compacts (slowly), then continues as new
+        async with asyncio.timeout(20):
+            while len(fake_api.requests) < 2:
+                await asyncio.sleep(0.02)
+        with pytest.raises(EditRejected) as refused:
+            async with asyncio.timeout(20):
+                await run.advance(iteration=1)  # stale: the review pause of iteration 1 has passed
+        await wait_status(run, "waiting_for_step", 2)
+        status = await run.status()
+        await run.advance()
+        result = await run.result()
+    assert str(refused.value) == (
+        "advance was refused: The run is continuing as new; it was not paused after iteration 1. Read its status "
+        "again and advance the pause it reports."
+    )
+    assert status.continuations >= 1
+    assert (result.status, result.iterations) == ("completed", 2)
