@@ -284,7 +284,7 @@ async def test_an_idempotent_async_tool_past_its_timeout_is_cancelled_then_retri
     assert (cause.type, cause.message) == (
         "ToolTimedOut",
         "Tool 'stuck_async' could not be run in 2 attempts: Tool 'stuck_async' did not finish within 1 s; it was "
-        "cancelled.. Check the workers that serve it (their logs say why), then fork the run from its last turn to "
+        "cancelled. Check the workers that serve it (their logs say why), then fork the run from its last turn to "
         "go on.",
     )
     assert len(fake_api.requests) == 1
@@ -309,7 +309,7 @@ async def test_at_most_once_unknown_outcome_is_told_to_claude_and_never_rerun(
             "tool_use_id": "toolu_1",
             "is_error": True,
             "content": "Error: The outcome of this call of 'email_tell' is unknown: Tool 'email_tell' did not finish "
-            "within 1 s; it was cancelled.. It may or may not have taken effect, and it was not run again. Check "
+            "within 1 s; it was cancelled. It may or may not have taken effect, and it was not run again. Check "
             "before calling it again.",
         }
     ]

@@ -1584,8 +1584,8 @@ def _idempotency_key(tool_use_id: str) -> str:
 
 def _unknown_text(name: str, cause: str) -> str:
     return (
-        f"Error: The outcome of this call of '{name}' is unknown: {cause}. It may or may not have taken effect, and it "
-        "was not run again. Check before calling it again."
+        f"Error: The outcome of this call of '{name}' is unknown: {cause.rstrip('.')}. It may or may not have taken "
+        "effect, and it was not run again. Check before calling it again."
     )
 
 
@@ -1607,7 +1607,7 @@ def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
     cause = error.cause
     if isinstance(cause, ApplicationError) and cause.non_retryable:
         return _activity_failure(error)  # decided at once (a missing blob): its own words say what to do
-    what = cause.message if isinstance(cause, FailureError) else str(error)
+    what = (cause.message if isinstance(cause, FailureError) else str(error)).rstrip(".")
     error_type = cause.type if isinstance(cause, ApplicationError) and cause.type else "ToolFailed"
     attempts = spec.options.maximum_attempts
     return ApplicationError(
