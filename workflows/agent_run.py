@@ -51,7 +51,13 @@ with workflow.unsafe.imports_passed_through():
         Conversation,
         served_by_fallback,
     )
-    from workflows.errors import AgentRunnerError, InvalidRunInput, MalformedReply, ToolNotRegistered
+    from workflows.errors import (
+        AgentRunnerError,
+        EditRejected,
+        InvalidRunInput,
+        MalformedReply,
+        ToolNotRegistered,
+    )
     from workflows.params import param_problems
     from workflows.reply import parse_tool_use_ready, reply_problems
     from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
@@ -179,7 +185,7 @@ def _refusing(validator: _ValidatorT) -> _ValidatorT:
 
 
 def _refused(reason: str) -> ApplicationError:
-    return ApplicationError(reason, type="EditRejected", non_retryable=True)
+    return _fail(EditRejected(reason))
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -1391,6 +1397,9 @@ class AgentRun:
                 settled = await self._settle_unknown(spec, block, call, iteration, cause)
                 if settled is not None:
                     return settled
+                abandoned = self._abandoned()
+                if abandoned is not None:
+                    return ToolResult(content=abandoned, is_error=True)  # it did not happen, and must not now
                 reruns += 1  # it did not happen: run it again, a bounded number of times
                 if reruns >= MAX_UNKNOWN_ROUNDS:
                     return ToolResult(
@@ -1401,7 +1410,7 @@ class AgentRun:
     async def _settle_unknown(
         self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, cause: str
     ) -> ToolResult | None:
-        """What an at-most-once call whose outcome is unknown becomes; ``None`` to run it again (it did not happen)."""
+        """What an at-most-once call whose outcome is unknown becomes; ``None`` if it did not happen (run it again)."""
         tell = ToolResult(content=_unknown_text(spec.name, cause), is_error=True)
         if spec.on_unknown == "reconcile":
             try:
@@ -1421,7 +1430,7 @@ class AgentRun:
                 )
             if answer.happened:
                 return answer.result or ToolResult(content=None)
-            return None if self._abandoned() is None else ToolResult(content=self._abandoned(), is_error=True)
+            return None
         if spec.on_unknown == "ask":
             decision = await self._approval(
                 {**block, "input": call.input},
@@ -1433,8 +1442,6 @@ class AgentRun:
             if isinstance(decision, DenyTool):
                 default = decision.reason == DenyTool(tool_use_id="").reason
                 return tell if default else ToolResult(content=decision.reason, is_error=True)
-            if self._abandoned() is not None:
-                return ToolResult(content=self._abandoned(), is_error=True)
             return None
         return tell
 
