@@ -19,7 +19,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy workflows activities agent_runner worker.py
+	$(VENV)/bin/mypy agent_runner worker.py
 
 # The default tier first (fast), then the slow tier (real processes killed and restarted).
 check-tests: $(STAMP)

@@ -34,19 +34,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.content import Content
-from activities.live_events import EventPublisher, stream_client
-from agent_runner.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
-from workflows.conversation import (
-    THREAD_UNSUPPORTED_CODE,
-    THREAD_UNSUPPORTED_ERROR,
-    build_request,
-    compaction_params,
-)
-from workflows.params import mcp_token_env
-from workflows.reply import reply_problems
-from workflows.transcript import escape
-from workflows.types import (
+from agent_runner.activities.live_events import EventPublisher, stream_client
+from agent_runner.content import Content
+from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
+from agent_runner.contract.transcript import escape
+from agent_runner.contract.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
     THREAD_REPLAY_CODES,
@@ -54,6 +46,14 @@ from workflows.types import (
     CreateMessageInput,
     CreateMessageOutput,
 )
+from agent_runner.workflows.conversation import (
+    THREAD_UNSUPPORTED_CODE,
+    THREAD_UNSUPPORTED_ERROR,
+    build_request,
+    compaction_params,
+)
+from agent_runner.workflows.params import mcp_token_env
+from agent_runner.workflows.reply import reply_problems
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class ClaudeActivities:
         """Send one turn to Claude; store the turn's new messages and the reply; return the reply.
 
         The reply comes back as the response body carried it, except that blocks too big to carry through the
-        run's history are stored and replaced by placeholders (``workflows/transcript.py``).
+        run's history are stored and replaced by placeholders (``agent_runner/contract/transcript.py``).
         """
         turn = input.turn
         if turn is None:

@@ -24,8 +24,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.content import Content
-from workflows.types import PROCESS_RESULTS_ACTIVITY, ProcessResultsInput, ProcessResultsOutput
+from agent_runner.content import Content
+from agent_runner.contract.types import PROCESS_RESULTS_ACTIVITY, ProcessResultsInput, ProcessResultsOutput
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Publishing a model call's live events on its run's Workflow Stream (``agent_runner/events.py`` lists them).
+"""Publishing a model call's live events on its run's Workflow Stream (``agent_runner/contract/events.py`` lists them).
 
 Each publish from an activity is a signal, one event in the run's history, so deltas are merged: consecutive
 deltas of one block become one event, and what gathered is sent at most every ``FLUSH_INTERVAL`` seconds (the
@@ -16,8 +16,8 @@ from typing import Any
 
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from agent_runner.events import DELTA_FIELDS, FLUSH_INTERVAL, MODEL_CALL_STARTED, RunEvent
-from workflows.types import EVENTS_TOPIC
+from agent_runner.contract.events import DELTA_FIELDS, FLUSH_INTERVAL, MODEL_CALL_STARTED, RunEvent
+from agent_runner.contract.types import EVENTS_TOPIC
 
 logger = logging.getLogger(__name__)
 

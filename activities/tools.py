@@ -50,10 +50,10 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.content import Content
-from activities.hooks import BUILTIN_HOOKS, ResultHook
-from workflows.errors import ToolRegistrationError
-from workflows.types import (
+from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
+from agent_runner.content import Content
+from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     RECONCILE_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,

@@ -1,8 +1,8 @@
 """A durable agent runner for Claude on Temporal: the Anthropic SDK's tool runner, surviving crashes.
 
 The public API: ``AgentRunner`` and ``Run`` to start, follow and cancel runs; ``tool_options`` to set how a tool's
-activity is scheduled; the error tree of ``workflows.errors``. Names are imported on first use, so that light
-entry points (``python -m agent_runner.fake_api``) start without loading the Temporal and Anthropic clients.
+activity is scheduled; the error tree of ``agent_runner.contract.errors``. Names are imported on first use, so
+that light entry points (``python -m agent_runner.fake_api``) start without loading the Temporal and Anthropic clients.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from activities.hooks import HookContext, StopRun, result_hook
-    from activities.tools import ToolCall, current_tool_call, tool_options
+    from agent_runner.activities.hooks import HookContext, StopRun, result_hook
+    from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
     from agent_runner.client import AgentRunner, Run
-    from workflows.errors import (
+    from agent_runner.contract.errors import (
         AgentRunError,
         AgentRunnerError,
         BlobCorrupted,
@@ -35,12 +35,12 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "tool_options": "activities.tools",
-    "ToolCall": "activities.tools",
-    "current_tool_call": "activities.tools",
-    "result_hook": "activities.hooks",
-    "HookContext": "activities.hooks",
-    "StopRun": "activities.hooks",
+    "tool_options": "agent_runner.activities.tools",
+    "ToolCall": "agent_runner.activities.tools",
+    "current_tool_call": "agent_runner.activities.tools",
+    "result_hook": "agent_runner.activities.hooks",
+    "HookContext": "agent_runner.activities.hooks",
+    "StopRun": "agent_runner.activities.hooks",
     "AgentRunner": "agent_runner.client",
     "Run": "agent_runner.client",
     **dict.fromkeys(
@@ -63,7 +63,7 @@ _HOMES = {
             "ToolNotRegistered",
             "ToolRegistrationError",
         ],
-        "workflows.errors",
+        "agent_runner.contract.errors",
     ),
 }
 

@@ -76,7 +76,17 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
-from agent_runner.events import (
+from agent_runner.contract.errors import (
+    AgentRunError,
+    AgentRunnerError,
+    ConfigurationError,
+    EditQueued,
+    RunAlreadyExists,
+    RunCancelled,
+    RunNotFound,
+    StoreError,
+)
+from agent_runner.contract.events import (
     APPROVAL_WAITING,
     BLOCK_START,
     BLOCK_STOP,
@@ -92,20 +102,10 @@ from agent_runner.events import (
     TOOL_STARTED,
     RunEvent,
 )
+from agent_runner.contract.types import TASK_QUEUE, RunResult, RunStatus, Usage
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, text, tool_use
 from agent_runner.gc import DEFAULT_GRACE
-from workflows.errors import (
-    AgentRunError,
-    AgentRunnerError,
-    ConfigurationError,
-    EditQueued,
-    RunAlreadyExists,
-    RunCancelled,
-    RunNotFound,
-    StoreError,
-)
-from workflows.run_input import parse_run_input
-from workflows.types import TASK_QUEUE, RunResult, RunStatus, Usage
+from agent_runner.workflows.run_input import parse_run_input
 
 T = TypeVar("T")
 
@@ -971,8 +971,8 @@ async def cmd_transcript(args: argparse.Namespace) -> int:
 
 async def cmd_store_gc(args: argparse.Namespace) -> int:
     """``store gc``: remove content no open or recently closed run references (``agent_runner/gc.py``)."""
-    from activities.store import open_store
     from agent_runner.gc import collect_garbage
+    from agent_runner.store import open_store
 
     # The store first: a wrong AGENT_RUNNER_STORE or missing keys is reported before Temporal is reached.
     async with open_store() as store, connected() as client:
@@ -1304,8 +1304,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: the example agent end to end, on an in-process worker and Claude or the scripted fake."""
     import anthropic
 
-    from activities.claude import ClaudeActivities
-    from worker import build_registry, build_worker
+    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.worker import build_registry, build_worker
 
     fake: FakeMessagesAPI | None = None
     previous_base_url = os.environ.get("ANTHROPIC_BASE_URL")

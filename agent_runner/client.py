@@ -49,10 +49,8 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.content import Content
-from activities.store import ContentStore
-from agent_runner.events import RUN_FINISHED, AttemptFilter, RunEvent
-from workflows.errors import (
+from agent_runner.content import Content
+from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
     AgentRunError,
     AgentRunnerError,
@@ -63,7 +61,8 @@ from workflows.errors import (
     RunCancelled,
     RunNotFound,
 )
-from workflows.steering import (
+from agent_runner.contract.events import RUN_FINISHED, AttemptFilter, RunEvent
+from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
     APPROVE_TOOL_UPDATE,
@@ -79,8 +78,8 @@ from workflows.steering import (
     UPDATE_PARAMS_UPDATE,
     PendingApproval,
 )
-from workflows.transcript import escape
-from workflows.types import (
+from agent_runner.contract.transcript import escape
+from agent_runner.contract.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
     REPLIES_QUERY,
@@ -92,6 +91,7 @@ from workflows.types import (
     RunStatus,
     RunStatusName,
 )
+from agent_runner.store import ContentStore
 
 T = TypeVar("T")
 
@@ -319,7 +319,7 @@ class Run:
             await asyncio.sleep(delay)
 
     async def events(self, after: int = 0) -> AsyncIterator[RunEvent]:
-        """The run's live events (``agent_runner/events.py``), each with its stream ``offset``, until it finishes.
+        """The run's live events (``contract/events.py``), each with its stream ``offset``, until it finishes.
 
         Text arrives as it streams. When a model call fails mid-stream and Temporal retries it, a ``retracted``
         event says which attempt's text to drop, and late events of that attempt are never yielded. Works for a

@@ -9,7 +9,7 @@ environment, never from the code or the run::
 The first key encrypts; every listed key decrypts, so rotating is: put a new key first, keep the old ones until no
 open run needs them. Each payload names the key that encrypted it. Generate a key with
 ``python -m agent_runner.codec new-key``. Workers, the CLI and every client of the runs need the same variable. The
-content store reads the same keys (``keys_from_env``) and encrypts what it holds too (``activities/store.py``).
+content store reads the same keys (``keys_from_env``) and encrypts what it holds too (``agent_runner/store.py``).
 
 ``python -m agent_runner.codec serve --port 8081`` runs a codec server, so the Temporal UI can show decrypted
 payloads to the people allowed to reach it (point the UI's "codec endpoint" at it).
@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from workflows.errors import ConfigurationError
+from agent_runner.contract.errors import ConfigurationError
 
 KEYS_ENV = "AGENT_RUNNER_ENCRYPTION_KEYS"
 TOKEN_ENV = "AGENT_RUNNER_CODEC_TOKEN"
@@ -94,7 +94,7 @@ class EncryptionCodec(PayloadCodec):
 def keys_from_env(environ: Mapping[str, str] | None = None) -> dict[str, bytes] | None:
     """The keys ``AGENT_RUNNER_ENCRYPTION_KEYS`` lists, current first, or ``None`` when it is not set.
 
-    The payload codec and the content store (``activities/store.py``) both read them, so one variable turns
+    The payload codec and the content store (``agent_runner/store.py``) both read them, so one variable turns
     encryption on everywhere, with one rotation.
 
     Raises:

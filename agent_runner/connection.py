@@ -17,8 +17,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 
 from agent_runner.codec import EncryptionCodec
+from agent_runner.contract.errors import ConfigurationError
 from agent_runner.temporal_server import EmbeddedTemporal, TemporalServerError, configured_address, connect_client
-from workflows.errors import ConfigurationError
 
 
 def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:

@@ -36,11 +36,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.example_tools import CITIES
 from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
-from workflows.errors import ConfigurationError
-from workflows.types import TASK_QUEUE
 
 __all__ = [
     "EXAMPLE_TOOLS",
@@ -476,11 +476,11 @@ async def serve(
         ConfigurationError: A stack is already running, or a part of it cannot start (Temporal, the store, a tool
             module); the message says what to do, in one line.
     """
-    from activities.claude import ClaudeActivities
-    from activities.store import open_store
+    from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.connection import connect
+    from agent_runner.store import open_store
     from agent_runner.temporal_server import configured_address
-    from worker import build_registry, build_worker, configure_logging
+    from agent_runner.worker import build_registry, build_worker, configure_logging
 
     lock = _try_lock()
     if lock is None:

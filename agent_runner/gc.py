@@ -6,7 +6,7 @@ A blob or chain node is kept when either is true:
   period, as Temporal's visibility lists them (every ``AgentRun`` of the namespace, whatever its task queue). A run
   references every ``sha256:`` reference its history's payloads name (decrypted with the codec when encryption is
   on: run input, activity inputs and results, edits, continue-as-new state) and the heads its model calls produced,
-  which the workflow computes itself and so never writes to history (``workflows/transcript.py``, ``next_head``).
+  which the workflow computes itself and so never writes to history (``contract/transcript.py``, ``next_head``).
   From those roots the mark follows chains to their root and reads every kept blob for the placeholders it holds.
 - **It was written recently.** The store stamps each blob and node each time it is written (putting content that is
   already there stamps it again), and nothing written within ``max(retention, grace)`` before the collection started
@@ -39,11 +39,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import PayloadCodec
 
-from activities.store import BlobMissing, ContentStore, Swept
 from agent_runner.codec import ENCODING, KEYS_ENV
-from workflows.errors import ConfigurationError
-from workflows.transcript import message_ref, next_head
-from workflows.types import CREATE_MESSAGE_ACTIVITY, WORKFLOW_TYPE
+from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.transcript import message_ref, next_head
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, WORKFLOW_TYPE
+from agent_runner.store import BlobMissing, ContentStore, Swept
 
 DEFAULT_GRACE = timedelta(hours=1)
 """Content written this recently is kept whatever the retention: an activity may not have reported it yet."""

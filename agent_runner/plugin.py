@@ -23,14 +23,14 @@ from typing import Any
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 
-from activities.claude import ClaudeActivities
-from activities.content import Content
-from activities.hooks import HookActivities
-from activities.store import ContentStore
-from activities.tools import Tool, ToolActivities, ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.hooks import HookActivities
+from agent_runner.activities.tools import Tool, ToolActivities, ToolRegistry
 from agent_runner.connection import data_converter
-from workflows.agent_run import AgentRun
-from workflows.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from agent_runner.content import Content
+from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from agent_runner.store import ContentStore
+from agent_runner.workflows.agent_run import AgentRun
 
 ROLES = ("workflows", "model", "tools")
 """What a worker can serve; a fleet may split them across processes and task queues."""

@@ -59,7 +59,7 @@ import temporalio.client
 import temporalio.converter
 from temporalio.envconfig import ClientConfigProfile
 
-from workflows.types import SEARCH_ATTRIBUTE_TYPES
+from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
 
 __all__ = [
     "DEFAULT_PORT",

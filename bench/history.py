@@ -77,13 +77,13 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
     from temporalio.worker import Worker
 
-    from activities.claude import ClaudeActivities
-    from activities.content import Content
-    from activities.store import ContentStore, open_store
+    from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.client import AgentRunner
+    from agent_runner.content import Content
     from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, tool_use
+    from agent_runner.store import ContentStore, open_store
     from agent_runner.temporal_server import EmbeddedTemporal
-    from worker import build_registry, build_worker
+    from agent_runner.worker import build_registry, build_worker
 
 ROOT = Path(__file__).parent.parent  # no resolve(): the workflow sandbox re-imports this module and forbids it
 MODEL = "claude-bench-1"

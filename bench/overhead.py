@@ -59,11 +59,11 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-    from activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.client import AgentRunner
     from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.temporal_server import EmbeddedTemporal
-    from worker import build_registry, build_worker
+    from agent_runner.worker import build_registry, build_worker
 
 MODEL = "claude-bench-1"
 MAX_TOKENS = 1024

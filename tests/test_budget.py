@@ -9,11 +9,11 @@ import pytest
 from anthropic import beta_async_tool
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
-from workflows.errors import InvalidRunInput
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",
@@ -97,7 +97,7 @@ async def test_a_time_budget_ends_the_run_after_the_turn_that_passed_it(
 
 
 def test_a_cost_budget_needs_prices() -> None:
-    from workflows.run_input import parse_run_input
+    from agent_runner.workflows.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput, match="`max_cost_usd` needs `prices`"):
         parse_run_input({**BASE, "budget": {"max_cost_usd": 1}})
@@ -271,8 +271,8 @@ async def test_keep_recent_turns_is_checked_at_the_door(
 ) -> None:
     """A negative or non-integer count is refused before it reaches the run's history, and a compaction with no
     turn older than the kept ones changes nothing and says why."""
-    from workflows.errors import EditRejected
-    from workflows.run_input import parse_run_input
+    from agent_runner.contract.errors import EditRejected
+    from agent_runner.workflows.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput) as bad_input:
         parse_run_input({**BASE, "auto_compact": {"input_tokens": 10, "keep_recent_turns": "2"}})

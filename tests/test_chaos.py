@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.types import RunResult
 from agent_runner.fake_api import (
     Disconnect,
     DropMidStream,
@@ -37,7 +38,6 @@ from agent_runner.fake_api import (
 )
 from agent_runner.temporal_server import EmbeddedTemporal
 from tests.test_durability import connect, worker_process
-from workflows.types import RunResult
 
 pytestmark = pytest.mark.slow
 

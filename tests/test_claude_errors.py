@@ -8,7 +8,7 @@ import anthropic
 import httpx2 as httpx
 import pytest
 
-from activities.claude import api_status_error, retry_after
+from agent_runner.activities.claude import api_status_error, retry_after
 
 
 def status_error(status: int, headers: dict[str, str] | None = None, body: object = None) -> anthropic.APIStatusError:

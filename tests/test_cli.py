@@ -42,6 +42,8 @@ from agent_runner.cli import (
     waiting_notices,
 )
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.types import RunResult, RunStatus, Usage
 from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
@@ -49,8 +51,6 @@ from agent_runner.fake_api import FakeMessagesAPI, Reply, bad_request, end_turn,
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
-from workflows.errors import InvalidRunInput
-from workflows.types import RunResult, RunStatus, Usage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -402,12 +402,13 @@ async def test_a_query_the_worker_cannot_answer_is_an_error_without_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async def failing(_args: Any) -> int:
-        raise WorkflowQueryFailedError("cannot import name 'x' from 'workflows.run_input'")
+        raise WorkflowQueryFailedError("cannot import name 'x' from 'agent_runner.workflows.run_input'")
 
     monkeypatch.setattr(cli, "cmd_status", failing)
     assert await cli.amain(["status", "some-run"]) == 1
     assert capsys.readouterr().err == (
-        "error: the run's worker could not answer a query: cannot import name 'x' from 'workflows.run_input'\n"
+        "error: the run's worker could not answer a query: "
+        "cannot import name 'x' from 'agent_runner.workflows.run_input'\n"
     )
 
 

@@ -25,8 +25,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-import worker
-from workflows.types import TASK_QUEUE
+import agent_runner.worker as worker
+from agent_runner.contract.types import TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -167,9 +167,12 @@ def test_everything_the_build_copies_exists_and_is_in_the_build_context() -> Non
         assert not in_build_context(ignored), ignored
     # Everything pyproject.toml installs must be copied, or `pip install .` builds an image missing a package.
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    package_dirs = setuptools.get("package-dir", {})
     for package in setuptools["packages"]:
-        assert f"{package}/" in sources or package in sources, f"the Dockerfile does not COPY package {package}"
-    for module in setuptools["py-modules"]:
+        folder = package_dirs.get(package, package.replace(".", "/"))
+        copied = [s.rstrip("/") for s in sources if folder == s.rstrip("/") or folder.startswith(s.rstrip("/") + "/")]
+        assert copied, f"the Dockerfile does not COPY package {package} (folder {folder}/)"
+    for module in setuptools.get("py-modules", []):
         assert f"{module}.py" in sources, f"the Dockerfile does not COPY module {module}.py"
 
 
@@ -320,7 +323,7 @@ def variable_is_read(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
         loaded = ClientConfigProfile.load(disable_file=True, override_env_vars={name: value})
         return loaded.to_dict() != ClientConfigProfile.load(disable_file=True, override_env_vars={}).to_dict()
     if name == "ANTHROPIC_API_KEY":
-        from activities.claude import default_client
+        from agent_runner.activities.claude import default_client
 
         monkeypatch.setenv(name, "sk-ant-test-key")
         return default_client().api_key == "sk-ant-test-key"
@@ -332,7 +335,7 @@ def variable_is_read(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
         monkeypatch.setenv(name, "claude-test-model")
         return cli.default_model() == "claude-test-model"
     if name == "AGENT_RUNNER_STORE":
-        from activities.store import open_store
+        from agent_runner.store import open_store
 
         monkeypatch.setenv(name, "memory:")
         return open_store().url == "memory:"

@@ -26,9 +26,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.types import RunResult
 from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import EmbeddedTemporal
-from workflows.types import RunResult
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted: the slow tier, after the default one
 
@@ -264,7 +264,7 @@ async def test_injections_from_several_clients_survive_a_worker_kill_each_exactl
 ) -> None:
     """Every accepted edit is in the workflow's state before the update returns: a worker killed with edits queued
     loses none of them, and none applies twice. An edit sent after the run ended is refused, with the reason."""
-    from workflows.errors import EditRejected
+    from agent_runner.contract.errors import EditRejected
 
     fake_api.responder = conversation_responder(slow_turns=set())
     marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"

@@ -8,10 +8,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
 from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
-from workflows.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 USER = {"role": "user", "content": "What's the weather in Paris?"}

@@ -15,14 +15,14 @@ from anthropic import beta_async_tool
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.claude import ClaudeActivities
-from activities.tools import ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 from tests.test_durability import RUN, connect, conversation_responder, server, uninterrupted_transcript, wait_for
 from tests.test_durability import worker_process as worker_proc
-from worker import build_worker
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,7 @@ async def test_a_tool_pinned_to_its_own_queue_runs_only_on_the_workers_that_hold
     client: Client, fake_api: FakeMessagesAPI
 ) -> None:
     """`tool_options(task_queue=...)`: the loop's workers describe the tool; only the pinned queue's workers run it."""
-    from activities.tools import tool_options
+    from agent_runner.activities.tools import tool_options
 
     ran_on: list[str] = []
 

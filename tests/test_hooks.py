@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from activities.hooks import HookContext, StopRun, result_hook
+from agent_runner.activities.hooks import HookContext, StopRun, result_hook
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ToolNotRegistered
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import fail_disk, get_weather
-from workflows.errors import ToolNotRegistered
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",

@@ -13,13 +13,13 @@ import pytest
 from anthropic import beta_async_tool
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.store import open_store
-from activities.tools import ToolRegistry, tool_options
+from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.store import open_store
+from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
-from worker import build_worker
 
 USER = {"role": "user", "content": "Weather in many cities?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}

@@ -10,10 +10,10 @@ from anthropic import beta_async_tool
 from temporalio.common import WorkflowIDConflictPolicy
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
-from workflows.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
 
 USER = {"role": "user", "content": "What's the weather and time in Paris?"}
 GET_WEATHER_DEF = {
@@ -475,7 +475,7 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
 async def test_cancelling_a_run_ends_it_as_cancelled(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    from workflows.errors import RunCancelled
+    from agent_runner.contract.errors import RunCancelled
 
     fake_api.script(Reply(content=[text("never seen")], delay=5.0))
     async with worker():

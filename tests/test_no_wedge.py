@@ -16,10 +16,10 @@ from anthropic import beta_tool
 from temporalio.client import Client, WorkflowFailureError
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
+from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
-from workflows.errors import EditRejected, InvalidRunInput, MalformedReply
-from workflows.types import TOOL_USE_READY_SIGNAL
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
@@ -185,7 +185,7 @@ async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_r
 
 
 def test_invalid_run_input_is_the_client_side_error_too() -> None:
-    from workflows.run_input import parse_run_input
+    from agent_runner.workflows.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput, match="`max_tokens` must be a positive integer"):
         parse_run_input({**BASE, "max_tokens": "4k", "messages": [USER]})

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.claude import ClaudeActivities
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.plugin import AgentRunnerPlugin

@@ -17,7 +17,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.agent_run import AgentRun
+from agent_runner.workflows.agent_run import AgentRun
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

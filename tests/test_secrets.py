@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from activities.claude import with_worker_credentials
+from agent_runner.activities.claude import with_worker_credentials
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.fake_api import FakeMessagesAPI, Reply, text
+from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
-from workflows.errors import EditRejected, InvalidRunInput
-from workflows.run_input import parse_run_input
 
 BASE = {"model": "claude-fake-1", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi."}]}
 SERVER = {"type": "url", "url": "https://mcp.example.test/sse", "name": "linear-prod"}

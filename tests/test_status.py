@@ -13,11 +13,11 @@ import pytest
 from temporalio.client import Client
 
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
+from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file, wait_status
-from workflows.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
-from workflows.types import WORKFLOW_TYPE
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}

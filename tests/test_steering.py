@@ -10,15 +10,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.claude import ClaudeActivities
-from activities.tools import ToolActivities, ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import EditRejected
 from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import get_time, get_weather
-from workflows.agent_run import AgentRun
-from workflows.errors import EditRejected
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}

@@ -16,10 +16,10 @@ import pytest
 from temporalio.client import Client
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import EditRejected
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
-from workflows.errors import EditRejected
 
 USER = {"role": "user", "content": "Clean up."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}

@@ -1,4 +1,4 @@
-"""The content store (activities/store.py) on each backend: a SQLite file, this process's memory, and a real
+"""The content store (agent_runner/store.py) on each backend: a SQLite file, this process's memory, and a real
 PostgreSQL server (the session's throwaway cluster, tests/postgres_server.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from activities.store import (
+from agent_runner.store import (
     GET_CHUNK,
     STORE_ENV,
     BlobCorrupted,
@@ -114,7 +114,7 @@ async def test_a_key_that_is_not_the_ref_of_its_blob_is_refused_and_nothing_is_w
     assert type(raised.value) is StoreError
     assert str(raised.value) == (
         f"refused to write to the store at {store.url}: 1 key(s) are not the reference of their blob: "
-        f"{wrong_ref!r} (its content is {ref_for(b'not that')}). Key each blob by activities.store.ref_for(blob)."
+        f"{wrong_ref!r} (its content is {ref_for(b'not that')}). Key each blob by agent_runner.store.ref_for(blob)."
     )
     assert await store.stats() == StoreStats(blobs=0, blob_bytes=0, nodes=0)
 
@@ -295,7 +295,7 @@ async def test_stats_count_blobs_bytes_and_nodes_exactly(store: ContentStore) ->
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from activities.store import ChainNode, open_store, ref_for
+    from agent_runner.store import ChainNode, open_store, ref_for
 
     async def main(url, name, other):
         store = open_store(url)

@@ -1,4 +1,4 @@
-"""The content store encrypted at rest (activities/store.py): with AGENT_RUNNER_ENCRYPTION_KEYS set, a SQLite file or
+"""The content store encrypted at rest (agent_runner/store.py): with AGENT_RUNNER_ENCRYPTION_KEYS set, a SQLite file or
 a PostgreSQL database holds neither the conversation nor the sha256 references workflow history carries; keys rotate;
 a store opened without its keys, with others, or a plain one opened with keys, says what to set in one line."""
 
@@ -17,19 +17,19 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.claude import ClaudeActivities
-from activities.store import ChainNode, ContentStore, StoreError, open_store, ref_for
-from activities.tools import ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, new_key
 from agent_runner.connection import data_converter
+from agent_runner.contract.errors import BlobCorrupted
+from agent_runner.contract.transcript import canonical, message_ref, next_head
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.gc import history_refs
+from agent_runner.store import ChainNode, ContentStore, StoreError, open_store, ref_for
+from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 from tests.tools_for_tests import get_weather
-from worker import build_worker
-from workflows.errors import BlobCorrupted
-from workflows.transcript import canonical, message_ref, next_head
 
 K1, K2, K3 = new_key(), new_key(), new_key()
 SECRET = "The vault code is 7-4-1-9, Reykjavik branch."

@@ -24,18 +24,18 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.claude import ClaudeActivities
-from activities.content import Content
-from activities.store import ChainNode, ContentStore, Swept, open_store, ref_for
-from activities.tools import ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.codec import KEYS_ENV, new_key
 from agent_runner.connection import data_converter
+from agent_runner.content import Content
+from agent_runner.contract.errors import BlobMissing
+from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.fake_api import FakeMessagesAPI, end_turn
+from agent_runner.store import ChainNode, ContentStore, Swept, open_store, ref_for
+from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
-from worker import build_worker
-from workflows.errors import BlobMissing
-from workflows.types import WORKFLOW_TYPE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,17 +24,12 @@ from anthropic import beta_async_tool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.content import Content
-from activities.store import open_store
-from activities.tools import ToolRegistry, tool_options
+from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.events import TOOL_FINISHED, TOOL_STARTED, RunEvent
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
-from tests.steering_support import wait_status
-from worker import build_worker
-from workflows.errors import BlobCorrupted, BlobMissing, InvalidRunInput
-from workflows.transcript import (
+from agent_runner.content import Content
+from agent_runner.contract.errors import BlobCorrupted, BlobMissing, InvalidRunInput
+from agent_runner.contract.events import TOOL_FINISHED, TOOL_STARTED, RunEvent
+from agent_runner.contract.transcript import (
     ESCAPED,
     SPLICE,
     STORED,
@@ -49,6 +44,11 @@ from workflows.transcript import (
     splice,
     stored,
 )
+from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.store import open_store
+from agent_runner.worker import build_worker
+from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 MISSING = ref_for(b"never stored anywhere")

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ModelRequestRejected
 from agent_runner.fake_api import DropMidStream, ErrorMidStream, FakeMessagesAPI, end_turn
 from tests.conftest import WorkerFactory
-from workflows.errors import ModelRequestRejected
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 USER = {"role": "user", "content": "Hi"}

@@ -26,11 +26,11 @@ from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
+from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_differential import PARAMS, TOOLS
 from tests.tools_for_tests import get_weather
-from workflows.agent_run import AgentRun
 
 CACHED_PROMPT: dict[str, Any] = {
     "role": "user",

@@ -21,11 +21,11 @@ from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.conversation import Conversation, ToolChange, tool_changes_in
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
-from workflows.agent_run import AgentRun
-from workflows.conversation import Conversation, ToolChange, tool_changes_in
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tool 'launch' not found in tool runner:UserWarning")
 """The SDK warns on each call it does not find: expected here."""

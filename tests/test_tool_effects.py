@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from anthropic import beta_async_tool, beta_tool
 
-from activities.store import ContentStore, open_store
-from activities.tools import ToolCall, current_tool_call, tool_options
+from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.types import RunResult
 from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.store import ContentStore, open_store
 from tests.conftest import WorkerFactory
-from workflows.errors import ToolRegistrationError
-from workflows.types import RunResult
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Do it."}

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from anthropic import beta_tool
 
-from activities.tools import DEFAULT_TOOL_OPTIONS, ToolRegistry, tool_options
-from worker import build_registry, tool_modules
-from workflows.errors import ToolRegistrationError
+from agent_runner.activities.tools import DEFAULT_TOOL_OPTIONS, ToolRegistry, tool_options
+from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.worker import build_registry, tool_modules
 
 
 def test_a_module_registers_every_tool_it_defines() -> None:
@@ -73,15 +73,21 @@ def test_json_log_lines_carry_the_traceback() -> None:
     import json
     import logging
 
-    from worker import JsonFormatter
+    from agent_runner.worker import JsonFormatter
 
     try:
         raise ValueError("boom")
     except ValueError:
-        record = logging.LogRecord("activities.tools", logging.ERROR, __file__, 1, "tool %s failed", ("x",), None)
+        record = logging.LogRecord(
+            "agent_runner.activities.tools", logging.ERROR, __file__, 1, "tool %s failed", ("x",), None
+        )
         import sys
 
         record.exc_info = sys.exc_info()
     entry = json.loads(JsonFormatter().format(record))
-    assert (entry["level"], entry["logger"], entry["message"]) == ("ERROR", "activities.tools", "tool x failed")
+    assert (entry["level"], entry["logger"], entry["message"]) == (
+        "ERROR",
+        "agent_runner.activities.tools",
+        "tool x failed",
+    )
     assert entry["exception"].endswith("ValueError: boom")

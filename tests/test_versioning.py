@@ -15,14 +15,14 @@ from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.claude import ClaudeActivities
-from activities.hooks import HookActivities
-from activities.tools import ToolActivities, ToolRegistry
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.hooks import HookActivities
+from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.fake_api import FakeMessagesAPI, end_turn
+from agent_runner.worker import build_worker
+from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import anthropic_client_factory
-from worker import build_worker
-from workflows.agent_run import AgentRun
 
 PATCH = "pause-before-model-call"
 

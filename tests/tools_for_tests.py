@@ -14,7 +14,7 @@ from anthropic import beta_async_tool, beta_tool
 from anthropic.lib.tools import ToolError
 from temporalio import activity
 
-from activities.tools import ToolCall, current_tool_call, tool_options
+from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
 
 
 @beta_tool

@@ -12,7 +12,7 @@ SDK's does (``anthropic/lib/tools/_beta_runner.py``, ``_STOP_REASON_STEPS``):
 ``max_iterations`` is checked before each request and counts every reply, ``pause_turn`` resumes included; the tools
 of the last reply before the cut-off still run (their results are kept in the transcript, not sent), as in the SDK.
 
-Clients steer a running run with updates (``workflows/steering.py``). Edits wait for the *iteration boundary*, the
+Clients steer a running run with updates (``contract/steering.py``). Edits wait for the *iteration boundary*, the
 point before the next model call, and apply there one by one in the order the run accepted them. An edit accepted
 while the final reply was being written keeps the run going, as ``append_messages`` in the SDK's last loop body
 does. A reply that a pending retry will discard, or that arrived after a stop, never has its tools run.
@@ -33,35 +33,15 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from agent_runner import events
-    from workflows.budget import HistoryLimits
-    from workflows.carry import (
-        CARRIED_BYTES,
-        CARRIED_EVENTS,
-        CARRIED_FORK_POINTS,
-        CARRIED_INPUT_MESSAGES_BYTES,
-        CARRIED_OUTCOMES,
-        CARRIED_REPLIES,
-        CARRIED_REPLY_BYTES,
-        Carried,
-    )
-    from workflows.conversation import (
-        THREAD_UNSUPPORTED_CODE,
-        THREAD_UNSUPPORTED_ERROR,
-        Conversation,
-        served_by_fallback,
-    )
-    from workflows.errors import (
+    from agent_runner.contract import events
+    from agent_runner.contract.errors import (
         AgentRunnerError,
         EditRejected,
         InvalidRunInput,
         MalformedReply,
         ToolNotRegistered,
     )
-    from workflows.params import param_problems
-    from workflows.reply import parse_tool_use_ready, reply_problems
-    from workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, RunSpec, message_problems, parse_run_input
-    from workflows.steering import (
+    from agent_runner.contract.steering import (
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
         APPROVE_TOOL_UPDATE,
@@ -92,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         parse_update,
     )
-    from workflows.transcript import (
+    from agent_runner.contract.transcript import (
         Transcript,
         canonical,
         is_placeholder,
@@ -101,7 +81,7 @@ with workflow.unsafe.imports_passed_through():
         ref_for,
         stored,
     )
-    from workflows.types import (
+    from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
         EVENTS_TOPIC,
@@ -133,6 +113,32 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         ToolSpec,
         Usage,
+    )
+    from agent_runner.workflows.budget import HistoryLimits
+    from agent_runner.workflows.carry import (
+        CARRIED_BYTES,
+        CARRIED_EVENTS,
+        CARRIED_FORK_POINTS,
+        CARRIED_INPUT_MESSAGES_BYTES,
+        CARRIED_OUTCOMES,
+        CARRIED_REPLIES,
+        CARRIED_REPLY_BYTES,
+        Carried,
+    )
+    from agent_runner.workflows.conversation import (
+        THREAD_UNSUPPORTED_CODE,
+        THREAD_UNSUPPORTED_ERROR,
+        Conversation,
+        served_by_fallback,
+    )
+    from agent_runner.workflows.params import param_problems
+    from agent_runner.workflows.reply import parse_tool_use_ready, reply_problems
+    from agent_runner.workflows.run_input import (
+        API_PARAMS,
+        EXTRA_BODY_PARAMS,
+        RunSpec,
+        message_problems,
+        parse_run_input,
     )
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
@@ -1094,7 +1100,7 @@ class AgentRun:
     # --- Live events and eager tools --------------------------------------------------------------------------
 
     def _event(self, event_type: str, **fields: Any) -> None:
-        """Publish a live event (``agent_runner/events.py``) of the current turn unless it names its ``iteration``.
+        """Publish a live event (``contract/events.py``) of the current turn unless it names its ``iteration``.
 
         Publishing from the workflow costs no history: the stream is workflow state, rebuilt on replay.
         """

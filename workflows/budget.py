@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workflows.types import Usage
+from agent_runner.contract.types import Usage
 
 
 class Prices(BaseModel):

@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows.conversation import Conversation
-from workflows.steering import EditOutcome, QueuedEdit
-from workflows.types import ToolSpec, Usage
+from agent_runner.contract.steering import EditOutcome, QueuedEdit
+from agent_runner.contract.types import ToolSpec, Usage
+from agent_runner.workflows.conversation import Conversation
 
 CARRIED_REPLIES = 8
 """Recent replies carried whole, for followers a poll or two behind."""

@@ -37,8 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.transcript import Transcript, canonical, is_placeholder, ref_for, splice
-from workflows.types import MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
+from agent_runner.contract.transcript import Transcript, canonical, is_placeholder, ref_for, splice
+from agent_runner.contract.types import MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
 
 THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
 """The ``ApplicationError.type`` of a model call the API refused to thread (``error_code``
@@ -116,7 +116,7 @@ def tool_changes_in(messages: Iterable[Any], start: int = 0) -> list[ToolChange]
     messages, which stand in for the system messages of the turns they summarized. A change names a tool by
     ``tool_reference`` or by ``tool_definition``; any other (an MCP reference, a future type) and anything malformed
     is ignored, as the SDK ignores it. Content stored apart (a placeholder) is not read: the run keeps the blocks it
-    dispatches on inline (``activities/content.py``).
+    dispatches on inline (``agent_runner/content.py``).
     """
     changes: list[ToolChange] = []
     for offset, message in enumerate(messages):

@@ -19,12 +19,12 @@ from anthropic.types.beta import BetaMessageParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from workflows.budget import AutoCompact, Budget, HistoryLimits
-from workflows.errors import InvalidRunInput
-from workflows.params import param_problems
-from workflows.steering import ApprovalPolicy, StepPolicy
-from workflows.transcript import is_placeholder
-from workflows.types import ActivityOptions
+from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
+from agent_runner.contract.transcript import is_placeholder
+from agent_runner.contract.types import ActivityOptions
+from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
+from agent_runner.workflows.params import param_problems
 
 API_PARAMS: frozenset[str] = frozenset(
     {

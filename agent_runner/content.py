@@ -3,7 +3,7 @@
 A worker keeps recently used blobs and transcripts in memory. Everything in the store is named by its content, so a
 cached entry can never be stale: a run's next model call on the same worker reads only what it has not seen.
 
-This is the boundary between plain content and content as held (``workflows/transcript.py``): the ``offload*``
+This is the boundary between plain content and content as held (``contract/transcript.py``): the ``offload*``
 methods take plain JSON (Claude's reply, a tool's result, a client's messages), ``escape`` it once and store its big
 parts; ``resolve`` gives plain JSON back. Nothing else turns data into placeholders or placeholders into data.
 
@@ -23,9 +23,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.store import ChainNode, ContentStore, open_store
-from workflows.errors import BlobCorrupted, BlobMissing
-from workflows.transcript import (
+from agent_runner.contract.errors import BlobCorrupted, BlobMissing
+from agent_runner.contract.transcript import (
     INLINE_LIMIT,
     canonical,
     escape,
@@ -36,6 +35,7 @@ from workflows.transcript import (
     resolve,
     stored,
 )
+from agent_runner.store import ChainNode, ContentStore, open_store
 
 
 class Content:

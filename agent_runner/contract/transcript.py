@@ -17,10 +17,10 @@ through history at most once:
 - Content is held in that form only: data that merely *looks* like a placeholder (an object whose one key is one of
   ours, in Claude's ``tool_use.input``, a tool's result, a client's message) is data. ``escape`` wraps each such
   object as ``{"agent_runner.escaped": object}`` when content enters (every writer goes through it, in
-  ``activities/content.py``), and ``resolve`` unwraps it, so only the placeholders we made are ever looked up. Data
+  ``agent_runner/content.py``), and ``resolve`` unwraps it, so only the placeholders we made are ever looked up. Data
   without such objects is held unchanged: its refs, and the request bodies built from it, are what they always were.
 
-This module is pure (hashing and JSON only), so workflow code uses it; the store itself is ``activities/store.py``.
+This module is pure (hashing and JSON only), so workflow code uses it; the store itself is ``agent_runner/store.py``.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_runner.codec import KEYS_ENV, keys_from_env
-from workflows.errors import BlobCorrupted, BlobMissing, StoreError
-from workflows.transcript import ref_for
+from agent_runner.contract.errors import BlobCorrupted, BlobMissing, StoreError
+from agent_runner.contract.transcript import ref_for
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -239,7 +239,7 @@ class ContentStore(abc.ABC):
             StoreError: The store cannot sweep (it is not one ``open_store`` opened), or failed.
         """
         del keep_blobs, keep_heads, written_before, dry_run  # the backends' signature: this store cannot use them
-        raise StoreError(f"the store at {self.url} cannot be swept: open it with activities.store.open_store()")
+        raise StoreError(f"the store at {self.url} cannot be swept: open it with agent_runner.store.open_store()")
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -265,7 +265,7 @@ def _check_refs(url: str, blobs: Mapping[str, bytes]) -> None:
         more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
         raise StoreError(
             f"refused to write to the store at {url}: {len(wrong)} key(s) are not the reference of their blob: "
-            f"{shown}{more}. Key each blob by activities.store.ref_for(blob)."
+            f"{shown}{more}. Key each blob by agent_runner.store.ref_for(blob)."
         )
 
 

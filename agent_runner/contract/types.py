@@ -43,7 +43,7 @@ OnUnknown = Literal["reconcile", "ask", "tell"]
 decision (the approval machinery), or an ``is_error`` result telling Claude plainly."""
 
 EVENTS_TOPIC = "events"
-"""The Workflow Streams topic a run publishes its live events on (``agent_runner/events.py`` describes them)."""
+"""The Workflow Streams topic a run publishes its live events on (``contract/events.py`` describes them)."""
 
 TOOL_USE_READY_SIGNAL = "tool_use_ready"
 """Sent by a streaming model call with ``eager_tools`` when a ``tool_use`` block's input is complete, so the run
@@ -183,7 +183,7 @@ class DescribeToolsOutput(BaseModel):
 
 
 class ModelTurn(BaseModel):
-    """What a model call needs to build its request, with the history by reference (``workflows/transcript.py``)."""
+    """What a model call needs to build its request, with the history by reference (``contract/transcript.py``)."""
 
     settings: dict[str, Any] | None = None
     """``{"params": …, "tools": […]}``: the request fields besides ``messages``; ``None`` when ``settings_ref``
@@ -267,7 +267,7 @@ class ToolResult(BaseModel):
     """What a tool produced, as the ``content`` and ``is_error`` of its ``tool_result`` block."""
 
     content: str | list[dict[str, Any]] | dict[str, Any] | None
-    """A dict is a placeholder for content stored apart (``workflows/transcript.py``)."""
+    """A dict is a placeholder for content stored apart (``agent_runner/contract/transcript.py``)."""
 
     is_error: bool = False
 

@@ -99,7 +99,7 @@ class NoWorker(AgentRunError):
 
 
 class StoreError(AgentRunnerError):
-    """The content store (``activities.store``) refused an operation or cannot be reached; the message says why."""
+    """The content store (``agent_runner.store``) refused an operation or cannot be reached; the message says why."""
 
 
 class BlobMissing(StoreError):

@@ -1,0 +1,170 @@
+"""The package's layers, and a check that no import crosses one the wrong way.
+
+From the bottom up (README, "How the code is laid out"):
+
+contract    ``agent_runner/contract/``: names, input/output types, update payloads, live events, errors, the
+            held-content format. Imports nothing of ours.
+workflows   ``workflows/``: deterministic code only. Imports the contract.
+store       ``agent_runner/{codec,store,content}.py``: where transcripts and big content live. Imports the contract.
+activities  ``activities/``: the model call, tools, hooks. Imports the contract, the store and the workflows' pure
+            helpers (the same request-building code runs on both sides), never the workflow itself.
+client      ``agent_runner/{client,connection,temporal_server}.py``: start, steer and watch runs. Imports the contract,
+            the store and the connection; never workflows or activities.
+worker      ``agent_runner/{plugin,worker}.py``: puts workflows and activities on a Temporal worker.
+testing     ``agent_runner/fake_api.py``: the fake Messages API. Imports nothing of ours, so tests of users' own
+            agents can load it alone.
+commands    ``agent_runner/{cli,dev,gc,example_tools}.py``: the command line over the layers below.
+
+A module may import its own layer and the layers its row names; the test parses every module's imports (including
+those inside functions, which are imports all the same) and fails on any other arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAYERS: dict[str, tuple[str, ...]] = {
+    "contract": ("agent_runner/contract/",),
+    "workflows": ("workflows/",),
+    "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py"),
+    "activities": ("activities/",),
+    "client": ("agent_runner/client.py", "agent_runner/connection.py", "agent_runner/temporal_server.py"),
+    "worker": ("agent_runner/plugin.py", "agent_runner/worker.py"),
+    "testing": ("agent_runner/fake_api.py",),
+    "commands": (
+        "agent_runner/cli.py",
+        "agent_runner/dev.py",
+        "agent_runner/gc.py",
+        "agent_runner/example_tools.py",
+        "agent_runner/__init__.py",
+    ),
+}
+
+ALLOWED: dict[str, set[str]] = {
+    "contract": {"contract"},
+    "workflows": {"contract", "workflows"},
+    "store": {"contract", "store"},
+    "activities": {"contract", "store", "workflows", "activities"},
+    "client": {"contract", "store", "client"},
+    "worker": {"contract", "store", "workflows", "activities", "client", "worker"},
+    "testing": set(),
+    "commands": {"contract", "store", "workflows", "activities", "client", "worker", "testing", "commands"},
+}
+
+# Modules of the workflows layer that activities may not import: the workflow itself (its sandboxed code belongs to
+# the workflow worker alone).
+WORKFLOW_ONLY = {"agent_runner.workflows.agent_run"}
+
+
+def _module_name(rel: str) -> str:
+    parts = list(Path(rel).with_suffix("").parts)
+    if parts[0] in ("workflows", "activities"):
+        parts.insert(0, "agent_runner")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _source_files() -> list[str]:
+    files = [*ROOT.glob("workflows/*.py"), *ROOT.glob("activities/*.py"), *ROOT.glob("agent_runner/**/*.py")]
+    rels = {p.relative_to(ROOT).as_posix() for p in files}
+    # agent_runner/workflows and agent_runner/activities are symlinks to the top-level folders: count each file once.
+    return sorted(r for r in rels if not r.startswith(("agent_runner/workflows/", "agent_runner/activities/")))
+
+
+def _layer_of_path(rel: str) -> str:
+    for layer, prefixes in LAYERS.items():
+        if any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in prefixes):
+            return layer
+    raise AssertionError(f"{rel} belongs to no layer: add it to LAYERS in tests/test_layers.py and the README")
+
+
+def _path_of_module(name: str) -> str | None:
+    """The repository path of a module of ours (``agent_runner.x.y``), or None if there is no such module."""
+    parts = name.split(".")[1:]
+    base = "/".join(parts) if parts and parts[0] in ("workflows", "activities") else "/".join(["agent_runner", *parts])
+    for rel in (f"{base}.py", f"{base}/__init__.py"):
+        if (ROOT / rel).exists():
+            return rel
+    return None
+
+
+def _layer_of_module(name: str) -> str | None:
+    """The layer of an imported module of ours, or None for anything else (stdlib, third party)."""
+    top = name.split(".")[0]
+    if top in ("workflows", "activities", "worker"):
+        raise AssertionError(f"import of {name!r}: import it as agent_runner.{name}; the top-level names are not ours")
+    if top != "agent_runner" or name == "agent_runner":
+        # The package itself imports its public names lazily, on first use: importing it crosses nothing.
+        return None
+    rel = _path_of_module(name)
+    if rel is None:
+        raise AssertionError(f"import of {name!r}, which is not a module of ours")
+    return _layer_of_path(rel)
+
+
+def _imports(rel: str, source: str) -> list[tuple[int, str]]:
+    package = _module_name(rel)
+    if not rel.endswith("__init__.py"):
+        package = package.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, rel)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([module] if module else [])])
+            found.append((node.lineno, module))
+            # `from agent_runner import client` imports the module agent_runner.client.
+            found += [
+                (node.lineno, f"{module}.{alias.name}")
+                for alias in node.names
+                if module.startswith("agent_runner") and _path_of_module(f"{module}.{alias.name}")
+            ]
+    return found
+
+
+def _crossings(rel: str, source: str) -> list[str]:
+    layer = _layer_of_path(rel)
+    found = []
+    for line, name in _imports(rel, source):
+        target = _layer_of_module(name)
+        if target is not None and (target not in ALLOWED[layer] or (layer == "activities" and name in WORKFLOW_ONLY)):
+            found.append(f"{rel}:{line} ({layer}) imports {name} ({target})")
+    return found
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for rel in _source_files():
+        _layer_of_path(rel)
+
+
+def test_no_import_crosses_a_layer_the_wrong_way() -> None:
+    crossings = [c for rel in _source_files() for c in _crossings(rel, (ROOT / rel).read_text())]
+    assert crossings == []
+
+
+def test_the_check_sees_each_kind_of_crossing() -> None:
+    # Negative controls: the same check, on sources that cross a layer, objects to each.
+    assert _crossings("agent_runner/client.py", "from agent_runner.activities.tools import tool_options") == [
+        "agent_runner/client.py:1 (client) imports agent_runner.activities.tools (activities)"
+    ]
+    assert _crossings("workflows/budget.py", "def f():\n    from agent_runner import client") == [
+        "workflows/budget.py:2 (workflows) imports agent_runner.client (client)"
+    ]
+    assert _crossings("agent_runner/contract/types.py", "from ..store import open_store") == [
+        "agent_runner/contract/types.py:1 (contract) imports agent_runner.store (store)"
+    ]
+    assert _crossings("activities/tools.py", "import agent_runner.workflows.agent_run") == [
+        "activities/tools.py:1 (activities) imports agent_runner.workflows.agent_run (workflows)"
+    ]
+    assert _crossings("workflows/budget.py", "from agent_runner.contract.types import Usage") == []
+    with pytest.raises(AssertionError, match="import it as agent_runner.workflows.types"):
+        _crossings("agent_runner/cli.py", "from workflows.types import X")
