@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/cli.py",
         "agent_runner/dev.py",
         "agent_runner/gc.py",
+        "agent_runner/schedules.py",
         "agent_runner/example_tools.py",
         "agent_runner/__init__.py",
     ),

@@ -94,6 +94,14 @@ class RunAlreadyExists(AgentRunError):
     """A run was started with the id of an existing run, running or ended; ids are never reused."""
 
 
+class ScheduleAlreadyExists(AgentRunError):
+    """A schedule was created with the id of an existing one."""
+
+
+class ScheduleNotFound(AgentRunError):
+    """No schedule has the given id."""
+
+
 class NoWorker(AgentRunError):
     """No worker polls the run's task queue: queries, edits and the run itself wait until one starts."""
 
