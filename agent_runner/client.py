@@ -24,6 +24,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar, cast
 
+from anthropic import AnthropicError, omit
+
+# The SDK's own structured-output helpers (what its `parse` and tool runner use), so a run asks for and parses a
+# format exactly as the SDK does; anthropic is pinned, so these private names cannot move under us.
+from anthropic.lib._parse._response import parse_beta_response
+from anthropic.lib._parse._transform import (
+    merge_output_config,
+    to_json_output_format,
+    validate_output_config_conflict,
+)
 from anthropic.types.beta import BetaMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -56,6 +66,7 @@ from agent_runner.contract.errors import (
     AgentRunnerError,
     EditQueued,
     EditRejected,
+    InvalidRunInput,
     NoWorker,
     RunAlreadyExists,
     RunCancelled,
@@ -160,6 +171,7 @@ class AgentRunner:
         max_iterations: int | None = None,
         thread: bool = True,
         id: str | None = None,
+        output_format: type[Any] | None = None,
         **params: Any,
     ) -> Run:
         """Start a run.
@@ -174,6 +186,10 @@ class AgentRunner:
             thread: Keep the conversation on a server-side message thread (the SDK's default), or resend the full
                 history every turn (``False``).
             id: The run's workflow id; a new ``agent-<uuid>`` by default.
+            output_format: A type (a pydantic model, a dataclass, ...) Claude's replies must follow, as the SDK's
+                ``output_format``: its JSON schema goes to Claude as ``output_config.format``, and the replies this
+                handle returns are ``ParsedBetaMessage`` with ``parsed_output``. ``attach`` a handle with the same
+                type to parse elsewhere.
             **params: Any other Messages API parameter (``system``, ``tool_choice``, ``thinking``, ``metadata``,
                 ``model_activity`` for the model call's timeouts, ...), passed through unchanged.
 
@@ -182,7 +198,11 @@ class AgentRunner:
 
         Raises:
             RunAlreadyExists: A run with this id exists, running or ended.
+            InvalidRunInput: Both ``output_format`` and ``output_config.format`` were given, or ``output_format`` has
+                no JSON schema.
         """
+        if output_format is not None:
+            params["output_config"] = _with_output_format(params.get("output_config"), output_format)
         run_input: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
@@ -211,16 +231,18 @@ class AgentRunner:
                 f"A run with id {run_id!r} already exists: pick another id, or attach to it with "
                 f"`runner.attach({run_id!r})`."
             ) from e
-        return Run(handle, step=params.get("step") not in (None, False), runner=self)
+        return Run(handle, step=params.get("step") not in (None, False), runner=self, output_format=output_format)
 
-    def attach(self, run_id: str, *, step: bool = False) -> Run:
+    def attach(self, run_id: str, *, step: bool = False, output_format: type[Any] | None = None) -> Run:
         """A handle on an existing run, started here or anywhere else.
 
         Args:
             run_id: The run's workflow id.
             step: Drive a step-mode run: ``async for`` advances it after each reply. A plain watcher leaves this off.
+            output_format: Parse the run's replies into this type (``ParsedBetaMessage.parsed_output``), as ``start``
+                does for the run it starts.
         """
-        return Run(self.client.get_workflow_handle(run_id), step=step, runner=self)
+        return Run(self.client.get_workflow_handle(run_id), step=step, runner=self, output_format=output_format)
 
     async def list(self, query: str | None = None, *, limit: int = 50) -> list[RunSummary]:
         """Runs, newest first, optionally filtered by a Temporal visibility query."""
@@ -279,10 +301,16 @@ class Run:
     """
 
     def __init__(
-        self, handle: WorkflowHandle[Any, Any], *, step: bool = False, runner: AgentRunner | None = None
+        self,
+        handle: WorkflowHandle[Any, Any],
+        *,
+        step: bool = False,
+        runner: AgentRunner | None = None,
+        output_format: type[Any] | None = None,
     ) -> None:
         self.handle = handle
         self.step = step
+        self.output_format = output_format
         self._runner = runner
         self._content = runner.content if runner is not None else Content()
         self._task_queue: str | None = None
@@ -362,6 +390,9 @@ class Run:
     async def until_done(self) -> BetaMessage:
         """Wait for the run to end and return its last reply.
 
+        With an ``output_format``, a ``ParsedBetaMessage`` whose ``parsed_output`` is the reply parsed into it (a
+        reply that does not parse raises pydantic's ``ValidationError``, as the SDK's runner does).
+
         Raises:
             RunCancelled: the run was cancelled or terminated.
             AgentRunError: (or a subclass such as ``ModelRequestRejected``) the run failed.
@@ -369,7 +400,7 @@ class Run:
         result = await self.result()
         if result.final_message is None:
             raise AgentRunError(f"Run {self.id} ended without a reply from Claude.")
-        return BetaMessage.model_validate(result.final_message)
+        return self._parsed(BetaMessage.model_validate(result.final_message))
 
     async def _replies(self, after: int) -> list[BetaMessage]:
         """The replies from iteration ``after + 1`` on, with their stored content put back."""
@@ -385,7 +416,13 @@ class Run:
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
         replies = await self._content.resolve(held)
-        return [BetaMessage.model_validate(reply) for reply in replies]
+        return [self._parsed(BetaMessage.model_validate(reply)) for reply in replies]
+
+    def _parsed(self, message: BetaMessage) -> BetaMessage:
+        """``message`` parsed into ``output_format`` as the SDK's ``parse`` does, or as it is without one."""
+        if self.output_format is None:
+            return message
+        return parse_beta_response(output_format=self.output_format, response=message)
 
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result: status, iterations, stop reason, usage, last reply."""
@@ -783,3 +820,15 @@ def _tool_param(tool: Any) -> str | dict[str, Any]:
     raise TypeError(
         f"tools takes @beta_tool functions, tool names or tool definition dicts, got {type(tool).__name__}."
     )
+
+
+def _with_output_format(output_config: Any, output_format: type[Any]) -> dict[str, Any]:
+    """``output_config`` with ``output_format``'s JSON schema as its ``format``, as the SDK builds each request's."""
+    try:
+        validate_output_config_conflict(output_config if output_config is not None else omit, output_format)
+        format_param = to_json_output_format(output_format)
+    except (AnthropicError, TypeError) as e:
+        raise InvalidRunInput(f"{e}".rstrip(".") + ".") from e
+    merged = merge_output_config(output_config or omit, format_param)
+    assert isinstance(merged, dict)  # a format was given, so the merge is a dict
+    return dict(merged)
