@@ -67,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
         Stop,
         UpdateParams,
     )
-    from agent_runner.contract.transcript import Transcript, is_placeholder, message_ref, next_head
+    from agent_runner.contract.transcript import Transcript, message_ref, next_head
     from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -97,16 +97,24 @@ with workflow.unsafe.imports_passed_through():
         served_by_fallback,
     )
     from agent_runner.workflows.eager import EagerTools
-    from agent_runner.workflows.edits import Edit, EditFailed, QueuedEdit, expected_version, parse_update, queued
+    from agent_runner.workflows.edits import (
+        Edit,
+        EditFailed,
+        QueuedEdit,
+        check_add_tools,
+        check_history,
+        check_inject,
+        check_params,
+        check_remove_tools,
+        expected_version,
+        parse_update,
+        queued,
+    )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
     from agent_runner.workflows.metrics import count, record_reply
-    from agent_runner.workflows.params import param_problems
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
-        API_PARAMS,
-        EXTRA_BODY_PARAMS,
         RunSpec,
-        message_problems,
         parse_run_input,
     )
     from agent_runner.workflows.search_attributes import publish
@@ -581,17 +589,7 @@ class AgentRun:
         edit = parse_update(InjectMessage, raw)
         self._check_open()
         self._check_version(edit.expected_version)
-        if isinstance(edit.content, list):
-            for i, block in enumerate(edit.content):
-                if is_placeholder(block):
-                    continue  # content the client stored
-                if not isinstance(block.get("type"), str):
-                    raise ValueError(f"content[{i}] must be a content block with a string `type`.")
-                if block["type"] in ("tool_result", "tool_use"):
-                    raise ValueError(
-                        f"content[{i}] is a `{block['type']}` block: tool results come from the run's tools (or "
-                        "from `advance` in step mode), never from an injected message."
-                    )
+        check_inject(edit)
 
     @workflow.update(name=RETRY_TURN_UPDATE)
     def retry_turn(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -618,9 +616,7 @@ class AgentRun:
         edit = parse_update(ReplaceHistory, raw)
         self._check_open()
         self._check_version(edit.expected_version)
-        problems = message_problems(edit.messages)
-        if problems:
-            raise ValueError("The new history was rejected:\n- " + "\n- ".join(problems))
+        check_history(edit)
 
     @workflow.update(name=UPDATE_PARAMS_UPDATE)
     def update_params(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -632,30 +628,7 @@ class AgentRun:
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
         self._check_open()
-        allowed = API_PARAMS | EXTRA_BODY_PARAMS
-        unknown = sorted(set(edit.params) - allowed)
-        if unknown:
-            raise ValueError(f"Unknown parameters {unknown}; allowed: {', '.join(sorted(allowed))}.")
-        for required in ("model", "max_tokens"):
-            if required in edit.params and edit.params[required] is None:
-                raise ValueError(f"`{required}` cannot be removed.")
-        conversation = self._state.conversation
-        current = conversation.params if conversation is not None else {}
-        merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
-        merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
-        problems = [p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params)]
-        if problems:
-            raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
-        if (
-            conversation is not None
-            and conversation.threading
-            and "system" in edit.params
-            and edit.params["system"] != conversation.params.get("system")
-        ):
-            raise ValueError(
-                "Cannot change `system` on a thread: the server keeps the one the thread was created with. To change "
-                "it, start a new run with `thread: false` or from this run's transcript."
-            )
+        check_params(edit, self._state.conversation)
 
     @workflow.update(name=ADD_TOOLS_UPDATE)
     def add_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -667,13 +640,7 @@ class AgentRun:
     def _validate_add_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(AddTools, raw)
         self._check_open()
-        registered = self._state.registered
-        unknown = [t for t in edit.tools if isinstance(t, str) and registered is not None and t not in registered]
-        if unknown:
-            raise ValueError(
-                f"No worker registered {unknown}; registered: {sorted(registered or [])}. Register the tool with "
-                "`python worker.py --tools <module>`, or add its definition as a JSON object."
-            )
+        check_add_tools(edit, self._state.registered)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
     def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -687,10 +654,7 @@ class AgentRun:
         self._check_open()
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
-        current = set(self._state.tools) | {str(d.get("name")) if isinstance(d, dict) else str(d) for d in definitions}
-        unknown = [n for n in edit.names if n not in current]
-        if unknown:
-            raise ValueError(f"The run has no tools named {unknown}; it has {sorted(current)}.")
+        check_remove_tools(edit, self._state.tools, definitions)
 
     @workflow.update(name=COMPACT_UPDATE)
     def compact(self, raw: dict[str, Any]) -> dict[str, Any]:
