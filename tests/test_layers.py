@@ -57,9 +57,11 @@ ALLOWED: dict[str, set[str]] = {
     "commands": {"contract", "store", "workflows", "activities", "client", "worker", "testing", "commands"},
 }
 
-# Modules of the workflows layer that activities may not import: the workflow itself (its sandboxed code belongs to
-# the workflow worker alone).
-WORKFLOW_ONLY = {"agent_runner.workflows.agent_run"}
+# Modules of the workflows layer that activities may not import: the workflow itself and the rooms that act for it
+# (its sandboxed code belongs to the workflow worker alone).
+WORKFLOW_ONLY = {
+    f"agent_runner.workflows.{name}" for name in ("agent_run", "approvals", "eager", "tool_calls", "search_attributes")
+}
 
 
 def _module_name(rel: str) -> str:

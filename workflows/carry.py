@@ -1,25 +1,28 @@
-"""What a run hands to its continuation when it continues as new.
+"""Continue-as-new: when a run starts a fresh history, and what it hands to its continuation.
 
 A run continues as new at an iteration boundary, so nothing is in flight: no model or tool call, no approval or
 step waiting. Everything else a client can observe or has sent goes across, so following and steering clients do not
 notice: the conversation (by reference), queued edits and the outcomes of recent ones, usage, the iteration count,
-the live events' offsets, recent replies and fork points. Older replies and fork points stay readable through the
-store (``replies_head``).
+the live events' offsets, recent replies and fork points: the whole ``RunState``, as one object. Older replies and
+fork points stay readable through the store (``replies_head``).
 
 This module is imported by workflow code, so it holds no I/O.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-from temporalio.contrib.workflow_streams import WorkflowStreamState
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from agent_runner.contract.steering import EditOutcome, QueuedEdit
-from agent_runner.contract.types import ToolSpec, Usage
+from agent_runner.contract.transcript import canonical
+from agent_runner.workflows.budget import HistoryLimits
 from agent_runner.workflows.conversation import Conversation
+from agent_runner.workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS
+from agent_runner.workflows.state import RunState
+
+STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
 
 CARRIED_REPLIES = 8
 """Recent replies carried whole, for followers a poll or two behind."""
@@ -42,36 +45,110 @@ CARRIED_INPUT_MESSAGES_BYTES = 64_000
 """The run's first messages are repeated in a continuation's input only up to this size (the transcript has them)."""
 
 
-class Carried(BaseModel):
-    """A run's state across continue-as-new (the ``continued`` field of the next run's input)."""
+class Carried(RunState):
+    """A run's state across continue-as-new (the ``continued`` field of the next run's input).
+
+    All of ``RunState``, flat as before it existed (so a continuation that older code started still loads), and what
+    the next execution needs to pick up where this one stopped.
+    """
 
     conversation: Conversation
-    settings_stored: str | None = None
-    stored: bool = True
-    replies: list[dict[str, Any]]
-    reply_offset: int
-    """Replies before ``replies``, over the whole run."""
-    replies_head: str | None = None
-    """The chain of every reply in the store."""
-    compactions: int = 0
-    usage: Usage = Usage()
-    tools: dict[str, ToolSpec] = {}
-    registered: list[str] | None = None
-    search_attributes: bool = False
-    published: dict[str, Any] = {}
     model_task_queue: str | None = None
-    version: int = 0
-    queue: list[QueuedEdit] = []
-    next_seq: int = 0
-    outcomes: dict[int, EditOutcome] = {}
-    stop: str | None = None
-    fork_points: list[str | None] = []
-    fork_offset: int = 0
-    started_at: datetime
-    """When the first run of the chain started: the wall-clock budget counts from there."""
-    continuations: int = 0
-    turn_input_tokens: int = 0
-    edits_applied: int = 0
-    input_trimmed: bool = False
-    """The continuation's input leaves the run's parameters to ``conversation`` (they were big)."""
+    """The queue the fleet routes model calls to (``describe_tools`` said it when the run began)."""
     stream: WorkflowStreamState | None = None
+    """The live events' log, kept for subscribers a poll or two behind."""
+
+    def state(self) -> RunState:
+        """The run's state, to go on with."""
+        return RunState.model_construct(**{name: getattr(self, name) for name in RunState.model_fields})
+
+
+def should_continue_as_new(limits: HistoryLimits, updates: int, signals: int) -> bool:
+    """Whether this execution's history is big enough to start a fresh one (checked at the iteration boundary).
+
+    Args:
+        limits: The run's ``continue_as_new`` limits.
+        updates: Updates this execution took (Temporal allows 2,000 per execution).
+        signals: Signals this execution took.
+    """
+    info = workflow.info()
+    return (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_length() >= limits.events
+        or info.get_current_history_size() >= limits.history_bytes
+        or updates >= limits.updates
+        or signals >= limits.signals
+    )
+
+
+def continuation_input(
+    state: RunState, stream: WorkflowStream, run_input: dict[str, Any], model_task_queue: str | None
+) -> dict[str, Any]:
+    """The next execution's input: the run's own input, and everything ``state`` holds as ``continued``.
+
+    Live events are trimmed to the last ``CARRIED_EVENTS`` (older ones are dropped from the log; the transcript keeps
+    what they said), replies, fork points and edit outcomes to the last few (older ones stay readable in the store),
+    and the input's big parts are left to the carried conversation, so the input stays far below Temporal's 2 MiB
+    payload limit. Called with every handler finished, so nothing changes the state meanwhile.
+    """
+    conversation = state.conversation
+    assert conversation is not None
+    # The stream's own offset query is the public way to read its length from workflow code.
+    offset_query = workflow.get_query_handler(STREAM_OFFSET_QUERY)
+    assert offset_query is not None
+    offset = offset_query()
+    stream.truncate(max(0, offset - CARRIED_EVENTS))
+    workflow.logger.info(
+        "Continuing as new after %d iterations: history has %d events, %d bytes",
+        state.iterations,
+        workflow.info().get_current_history_length(),
+        workflow.info().get_current_history_size(),
+    )
+    kept_outcomes = sorted(state.outcomes)[-CARRIED_OUTCOMES:]
+    dropped_forks = max(0, len(state.fork_points) - CARRIED_FORK_POINTS)
+    dropped_replies = _replies_to_drop(state.replies)
+    # Every field of the state goes across (a new one cannot be forgotten); only these are trimmed on the way.
+    trimmed = {
+        "conversation": conversation.model_copy(update={"transcript": conversation.transcript.carry()}),
+        "replies": state.replies[dropped_replies:],
+        "reply_offset": state.reply_offset + dropped_replies,
+        "outcomes": {seq: state.outcomes[seq] for seq in kept_outcomes},
+        "fork_points": state.fork_points[dropped_forks:],
+        "fork_offset": state.fork_offset + dropped_forks,
+        "continuations": state.continuations + 1,
+    }
+    carried = Carried.model_construct(
+        **{**{name: getattr(state, name) for name in RunState.model_fields}, **trimmed},
+        model_task_queue=model_task_queue,
+        stream=stream.get_state(),
+    )
+    if len(canonical(carried.model_dump(mode="json"))) > CARRIED_BYTES:
+        # Big events (a long reply, whole tool results) must not push the input past Temporal's payload limit.
+        stream.truncate(offset)
+        carried.stream = stream.get_state()
+    run_input = dict(run_input)
+    if len(canonical(run_input.get("messages"))) > CARRIED_INPUT_MESSAGES_BYTES:
+        # The conversation travels by reference; the first messages only have to stay a valid input.
+        run_input["messages"] = [{"role": "user", "content": "(the conversation continues from `continued`)"}]
+    if len(canonical(run_input)) > CARRIED_INPUT_MESSAGES_BYTES:
+        # A big parameter (a long `system`) is in the carried conversation already: never carry it twice, or a
+        # prompt that fit at start would push the continuation past Temporal's payload limit.
+        run_input = {k: v for k, v in run_input.items() if k not in API_PARAMS | EXTRA_BODY_PARAMS}
+        run_input.update(model=conversation.params["model"], max_tokens=conversation.params["max_tokens"])
+        carried.input_trimmed = True
+    return {**run_input, "continued": carried.model_dump(mode="json")}
+
+
+def _replies_to_drop(replies: list[dict[str, Any]]) -> int:
+    """How many of the oldest replies a continuation leaves to the store: it carries the last few, within a budget.
+
+    The last reply is always carried (the loop reads it); a continuation's input must stay far below Temporal's
+    2 MiB payload limit.
+    """
+    kept, size = 0, 0
+    for reply in reversed(replies[-CARRIED_REPLIES:]):
+        size += len(canonical(reply))
+        if kept and size > CARRIED_REPLY_BYTES:
+            break
+        kept += 1
+    return len(replies) - kept

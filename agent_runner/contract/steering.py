@@ -16,9 +16,9 @@ This module is imported by workflow code, so it holds no I/O.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 INJECT_MESSAGE_UPDATE = "inject_message"
 RETRY_TURN_UPDATE = "retry_turn"
@@ -41,9 +41,6 @@ give it in the run's ``betas``."""
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-_StrictT = TypeVar("_StrictT", bound=_Strict)
 
 
 class InjectMessage(_Strict):
@@ -177,34 +174,9 @@ class PendingApproval(BaseModel):
     """Why a person is asked, when it is not the tool's own approval rule (an at-most-once call's unknown outcome)."""
 
 
-class QueuedEdit(BaseModel):
-    """An accepted edit waiting for the iteration boundary."""
-
-    seq: int
-    """Its place in the order of acceptance, from 1."""
-    kind: str
-    """The update that carried it (``inject_message``, ``retry_turn``, ...)."""
-    payload: dict[str, Any]
-    edits_applied: int | None = None
-    """How many edits the run had applied when it accepted this one (``None`` in runs from before it was kept)."""
-
-
 class EditOutcome(BaseModel):
-    """What became of an accepted edit: the version it produced, or why it could not apply."""
+    """What became of an accepted edit: the version it produced, or why it could not apply (``edit_outcome``)."""
 
     seq: int
     version: int | None = None
     error: str | None = None
-
-
-class EditFailed(Exception):
-    """An accepted edit that cannot apply at the boundary (a stale version, an unregistered tool, ...)."""
-
-
-def parse_update(model: type[_StrictT], raw: object) -> _StrictT:
-    """``raw`` checked as ``model``, or a ``ValueError`` that names each problem (the update is then rejected)."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"Invalid {model.__name__} update: {problems}.") from None

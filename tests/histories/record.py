@@ -1,9 +1,15 @@
 """Record the workflow histories that tests/test_replay.py replays against the current code.
 
-Run it only when a deliberate, versioned change to `AgentRun` makes new histories necessary; keep the old files,
-since runs started on the old code must still replay:
+Run it only when a deliberate, versioned change to `AgentRun` makes new histories necessary, or before a refactor
+that must keep determinism; keep the old files, since runs started on the old code must still replay:
 
-    python tests/histories/record.py NAME     # writes tests/histories/NAME.json
+    python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
+    python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
+
+The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
+other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
+executions are kept: the second starts from the state the first carried), an at-most-once tool whose outcome is
+unknown and reconciled; then step mode with an advance, an approval and a review that changes the tool results.
 """
 
 from __future__ import annotations
@@ -13,27 +19,50 @@ import json
 import os
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import anthropic
+from anthropic import beta_async_tool
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from activities.claude import ClaudeActivities  # noqa: E402
-from activities.tools import ToolRegistry  # noqa: E402
+from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
+from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use  # noqa: E402
+from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
+from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
 from tests.tools_for_tests import get_time, get_weather  # noqa: E402
-from worker import build_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
+SENT: list[str] = []
 
-async def record(name: str) -> None:
+
+def _sent(call: ToolCall) -> str | None:
+    return f"already sent to {call.input['to']}" if f"sent {call.idempotency_key}" in SENT else None
+
+
+@tool_options(effects="at_most_once", start_to_close_timeout=timedelta(seconds=1), reconcile=_sent)
+@beta_async_tool
+async def send_once(to: str) -> str:
+    """Send a message once; the first attempt takes effect, then hangs past its timeout.
+
+    Args:
+        to: The recipient.
+    """
+    key = current_tool_call().idempotency_key
+    if f"sent {key}" not in SENT:
+        SENT.append(f"sent {key}")
+        await asyncio.sleep(30)
+    return f"sent to {to}"
+
+
+async def record(name: str, scenario: str = "steered") -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=TEMPORAL_BIN,
         dev_server_extra_args=FAST_SERVER_ARGS,
@@ -43,12 +72,16 @@ async def record(name: str) -> None:
         queue = f"record-{uuid.uuid4()}"
         worker = build_worker(
             env.client,
-            registry=ToolRegistry([get_weather, get_time]),
+            registry=ToolRegistry([get_weather, get_time, send_once]),
             task_queue=queue,
             claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="k", max_retries=0)),
         )
         runner = AgentRunner(env.client, task_queue=queue)
         async with worker:
+            if scenario == "everything":
+                await everything(name, fake, runner)
+                await env.shutdown()
+                return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
             fake.script(
                 Reply(
@@ -89,6 +122,83 @@ async def record(name: str) -> None:
     await env.shutdown()
 
 
+async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``everything`` scenario (see the module's docstring)."""
+    summary = {"type": "compaction", "content": "Summary: Paris and Lyon asked."}
+    fake.script(
+        SlowStream(
+            Reply(
+                [
+                    tool_use("toolu_1", "get_weather", {"city": "Paris"}),
+                    tool_use("toolu_2", "get_time", {"city": "Paris"}),
+                    text("x" * 100),
+                ],
+                "tool_use",
+                usage={"input_tokens": 1200, "output_tokens": 5},
+            ),
+            event_delay=0.02,
+            chunks=10,
+        ),
+        Reply([summary], "compaction"),
+        Reply([tool_use("toolu_3", "send_once", {"to": "ana"})], "tool_use"),
+        end_turn("Done."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather, get_time, send_once],
+        eager_tools=True,
+        approval={"tools": ["get_time"]},
+        auto_compact={"input_tokens": 1000, "compaction": {"type": "summarize"}},
+        continue_as_new={"updates": 2},
+    )
+    await wait(run, "waiting_for_approval", 1)
+    await run.inject("And Lyon?", wait=False)
+    await run.approve("toolu_2", input={"city": "Lyon"})
+    result = await run.result()
+    assert result.status == "completed", result
+    assert (await run.status()).continuations == 1
+    first_run = run.handle.first_execution_run_id or run.handle.run_id
+    first = await runner.client.get_workflow_handle(run.id, run_id=first_run).fetch_history()
+    continued = await runner.client.get_workflow_handle(run.id).fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
+    (HERE / f"{name}_continued.json").write_text(json.dumps(continued.to_json_dict(), indent=1) + "\n")
+
+    fake.script(
+        Reply(
+            [tool_use("toolu_4", "get_weather", {"city": "Rome"}), tool_use("toolu_5", "get_time", {"city": "Rome"})],
+            "tool_use",
+        ),
+        end_turn("Rome: sunny, late."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Rome?"}],
+        tools=[get_weather, get_time],
+        step={"review_results": True},
+        approval={"tools": ["get_time"]},
+    )
+    await wait(run, "waiting_for_step", 1)
+    await run.advance(iteration=1)
+    await wait(run, "waiting_for_approval", 1)
+    await run.approve("toolu_5", input={"city": "Milan"})
+    await wait(run, "waiting_for_review", 1)
+    await run.advance(
+        tool_results=[
+            {"type": "tool_result", "tool_use_id": "toolu_4", "content": "sunny"},
+            {"type": "tool_result", "tool_use_id": "toolu_5", "content": "late"},
+        ]
+    )
+    await wait(run, "waiting_for_step", 2)
+    await run.advance(iteration=2)
+    result = await run.result()
+    assert result.status == "completed", result
+    step = await run.handle.fetch_history()
+    (HERE / f"{name}_step.json").write_text(json.dumps(step.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -102,8 +212,8 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tests/histories/record.py NAME (a new name: keep the recorded histories)")
-    asyncio.run(record(sys.argv[1]))
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"]):
+        sys.exit("usage: python tests/histories/record.py NAME [everything] (a new name: keep the recorded histories)")
+    asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
     os._exit(0)

@@ -1,0 +1,213 @@
+"""Accepted edits waiting for the iteration boundary: one tagged union, parsed once when the update is accepted.
+
+An edit's update only checks it (the ``check_*`` functions here) and queues it (``contract/steering.py`` holds the
+update names and payloads): Temporal allows 10 updates in flight per run, so an update must not stay open until the
+boundary. The queue is part of the run's state (``RunState.queue``), so an accepted edit survives crashes and
+continue-as-new; the boundary applies it and records its ``EditOutcome``, which the client reads with the
+``edit_outcome`` query.
+
+A queued edit keeps the JSON shape it always had (``{"seq", "kind", "payload", "edits_applied"}``), so queues that
+runs carried across continue-as-new before this union existed still load: ``kind`` picks the payload's model.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent_runner.contract.steering import (
+    AddTools,
+    Compact,
+    InjectMessage,
+    RemoveTools,
+    ReplaceHistory,
+    RetryTurn,
+    UpdateParams,
+)
+from agent_runner.contract.transcript import is_placeholder
+from agent_runner.workflows.conversation import Conversation
+from agent_runner.workflows.params import param_problems
+from agent_runner.workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, message_problems
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+class _Queued(BaseModel):
+    seq: int
+    """Its place in the order of acceptance, from 1."""
+    edits_applied: int | None = None
+    """How many edits the run had applied when it accepted this one (``None`` in runs from before it was kept)."""
+
+
+class QueuedInject(_Queued):
+    """A queued ``inject_message``."""
+
+    kind: Literal["inject_message"] = "inject_message"
+    payload: InjectMessage
+
+
+class QueuedRetry(_Queued):
+    """A queued ``retry_turn``."""
+
+    kind: Literal["retry_turn"] = "retry_turn"
+    payload: RetryTurn
+
+
+class QueuedReplace(_Queued):
+    """A queued ``replace_history``."""
+
+    kind: Literal["replace_history"] = "replace_history"
+    payload: ReplaceHistory
+
+
+class QueuedParams(_Queued):
+    """A queued ``update_params``."""
+
+    kind: Literal["update_params"] = "update_params"
+    payload: UpdateParams
+
+
+class QueuedAddTools(_Queued):
+    """A queued ``add_tools``."""
+
+    kind: Literal["add_tools"] = "add_tools"
+    payload: AddTools
+
+
+class QueuedRemoveTools(_Queued):
+    """A queued ``remove_tools``."""
+
+    kind: Literal["remove_tools"] = "remove_tools"
+    payload: RemoveTools
+
+
+class QueuedCompact(_Queued):
+    """A queued ``compact``."""
+
+    kind: Literal["compact"] = "compact"
+    payload: Compact
+
+
+QueuedEdit = Annotated[
+    QueuedInject | QueuedRetry | QueuedReplace | QueuedParams | QueuedAddTools | QueuedRemoveTools | QueuedCompact,
+    Field(discriminator="kind"),
+]
+"""An accepted edit waiting for the boundary; ``kind`` is the update that carried it."""
+
+Edit = InjectMessage | RetryTurn | ReplaceHistory | UpdateParams | AddTools | RemoveTools | Compact
+
+
+def queued(seq: int, edit: Edit, edits_applied: int) -> QueuedEdit:
+    """``edit``, accepted as the ``seq``-th edit of the run."""
+    match edit:
+        case InjectMessage():
+            return QueuedInject(seq=seq, payload=edit, edits_applied=edits_applied)
+        case RetryTurn():
+            return QueuedRetry(seq=seq, payload=edit, edits_applied=edits_applied)
+        case ReplaceHistory():
+            return QueuedReplace(seq=seq, payload=edit, edits_applied=edits_applied)
+        case UpdateParams():
+            return QueuedParams(seq=seq, payload=edit, edits_applied=edits_applied)
+        case AddTools():
+            return QueuedAddTools(seq=seq, payload=edit, edits_applied=edits_applied)
+        case RemoveTools():
+            return QueuedRemoveTools(seq=seq, payload=edit, edits_applied=edits_applied)
+        case Compact():
+            return QueuedCompact(seq=seq, payload=edit, edits_applied=edits_applied)
+
+
+def expected_version(edit: Edit) -> int | None:
+    """The transcript version the sender saw, for the edits that name one."""
+    return edit.expected_version if isinstance(edit, InjectMessage | RetryTurn | ReplaceHistory) else None
+
+
+def adds_to_conversation(edit: Edit) -> bool:
+    """Whether the edit gives Claude something new to answer, which keeps a finished turn going."""
+    return isinstance(edit, InjectMessage | RetryTurn | ReplaceHistory)
+
+
+# --- Checks before an edit is accepted (its update's validator): each raises ValueError saying what is wrong. ---------
+
+
+def check_inject(edit: InjectMessage) -> None:
+    """Injected content is the user's: content blocks, never a tool's result or call."""
+    if isinstance(edit.content, list):
+        for i, block in enumerate(edit.content):
+            if is_placeholder(block):
+                continue  # content the client stored
+            if not isinstance(block.get("type"), str):
+                raise ValueError(f"content[{i}] must be a content block with a string `type`.")
+            if block["type"] in ("tool_result", "tool_use"):
+                raise ValueError(
+                    f"content[{i}] is a `{block['type']}` block: tool results come from the run's tools (or "
+                    "from `advance` in step mode), never from an injected message."
+                )
+
+
+def check_history(edit: ReplaceHistory) -> None:
+    """A new history must be one the Messages API takes."""
+    problems = message_problems(edit.messages)
+    if problems:
+        raise ValueError("The new history was rejected:\n- " + "\n- ".join(problems))
+
+
+def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
+    """New parameters must be known, valid together with the run's, and keep what a thread fixed."""
+    allowed = API_PARAMS | EXTRA_BODY_PARAMS
+    unknown = sorted(set(edit.params) - allowed)
+    if unknown:
+        raise ValueError(f"Unknown parameters {unknown}; allowed: {', '.join(sorted(allowed))}.")
+    for required in ("model", "max_tokens"):
+        if required in edit.params and edit.params[required] is None:
+            raise ValueError(f"`{required}` cannot be removed.")
+    current = conversation.params if conversation is not None else {}
+    merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
+    merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
+    problems = [p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params)]
+    if problems:
+        raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
+    if (
+        conversation is not None
+        and conversation.threading
+        and "system" in edit.params
+        and edit.params["system"] != conversation.params.get("system")
+    ):
+        raise ValueError(
+            "Cannot change `system` on a thread: the server keeps the one the thread was created with. To change "
+            "it, start a new run with `thread: false` or from this run's transcript."
+        )
+
+
+def check_add_tools(edit: AddTools, registered: list[str] | None) -> None:
+    """A tool added by name must be one the workers registered (when they said which)."""
+    unknown = [t for t in edit.tools if isinstance(t, str) and registered is not None and t not in registered]
+    if unknown:
+        raise ValueError(
+            f"No worker registered {unknown}; registered: {sorted(registered or [])}. Register the tool with "
+            "`python worker.py --tools <module>`, or add its definition as a JSON object."
+        )
+
+
+def check_remove_tools(edit: RemoveTools, tools: Iterable[str], definitions: list[Any]) -> None:
+    """A tool removed must be one the run has: a registered one or a definition it sends."""
+    current = set(tools) | {str(d.get("name")) if isinstance(d, dict) else str(d) for d in definitions}
+    unknown = [n for n in edit.names if n not in current]
+    if unknown:
+        raise ValueError(f"The run has no tools named {unknown}; it has {sorted(current)}.")
+
+
+class EditFailed(Exception):
+    """An accepted edit that cannot apply at the boundary (a stale version, an unregistered tool, ...)."""
+
+
+def parse_update(model: type[_ModelT], raw: object) -> _ModelT:
+    """``raw`` checked as ``model``, or a ``ValueError`` that names each problem (the update is then rejected)."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"Invalid {model.__name__} update: {problems}.") from None

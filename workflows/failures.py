@@ -1,0 +1,47 @@
+"""How the workflow fails a run, refuses an update, and retries an activity.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from agent_runner.contract.errors import AgentRunnerError, EditRejected
+from agent_runner.contract.types import ActivityOptions
+
+
+def fail(error: AgentRunnerError) -> ApplicationError:
+    """The workflow failure that carries ``error`` to the client as the same class (``errors.ERRORS_BY_NAME``)."""
+    return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+
+
+def refused(reason: str) -> ApplicationError:
+    """An update's refusal, final for every client: ``EditRejected``, not retryable."""
+    return fail(EditRejected(reason))
+
+
+def activity_failure(error: ActivityError) -> ApplicationError:
+    """Fail the run with the activity's own error type and message, so the client sees the API's words."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError):
+        return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
+    return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
+
+
+def retry_policy(options: ActivityOptions) -> RetryPolicy:
+    """Temporal's retries for an activity with ``options``."""
+    return RetryPolicy(
+        initial_interval=options.initial_interval,
+        maximum_interval=options.maximum_interval,
+        maximum_attempts=options.maximum_attempts,
+    )
+
+
+def backoff(options: ActivityOptions, attempt: int) -> timedelta:
+    """The delay before retry ``attempt`` (from 1) that the workflow times itself, as ``retry_policy`` would."""
+    delay: timedelta = options.initial_interval * (2 ** (attempt - 1))
+    return min(delay, options.maximum_interval)

@@ -1,0 +1,39 @@
+"""The run's search attributes (``AgentRunStatus``, ``AgentRunIterations``, ...), kept current for ``list_runs``.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+
+from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES, RunStatusName
+from agent_runner.workflows.state import RunState
+
+_KEYS: dict[str, Any] = {
+    name: (SearchAttributeKey.for_int(name) if kind == "Int" else SearchAttributeKey.for_keyword(name))
+    for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
+}
+
+_WAITING = {"waiting_for_approval": "approval", "waiting_for_step": "step", "waiting_for_review": "review"}
+
+
+def publish(state: RunState, status: RunStatusName) -> None:
+    """Write the values that changed since the last call, when the fleet registered the attributes."""
+    if not state.search_attributes:
+        return
+    values: dict[str, Any] = {
+        "AgentRunStatus": status,
+        "AgentRunIterations": state.iterations,
+        "AgentRunTokens": state.usage.input_tokens + state.usage.output_tokens,
+        "AgentRunWaiting": _WAITING.get(status, ""),
+        "AgentRunModel": str(state.conversation.params.get("model", "")) if state.conversation else "",
+    }
+    changed = {k: v for k, v in values.items() if state.published.get(k) != v}
+    if not changed:
+        return
+    state.published.update(changed)
+    workflow.upsert_search_attributes([_KEYS[k].value_set(v) for k, v in changed.items()])

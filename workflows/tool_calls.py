@@ -1,0 +1,295 @@
+"""Tool execution and effects: one ``tool_use`` block becomes one ``tool_result`` block.
+
+A call of a tool the run does not have (a raw definition, a withdrawn tool) gets the SDK's "not found" error; a call
+that needs approval waits for it (``approvals.py``); the rest run as activities under the tool's effect policy: an
+``idempotent`` tool is retried by Temporal, an ``at_most_once`` tool never runs twice, and a call whose outcome is
+unknown becomes what its ``on_unknown`` says. Result hooks then see the reply's results together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract import events
+    from agent_runner.contract.steering import DenyTool
+    from agent_runner.contract.types import (
+        PROCESS_RESULTS_ACTIVITY,
+        RECONCILE_TOOL_ACTIVITY,
+        RUN_TOOL_ACTIVITY,
+        TOOL_NOT_STARTED_ERROR,
+        TOOL_TIMEOUT_GRACE,
+        ProcessResultsInput,
+        ProcessResultsOutput,
+        ReconcileOutput,
+        RunToolInput,
+        ToolResult,
+        ToolSpec,
+    )
+    from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
+    from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
+    from agent_runner.workflows.run_input import RunSpec
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.agent_run import AgentRun
+
+_ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
+
+TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
+"""``workflow.patched`` id of the check that a tool the conversation withdrew is not run (issue 13)."""
+
+MAX_UNKNOWN_ROUNDS = 3
+"""How often an at-most-once call may be found not to have happened and run again before Claude is told."""
+
+
+class ToolCalls:
+    """The run's tool calls."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self._run = run
+
+    async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
+        """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
+        run = self._run
+        name = str(block.get("name"))
+        tool_use_id = str(block.get("id"))
+        tool_input = block.get("input")
+        spec = run._state.tools.get(name) if not self.withdrawn(name) else None
+        iteration = iteration if iteration is not None else run._state.reply_count
+        run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
+        result: ToolResult
+        if spec is None:
+            # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
+            workflow.logger.warning(
+                "Tool %r not found: it is not registered, or the conversation withdrew it (registered: %s). A raw "
+                "tool definition is sent to Claude but never executed.",
+                name,
+                sorted(run._state.tools),
+            )
+            result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
+        else:
+            decision = await run._approvals.ask(block, spec, iteration) if run._approvals.needed(spec) else None
+            abandoned = run._abandoned()
+            if isinstance(decision, DenyTool):
+                result = ToolResult(content=decision.reason, is_error=True)
+            elif abandoned is not None:
+                # The reply this call belongs to was stopped or is being retried while the call waited: it never
+                # runs (its result is discarded with the reply, or ends the run's transcript).
+                result = ToolResult(content=abandoned, is_error=True)
+            else:
+                if decision is not None and decision.input is not None:
+                    tool_input = decision.input
+                result = await self._execute(spec, block, tool_input, iteration)
+        tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
+        if result.is_error:
+            tool_result["is_error"] = True
+        run._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
+        return tool_result
+
+    def withdrawn(self, name: str) -> bool:
+        """Whether the conversation withdrew tool ``name``, so that a call to it is not run.
+
+        The SDK dispatches only on the names its history leaves available (``Conversation.withdrawn_tools``). Queued
+        ``remove_tools`` and ``add_tools`` count already, as the SDK's do for the reply being handled.
+        """
+        state = self._run._state
+        if state.conversation is None or name not in state.tools:
+            return False
+        queued: list[tuple[str, bool]] = []
+        for edit in state.queue:
+            if isinstance(edit, QueuedRemoveTools):
+                queued.extend((n, False) for n in edit.payload.names)
+            elif isinstance(edit, QueuedAddTools):
+                queued.extend((t, True) for t in edit.payload.tools if isinstance(t, str))
+        # Runs recorded before this check ran withdrawn tools; they replay as they ran.
+        return name in state.conversation.withdrawn_tools(queued) and workflow.patched(TOOL_AVAILABILITY_PATCH)
+
+    async def process_results(
+        self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Run the run's result hooks over the reply's tool results; a hook may end the run after them."""
+        state = self._run._state
+        try:
+            output: ProcessResultsOutput = await workflow.execute_activity(
+                PROCESS_RESULTS_ACTIVITY,
+                ProcessResultsInput(
+                    hooks=spec.result_hooks,
+                    results=results,
+                    tool_uses=tool_uses,
+                    run_id=workflow.info().workflow_id,
+                    iteration=state.reply_count,
+                ),
+                result_type=ProcessResultsOutput,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+                summary=f"turn {state.reply_count} · result hooks",
+            )
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                raise
+            raise activity_failure(e) from None
+        if output.stop is not None and state.stop is None:
+            state.stop = output.stop
+        return output.results
+
+    async def _execute(self, spec: ToolSpec, block: dict[str, Any], tool_input: Any, iteration: int) -> ToolResult:
+        """Run the call under the tool's effect policy.
+
+        An ``idempotent`` tool is retried by Temporal under its options. An ``at_most_once`` tool gets one attempt:
+        an attempt that failed before the tool started is tried again, but one that may have started it (its
+        worker died, it timed out) leaves the outcome unknown, and ``on_unknown`` decides what it becomes.
+        """
+        call = RunToolInput(
+            name=spec.name,
+            tool_use_id=str(block.get("id")),
+            input=tool_input,
+            run_id=workflow.info().workflow_id,
+            iteration=iteration,
+            idempotency_key=_idempotency_key(str(block.get("id"))),
+        )
+        if spec.effects != "at_most_once":
+            try:
+                return await self._activity(RUN_TOOL_ACTIVITY, spec, call, retry_policy(spec.options), ToolResult)
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                raise _tool_failure(spec, e) from None
+        not_started = reruns = 0
+        while True:
+            try:
+                return await self._activity(RUN_TOOL_ACTIVITY, spec, call, RetryPolicy(maximum_attempts=1), ToolResult)
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                if _non_retryable(e):
+                    raise _tool_failure(spec, e) from None  # decided before the tool started (a missing blob)
+                if _failure_type(e) == TOOL_NOT_STARTED_ERROR:
+                    not_started += 1
+                    limit = spec.options.maximum_attempts
+                    if limit and not_started >= limit:
+                        raise _tool_failure(spec, e) from None
+                    await workflow.sleep(backoff(spec.options, not_started))
+                    continue
+                cause = str(e.cause.message if isinstance(e.cause, FailureError) else e)
+                workflow.logger.warning(
+                    "Outcome of at-most-once tool %s (tool_use_id=%s) unknown: %s", spec.name, call.tool_use_id, cause
+                )
+                self._run._event(
+                    events.TOOL_OUTCOME_UNKNOWN,
+                    iteration=iteration,
+                    tool_use_id=call.tool_use_id,
+                    name=spec.name,
+                    detail=cause,
+                    on_unknown=spec.on_unknown,
+                )
+                settled = await self._settle_unknown(spec, block, call, iteration, cause)
+                if settled is not None:
+                    return settled
+                abandoned = self._run._abandoned()
+                if abandoned is not None:
+                    return ToolResult(content=abandoned, is_error=True)  # it did not happen, and must not now
+                reruns += 1  # it did not happen: run it again, a bounded number of times
+                if reruns >= MAX_UNKNOWN_ROUNDS:
+                    return ToolResult(
+                        content=_unknown_text(spec.name, f"{cause}; it was run {reruns + 1} times without an outcome"),
+                        is_error=True,
+                    )
+
+    async def _settle_unknown(
+        self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, cause: str
+    ) -> ToolResult | None:
+        """What an at-most-once call whose outcome is unknown becomes; ``None`` if it did not happen (run it again)."""
+        tell = ToolResult(content=_unknown_text(spec.name, cause), is_error=True)
+        if spec.on_unknown == "reconcile":
+            try:
+                answer = await self._activity(
+                    RECONCILE_TOOL_ACTIVITY,
+                    spec,
+                    call,
+                    RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
+                    ReconcileOutput,
+                )
+            except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise
+                message = e.cause.message if isinstance(e.cause, FailureError) else str(e)
+                return ToolResult(
+                    content=_unknown_text(spec.name, f"{cause}; reconciling failed: {message}"), is_error=True
+                )
+            if answer.happened:
+                return answer.result or ToolResult(content=None)
+            return None
+        if spec.on_unknown == "ask":
+            decision = await self._run._approvals.ask(
+                {**block, "input": call.input},
+                spec,
+                iteration,
+                note=f"The outcome of this call is unknown ({cause}). Approve to run it again; deny to tell Claude "
+                "that its outcome is unknown.",
+            )
+            if isinstance(decision, DenyTool):
+                default = decision.reason == DenyTool(tool_use_id="").reason
+                return tell if default else ToolResult(content=decision.reason, is_error=True)
+            return None
+        return tell
+
+    async def _activity(
+        self, activity_name: str, spec: ToolSpec, call: RunToolInput, retry: RetryPolicy, result_type: type[_ResultT]
+    ) -> _ResultT:
+        options = spec.options
+        result: _ResultT = await workflow.execute_activity(
+            activity_name,
+            call,
+            result_type=result_type,
+            # The worker enforces the tool's own timeout and reports it; Temporal's fires only for a silent worker.
+            start_to_close_timeout=options.start_to_close_timeout + TOOL_TIMEOUT_GRACE,
+            heartbeat_timeout=options.heartbeat_timeout,
+            retry_policy=retry,
+            task_queue=options.task_queue,
+            summary=f"turn {call.iteration} · {spec.name}"
+            + (" · reconcile" if activity_name == RECONCILE_TOOL_ACTIVITY else ""),
+        )
+        return result
+
+
+def _idempotency_key(tool_use_id: str) -> str:
+    """Stable for one ``tool_use`` of one run: the chain's first run id survives continue-as-new; a fork has its own."""
+    seed = f"{workflow.info().first_execution_run_id}/{tool_use_id}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def _unknown_text(name: str, cause: str) -> str:
+    return (
+        f"Error: The outcome of this call of '{name}' is unknown: {cause.rstrip('.')}. It may or may not have taken "
+        "effect, and it was not run again. Check before calling it again."
+    )
+
+
+def _failure_type(error: ActivityError) -> str | None:
+    return error.cause.type if isinstance(error.cause, ApplicationError) else None
+
+
+def _non_retryable(error: ActivityError) -> bool:
+    return isinstance(error.cause, ApplicationError) and error.cause.non_retryable
+
+
+def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
+    """The run's failure when a tool's activity gave up: which tool, after what, and what to do."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return activity_failure(error)  # decided at once (a missing blob): its own words say what to do
+    what = (cause.message if isinstance(cause, FailureError) else str(error)).rstrip(".")
+    error_type = cause.type if isinstance(cause, ApplicationError) and cause.type else "ToolFailed"
+    attempts = spec.options.maximum_attempts
+    return ApplicationError(
+        f"Tool '{spec.name}' could not be run{f' in {attempts} attempts' if attempts else ''}: {what}. Check the "
+        "workers that serve it (their logs say why), then fork the run from its last turn to go on.",
+        type=error_type,
+        non_retryable=True,
+    )
