@@ -39,8 +39,8 @@ from typing import Any
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.example_tools import CITIES
-from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
+from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
 
 __all__ = [
     "EXAMPLE_TOOLS",

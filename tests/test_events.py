@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import FLUSH_INTERVAL, AttemptFilter, RunEvent
-from agent_runner.fake_api import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
 

@@ -1,4 +1,4 @@
-"""Tests for agent_runner.fake_api, driven through the real anthropic client over HTTP."""
+"""Tests for agent_runner.testing, driven through the real anthropic client over HTTP."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import anthropic
 import httpx2
 import pytest
 
-from agent_runner.fake_api import (
+from agent_runner.testing import (
     MESSAGE_THREADS_BETA,
     Disconnect,
     DropMidStream,
@@ -827,7 +827,7 @@ def test_load_script_and_from_script_file(tmp_path: Path) -> None:
 def test_cli_serves_a_script_until_terminated(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps([{"end_turn": "from the CLI"}]))
-    command = [sys.executable, "-m", "agent_runner.fake_api", "--port", "0", "--script", str(path)]
+    command = [sys.executable, "-m", "agent_runner.testing", "--port", "0", "--script", str(path)]
     with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None and process.stderr is not None

@@ -15,8 +15,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.store import open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather

@@ -44,8 +44,8 @@ from agent_runner.contract.transcript import (
     splice,
     stored,
 )
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.store import open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status

@@ -21,8 +21,8 @@ from agent_runner.activities.tools import ToolCall, current_tool_call, tool_opti
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import RunResult
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.store import ContentStore, open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
