@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shlex
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -61,7 +62,7 @@ from agent_runner.contract.errors import (
     RunCancelled,
     RunNotFound,
 )
-from agent_runner.contract.events import RUN_FINISHED, AttemptFilter, RunEvent
+from agent_runner.contract.events import EVENT_TYPES, AttemptFilter, RunEvent, RunFinished, parse_event
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -97,6 +98,8 @@ if TYPE_CHECKING:
     from agent_runner.temporal_server import EmbeddedTemporal
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _POLL_MIN = 0.05
 _POLL_MAX = 1.0
@@ -357,11 +360,12 @@ class Run:
         finished run too: from offset 0 it yields the whole run.
 
         Args:
-            after: The stream offset to start at (``event["offset"] + 1`` resumes after an event).
+            after: The stream offset to start at (``event.offset + 1`` resumes after an event).
 
         Yields:
-            ``RunEvent`` dicts (``type``, ``iteration``, ``offset``, and the fields of their type), ``run_finished``
-            last; the iterator also ends when the run closed without one (it failed before it began).
+            Typed events (``TextDelta``, ``ReplyReceived``, ``ToolFinished``, ... of the ``RunEvent`` union), each
+            with its ``offset``; ``RunFinished`` last. The iterator also ends when the run closed without one (it
+            failed before it began). An event of a type this client does not know (from a newer worker) is skipped.
 
         Raises:
             RunNotFound: No run has this id.
@@ -380,12 +384,15 @@ class Run:
                         item = await self._answered(anext(items), durable=True)
                     except StopAsyncIteration:
                         return
+                    if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
+                        # A newer worker's event this client does not know: following goes on without it.
+                        logger.debug("Run %s: skipped an unknown live event %r", self.id, item.data)
+                        continue
                     # A reply or tool result may carry big content as placeholders: put it back from the store.
-                    data = await self._content.resolve(item.data)
-                    event = cast(RunEvent, {**data, "offset": item.offset})
+                    event = parse_event(await self._content.resolve(item.data), offset=item.offset)
                     for out in attempts.feed(event):
                         yield out
-                    if event["type"] == RUN_FINISHED:
+                    if isinstance(event, RunFinished):
                         return
         except RPCError as e:
             raise _rpc_error(self.id, e) from e

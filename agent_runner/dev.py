@@ -7,7 +7,7 @@ The stack is what a run needs to go anywhere, in one process:
 * **A worker** on the task queue (default ``agent-runner``) with the example tools (``agent_runner.example_tools``)
   and the modules given with ``--tools``, and the content store ``AGENT_RUNNER_STORE`` names, as ``worker.py``.
 * **A model**: Claude when ``ANTHROPIC_API_KEY`` is set; otherwise our scripted, wire-compatible fake of the Messages
-  API (``fake_api``) with ``ScriptedClaude`` answering, so that nothing needs a key.
+  API (``agent_runner.testing``) with ``ScriptedClaude`` answering, so that nothing needs a key.
 
 In the foreground it runs until Ctrl-C or SIGTERM, then drains the worker and stops what it started. ``--detach``
 starts the same stack in the background, logging to ``dev.log``, and returns once it is ready (the worker polls);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.testing import (
     MESSAGE_THREADS_BETA,
@@ -857,3 +859,34 @@ def test_wait_for_requests_and_stop_is_idempotent() -> None:
     fake.stop()
     with pytest.raises(RuntimeError):
         _ = fake.url
+
+
+# ------------------------------------------------------------------------------------------ the README's example
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_testing_example() -> str:
+    """The README's Python block that opens with ``# tests/test_my_agent.py``."""
+    blocks = re.findall(r"^```python\n(.*?)^```$", (REPO / "README.md").read_text(), re.S | re.M)
+    [example] = [block for block in blocks if block.startswith("# tests/test_my_agent.py\n")]
+    return str(example)
+
+
+def test_the_readme_example_of_testing_your_own_agent_passes(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run as a user would: its own pytest session in its own folder, on the session's Temporal server.
+    (tmp_path / "test_my_agent.py").write_text(readme_testing_example())
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto"]
+    done = subprocess.run(
+        [*command, "--rootdir", str(tmp_path), str(tmp_path / "test_my_agent.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout

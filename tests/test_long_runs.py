@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.events import ReplyReceived, RunFinished, TextDelta, ToolFinished
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
@@ -335,12 +336,12 @@ async def test_a_live_event_subscriber_follows_the_run_across_continue_as_new(
         seen = [event async for event in run.events()]
         status = await run.status()
     assert status.continuations >= 2
-    replies = [e for e in seen if e["type"] == "reply"]
-    assert [e["iteration"] for e in replies] == list(range(1, 10))
-    assert [e["message"]["content"][0] for e in replies[:8]] == [text(f"Checking {c}.") for c in CITIES]
-    finished = [e for e in seen if e["type"] == "tool_finished"]
-    assert [e["result"]["content"] for e in finished] == [f"sunny, 21C in {c}" for c in CITIES]
-    assert "".join(e["text"] for e in seen if e["type"] == "text" and e["iteration"] == 9) == "All done."
-    assert seen[-1]["type"] == "run_finished" and seen[-1]["status"] == "completed"
-    offsets = [e["offset"] for e in seen]
+    replies = [e for e in seen if isinstance(e, ReplyReceived)]
+    assert [e.iteration for e in replies] == list(range(1, 10))
+    assert [e.message["content"][0] for e in replies[:8]] == [text(f"Checking {c}.") for c in CITIES]
+    finished = [e for e in seen if isinstance(e, ToolFinished)]
+    assert [e.result["content"] for e in finished] == [f"sunny, 21C in {c}" for c in CITIES]
+    assert "".join(e.text for e in seen if isinstance(e, TextDelta) and e.iteration == 9) == "All done."
+    assert isinstance(seen[-1], RunFinished) and seen[-1].status == "completed"
+    offsets = [e.offset for e in seen]
     assert offsets == sorted(set(offsets))

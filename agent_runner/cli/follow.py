@@ -33,20 +33,20 @@ from agent_runner.cli.render import (
 from agent_runner.client import Run
 from agent_runner.contract.errors import AgentRunnerError
 from agent_runner.contract.events import (
-    APPROVAL_WAITING,
-    BLOCK_START,
-    BLOCK_STOP,
-    DELTA_FIELDS,
-    MODEL_CALL_STARTED,
-    REPLY,
-    RETRACTED,
-    RUN_FINISHED,
-    STEP_WAITING,
-    TEXT,
-    TOOL_FINISHED,
-    TOOL_INPUT,
-    TOOL_STARTED,
+    ApprovalWaiting,
+    BlockStart,
+    BlockStop,
+    ModelCallStarted,
+    ReplyReceived,
+    Retracted,
     RunEvent,
+    RunFinished,
+    StepWaiting,
+    TextDelta,
+    ThinkingDelta,
+    ToolFinished,
+    ToolInputDelta,
+    ToolStarted,
 )
 
 
@@ -74,51 +74,53 @@ class _Follower:
 
     def show(self, event: RunEvent) -> None:
         """Print what ``event`` adds."""
-        kind, iteration = event["type"], event["iteration"]
-        if iteration < self._from and kind != RUN_FINISHED:
+        iteration = event.iteration
+        if iteration < self._from and not isinstance(event, RunFinished):
             return
-        if kind in (BLOCK_START, REPLY) and iteration not in self._turns:
+        if isinstance(event, BlockStart | ReplyReceived) and iteration not in self._turns:
             # A turn opens with its first output, so a model call that fails before any has no empty turn.
             self._turns.add(iteration)
             self._print(render_turn(iteration, color=self._color))
-        if kind == MODEL_CALL_STARTED:
+        if isinstance(event, ModelCallStarted):
             self._blocks = {}
-        elif kind == RETRACTED:
+        elif isinstance(event, Retracted):
             self._end_line()
             self._print(
-                paint(f"↺ attempt {event['attempt']} of turn {iteration} was cut off; retrying", YELLOW, self._color)
+                paint(f"↺ attempt {event.attempt} of turn {iteration} was cut off; retrying", YELLOW, self._color)
             )
             self._blocks = {}
-        elif kind == BLOCK_START:
-            self._blocks[event["index"]] = dict(event["block"])
-        elif kind in DELTA_FIELDS:
-            self._delta(event)
-        elif kind == BLOCK_STOP:
-            self._block_stop(event["index"])
-        elif kind == REPLY:
+        elif isinstance(event, BlockStart):
+            self._blocks[event.index] = dict(event.block)
+        elif isinstance(event, TextDelta):
+            self._delta(event.index, "text", event.text)
+            if event.text:
+                # Text goes out as it comes; everything else once its block is complete.
+                print(event.text, end="", flush=True)
+                self._mid_line = not event.text.endswith("\n")
+        elif isinstance(event, ThinkingDelta):
+            self._delta(event.index, "thinking", event.thinking)
+        elif isinstance(event, ToolInputDelta):
+            self._delta(event.index, "partial_json", event.partial_json)
+        elif isinstance(event, BlockStop):
+            self._block_stop(event.index)
+        elif isinstance(event, ReplyReceived):
             self._end_line()
             self._replied.add(iteration)
             self._show_results(iteration)
-        elif kind == TOOL_STARTED:
-            self._calls.setdefault(iteration, []).append(event["tool_use_id"])
-        elif kind == TOOL_FINISHED:
-            self._results[event["tool_use_id"]] = (event["name"], event["result"])
+        elif isinstance(event, ToolStarted):
+            self._calls.setdefault(iteration, []).append(event.tool_use_id)
+        elif isinstance(event, ToolFinished):
+            self._results[event.tool_use_id] = (event.name, event.result)
             self._show_results(iteration)
-        elif kind == APPROVAL_WAITING:
-            self._print(render_pending_approval(self._run_id, event["approval"], color=self._color))
-        elif kind == STEP_WAITING and event.get("status") == "waiting_for_step":
+        elif isinstance(event, ApprovalWaiting):
+            self._print(render_pending_approval(self._run_id, event.approval.model_dump(), color=self._color))
+        elif isinstance(event, StepWaiting) and event.status == "waiting_for_step":
             self._print(render_step_pause(self._run_id, iteration, color=self._color))
 
-    def _delta(self, event: RunEvent) -> None:
-        kind = event["type"]
-        piece = str(event.get(DELTA_FIELDS[kind]) or "")
-        block = self._blocks.setdefault(event["index"], {"type": kind})
-        key = "partial_json" if kind == TOOL_INPUT else kind
+    def _delta(self, index: int, key: str, piece: str) -> None:
+        """Add ``piece`` to field ``key`` of block ``index`` (started by its ``block_start``, else begun here)."""
+        block = self._blocks.setdefault(index, {"type": "tool_use" if key == "partial_json" else key})
         block[key] = str(block.get(key) or "") + piece
-        if kind == TEXT and piece:
-            # Text goes out as it comes; everything else once its block is complete.
-            print(piece, end="", flush=True)
-            self._mid_line = not piece.endswith("\n")
 
     def _block_stop(self, index: int) -> None:
         block = self._blocks.pop(index, {})
