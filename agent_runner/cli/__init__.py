@@ -36,7 +36,7 @@ note saying what the run waits for, with the command that answers it; Ctrl-C whi
 is still queued. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``)
 with the command that answers it, and never answers it itself.
 
-Temporal is reached through ``agent_runner.connection.connect()``: Temporal's standard environment configuration
+Temporal is reached through ``AgentRunner.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on
 127.0.0.1:7233, started if need be. A command stops an embedded server it started before it exits, except ``run``,
 whose run needs the server to go on.
@@ -46,10 +46,10 @@ failed or cancelled run (printed as ``error: <message>``, one line, such as ``No
 with the command that starts one), 2 a usage error, 130 interrupted (Ctrl-C stops following or waiting, not the run).
 
 The package is a client of the client: every command goes through ``AgentRunner``/``Run`` (``agent_runner.client``).
-``parser`` holds the flags; ``runs``, ``steering``, ``demo``, ``dev_stack`` and ``store_gc`` the commands (each module
-imported only when one of its commands runs); ``follow`` and ``render`` what a person sees (pure functions of the
-wire-format dicts, the typed status and the typed events, tested line by line); and ``errors`` the one mapping of an
-error to its exit code and one-line message.
+``parser`` holds the flags; ``runs``, ``steering``, ``demo``, ``dev_stack`` and ``store_gc`` the commands (the parser
+names each command's module, imported when the command runs: only ``demo`` and ``dev`` load the fake Messages API);
+``follow`` and ``render`` what a person sees (pure functions of the wire-format dicts, the typed status and the typed
+events, tested line by line); and ``errors`` the one mapping of an error to its exit code and one-line message.
 """
 
 from __future__ import annotations

@@ -20,34 +20,37 @@ request gets a 500 saying that the script ran out. Every request is recorded (:a
 :meth:`FakeMessagesAPI.bodies`), so a test asserts on exactly what Claude would have been sent. Requests are
 validated as the real API does (missing fields, ``tool_result`` blocks without their ``tool_use``).
 
-Example, with pytest and a worker on the Temporal test server::
+Example, a pytest test of an agent (the README's "Test your own agents" runs the same; pytest-asyncio's
+``asyncio_mode = "auto"``, and Temporal as ``AgentRunner.connect()`` finds it)::
+
+    import uuid
 
     import anthropic
     import pytest
+
+    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.client import AgentRunner
     from agent_runner.testing import FakeMessagesAPI, end_turn, tool_call
+    from agent_runner.worker import build_registry, build_worker
 
     @pytest.fixture
     def fake():
         with FakeMessagesAPI() as fake:
             yield fake
 
-    def claude(fake):
-        return lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="test", max_retries=0)
-
-    async def test_my_agent_looks_the_weather_up(fake, client):  # client: a temporalio Client (your fixture)
-        fake.script(tool_call("get_weather", {"city": "Paris"}), end_turn("Sunny."))
-        worker = build_worker(client, registry=build_registry(["my_pkg.tools"]), task_queue="test",
-                              claude=ClaudeActivities(claude(fake)))
-        async with worker:
-            run = await AgentRunner(client, task_queue="test").start(
-                model="claude-sonnet-5-5", max_tokens=1024,
-                messages=[{"role": "user", "content": "Weather in Paris?"}], tools=["get_weather"])
-            assert (await run.until_done()).content[0].text == "Sunny."
-        # The second request carries the tool's exact result.
-        assert fake.bodies()[1]["messages"][-1]["content"][0]["content"] == "sunny, 21C in Paris"
-
-(``build_worker`` and ``build_registry`` are in ``agent_runner.worker``, ``ClaudeActivities`` in
-``agent_runner.activities.claude``.)
+    async def test_the_agent_looks_the_weather_up(fake):
+        fake.script(tool_call("get_weather", {"city": "Paris"}), end_turn("Sunny in Paris."))
+        runner = await AgentRunner.connect(task_queue=f"test-{uuid.uuid4()}")
+        claude = ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="test", max_retries=0))
+        registry = build_registry(["my_pkg.tools"])
+        async with build_worker(runner.client, registry=registry, task_queue=runner.task_queue, claude=claude):
+            run = await runner.start(model="claude-sonnet-5-5", max_tokens=1024, tools=["get_weather"],
+                                     messages=[{"role": "user", "content": "Weather in Paris?"}])
+            final = await run.until_done()
+        assert final.content[0].text == "Sunny in Paris."
+        assert fake.bodies()[1]["messages"][-1]["content"] == [
+            {"type": "tool_result", "tool_use_id": "toolu_fake_001_1", "content": "sunny, 21C in Paris"}
+        ]
 
 Ids are deterministic, so scripts and assertions are reproducible: the n-th reply served since start or
 :meth:`FakeMessagesAPI.reset` gets ``id`` ``msg_fake_{n:03d}`` and, when a ``tool_use`` block has no ``id``, the k-th
