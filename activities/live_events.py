@@ -16,7 +16,14 @@ from typing import Any
 
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from agent_runner.contract.events import DELTA_FIELDS, FLUSH_INTERVAL, MODEL_CALL_STARTED, RunEvent
+from agent_runner.contract.events import (
+    DELTA_FIELDS,
+    FLUSH_INTERVAL,
+    MODEL_CALL_STARTED,
+    DeltaEvent,
+    RunEvent,
+    parse_event,
+)
 from agent_runner.contract.types import EVENTS_TOPIC
 
 logger = logging.getLogger(__name__)
@@ -51,6 +58,7 @@ class EventPublisher:
         self._interval = interval
         self._clock = clock
         self._buffer: list[RunEvent] = []
+        """Events not sent yet, typed: a field the event type does not have fails here, not in a client."""
         self._last_send = clock()
         self._sending: asyncio.Future[None] | None = None
 
@@ -73,10 +81,13 @@ class EventPublisher:
         await self._flush()  # what a failed send left pending
 
     def publish(self, event_type: str, **fields: Any) -> None:
-        """Queue one event of this attempt."""
-        event: RunEvent = {"type": event_type, "iteration": self._iteration, "attempt": self._attempt}
-        event.update(fields)  # type: ignore[typeddict-item]
-        self._buffer.append(event)
+        """Queue one event of this attempt.
+
+        Raises:
+            pydantic.ValidationError: ``fields`` are not those of ``event_type`` (``contract/events.py``).
+        """
+        event = {"type": event_type, "iteration": self._iteration, "attempt": self._attempt, **fields}
+        self._buffer.append(parse_event(event))
         self.tick()
 
     def delta(self, event_type: str, index: int, piece: str) -> None:
@@ -86,8 +97,8 @@ class EventPublisher:
         """
         key = DELTA_FIELDS[event_type]
         last = self._buffer[-1] if self._buffer else None
-        if last is not None and last["type"] == event_type and last.get("index") == index:
-            last[key] = last[key] + piece  # type: ignore[literal-required]
+        if isinstance(last, DeltaEvent) and last.type == event_type and last.index == index:
+            self._buffer[-1] = last.model_copy(update={key: getattr(last, key) + piece})
             self.tick()
         else:
             self.publish(event_type, index=index, **{key: piece})
@@ -102,7 +113,7 @@ class EventPublisher:
         if not self._buffer:
             return
         for event in self._buffer:
-            self._topic.publish(event)
+            self._topic.publish(event.to_wire())
         self._buffer = []
         self._last_send = self._clock()
         # A send still under way takes these along: `flush` loops until the client's buffer is empty.

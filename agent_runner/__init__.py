@@ -2,7 +2,7 @@
 
 The public API: ``AgentRunner`` and ``Run`` to start, follow and cancel runs; ``tool_options`` to set how a tool's
 activity is scheduled; the error tree of ``agent_runner.contract.errors``. Names are imported on first use, so
-that light entry points (``python -m agent_runner.fake_api``) start without loading the Temporal and Anthropic clients.
+that light entry points (``python -m agent_runner.testing``) start without loading the Temporal and Anthropic clients.
 """
 
 from __future__ import annotations

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shlex
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from anthropic import AnthropicError, omit
 
@@ -72,7 +73,7 @@ from agent_runner.contract.errors import (
     RunCancelled,
     RunNotFound,
 )
-from agent_runner.contract.events import RUN_FINISHED, AttemptFilter, RunEvent
+from agent_runner.contract.events import EVENT_TYPES, AttemptFilter, RunEvent, RunFinished, parse_event
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -104,7 +105,12 @@ from agent_runner.contract.types import (
 )
 from agent_runner.store import ContentStore
 
+if TYPE_CHECKING:
+    from agent_runner.temporal_server import EmbeddedTemporal
+
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _POLL_MIN = 0.05
 _POLL_MAX = 1.0
@@ -149,17 +155,36 @@ class AgentRunner:
         self.client = client
         self.task_queue = task_queue
         self.content = Content(store)
+        self.embedded_server: EmbeddedTemporal | None = None
+        """The embedded Temporal server ``connect`` started for this runner, if it started one."""
 
     @classmethod
     async def connect(cls, *, task_queue: str = TASK_QUEUE) -> AgentRunner:
         """Connect as Temporal's environment configuration says (``TEMPORAL_ADDRESS``, profiles, ...).
 
-        With nothing configured this connects to the embedded server on 127.0.0.1:7233, starting it if need be.
+        With nothing configured this connects to the embedded server on 127.0.0.1:7233, starting it if need be; a
+        server it started is kept in ``embedded_server`` and runs on after this process unless ``close`` stops it.
+
+        Raises:
+            ConfigurationError: Temporal cannot be reached or started (the message says what to fix).
         """
         from agent_runner.connection import connect
 
-        client, _server = await connect()
-        return cls(client, task_queue=task_queue)
+        client, server = await connect()
+        runner = cls(client, task_queue=task_queue)
+        runner.embedded_server = server
+        return runner
+
+    async def close(self) -> None:
+        """Stop the embedded Temporal server ``connect`` started, if any (runs on it wait until it starts again)."""
+        server, self.embedded_server = self.embedded_server, None
+        if server is not None:
+            await server.astop()
+
+    @property
+    def address(self) -> str:
+        """The Temporal server's address (``HOST:PORT``)."""
+        return self.client.service_client.config.target_host
 
     async def start(
         self,
@@ -231,6 +256,8 @@ class AgentRunner:
                 f"A run with id {run_id!r} already exists: pick another id, or attach to it with "
                 f"`runner.attach({run_id!r})`."
             ) from e
+        except RPCError as e:
+            raise AgentRunError(f"Temporal refused to start the run: {e.message}") from e
         return Run(handle, step=params.get("step") not in (None, False), runner=self, output_format=output_format)
 
     def attach(self, run_id: str, *, step: bool = False, output_format: type[Any] | None = None) -> Run:
@@ -245,18 +272,25 @@ class AgentRunner:
         return Run(self.client.get_workflow_handle(run_id), step=step, runner=self, output_format=output_format)
 
     async def list(self, query: str | None = None, *, limit: int = 50) -> list[RunSummary]:
-        """Runs, newest first, optionally filtered by a Temporal visibility query."""
+        """Runs, newest first, optionally filtered by a Temporal visibility query.
+
+        Raises:
+            AgentRunError: Temporal refused the query (a malformed one, say).
+        """
         full_query = f"WorkflowType = '{WORKFLOW_TYPE}'" + (f" AND ({query})" if query else "")
         summaries: list[RunSummary] = []
-        async for execution in self.client.list_workflows(full_query, limit=limit):
-            summaries.append(
-                RunSummary(
-                    id=execution.id,
-                    status=execution.status.name.lower() if execution.status else "unknown",
-                    start_time=execution.start_time.isoformat(),
-                    close_time=execution.close_time.isoformat() if execution.close_time else None,
+        try:
+            async for execution in self.client.list_workflows(full_query, limit=limit):
+                summaries.append(
+                    RunSummary(
+                        id=execution.id,
+                        status=execution.status.name.lower() if execution.status else "unknown",
+                        start_time=execution.start_time.isoformat(),
+                        close_time=execution.close_time.isoformat() if execution.close_time else None,
+                    )
                 )
-            )
+        except RPCError as e:
+            raise AgentRunError(f"Temporal refused to list runs: {e.message}") from e
         return summaries
 
 
@@ -354,11 +388,12 @@ class Run:
         finished run too: from offset 0 it yields the whole run.
 
         Args:
-            after: The stream offset to start at (``event["offset"] + 1`` resumes after an event).
+            after: The stream offset to start at (``event.offset + 1`` resumes after an event).
 
         Yields:
-            ``RunEvent`` dicts (``type``, ``iteration``, ``offset``, and the fields of their type), ``run_finished``
-            last; the iterator also ends when the run closed without one (it failed before it began).
+            Typed events (``TextDelta``, ``ReplyReceived``, ``ToolFinished``, ... of the ``RunEvent`` union), each
+            with its ``offset``; ``RunFinished`` last. The iterator also ends when the run closed without one (it
+            failed before it began). An event of a type this client does not know (from a newer worker) is skipped.
 
         Raises:
             RunNotFound: No run has this id.
@@ -377,12 +412,15 @@ class Run:
                         item = await self._answered(anext(items), durable=True)
                     except StopAsyncIteration:
                         return
+                    if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
+                        # A newer worker's event this client does not know: following goes on without it.
+                        logger.debug("Run %s: skipped an unknown live event %r", self.id, item.data)
+                        continue
                     # A reply or tool result may carry big content as placeholders: put it back from the store.
-                    data = await self._content.resolve(item.data)
-                    event = cast(RunEvent, {**data, "offset": item.offset})
+                    event = parse_event(await self._content.resolve(item.data), offset=item.offset)
                     for out in attempts.feed(event):
                         yield out
-                    if event["type"] == RUN_FINISHED:
+                    if isinstance(event, RunFinished):
                         return
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
@@ -584,13 +622,15 @@ class Run:
         delay = _POLL_MIN
         while True:
             status = await self.status()
-            if status.iterations > seen and status.status == "waiting_for_step":
+            # `seen` counts replies, compactions included (they are yielded too, as the SDK's loop yields them); the
+            # run's pause and `advance` are numbered by iterations, which leave compactions out.
+            if _replies_of(status) > seen and status.status == "waiting_for_step":
                 for reply in await self._replies(seen):
                     seen += 1
                     yield reply
                 after = await self.status()
-                if after.status == "waiting_for_step" and after.iterations == seen:
-                    await self.advance(iteration=seen)
+                if after.status == "waiting_for_step" and _replies_of(after) == seen:
+                    await self.advance(iteration=after.iterations)
                 delay = _POLL_MIN
                 continue
             if await self._is_closed():
@@ -729,8 +769,42 @@ class Run:
         return self._task_queue
 
     async def _is_closed(self) -> bool:
-        description = await self._describe()
-        return description.status not in (None, WorkflowExecutionStatus.RUNNING)
+        return await self.ended() is not None
+
+    async def ended(self) -> str | None:
+        """How the run ended as Temporal records it, or ``None`` while it is open.
+
+        One of ``completed``, ``failed``, ``canceled``, ``terminated``, ``timed_out``, ``continued_as_new``: what
+        Temporal knows even of a run whose worker is gone, where ``status()`` needs a worker to answer.
+
+        Raises:
+            RunNotFound: No run has this id.
+        """
+        status = (await self._describe()).status
+        if status is None or status == WorkflowExecutionStatus.RUNNING:
+            return None
+        return status.name.lower()
+
+    async def started_in_step_mode(self) -> bool:
+        """Whether the run was started with ``step``: then its edits apply only once a client advances it.
+
+        Read from the run's start input (the first event of its history), since a step-mode run that is busy with a
+        model call does not look paused yet, and a plain ``attach`` does not know.
+
+        Raises:
+            RunNotFound: No run has this id.
+        """
+        try:
+            async for event in self.handle.fetch_history_events(page_size=1):
+                if not event.HasField("workflow_execution_started_event_attributes"):
+                    return False
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                values = await self._client.data_converter.decode(payloads) if payloads else []
+                raw = values[0] if values else None
+                return isinstance(raw, Mapping) and raw.get("step") not in (None, False)
+        except RPCError as e:
+            raise _rpc_error(self.id, e) from e
+        return False
 
     async def _answered(self, call: Awaitable[T], *, durable: bool = False) -> T:
         """``call``'s answer, or ``NoWorker`` if no worker polls the run's task queue to give it.
@@ -832,3 +906,8 @@ def _with_output_format(output_config: Any, output_format: type[Any]) -> dict[st
     merged = merge_output_config(output_config or omit, format_param)
     assert isinstance(merged, dict)  # a format was given, so the merge is a dict
     return dict(merged)
+
+
+def _replies_of(status: RunStatus) -> int:
+    """The run's reply count; a worker older than ``RunStatus.replies`` counted no compactions apart."""
+    return status.replies if status.replies is not None else status.iterations

@@ -7,7 +7,7 @@ The stack is what a run needs to go anywhere, in one process:
 * **A worker** on the task queue (default ``agent-runner``) with the example tools (``agent_runner.example_tools``)
   and the modules given with ``--tools``, and the content store ``AGENT_RUNNER_STORE`` names, as ``worker.py``.
 * **A model**: Claude when ``ANTHROPIC_API_KEY`` is set; otherwise our scripted, wire-compatible fake of the Messages
-  API (``fake_api``) with ``ScriptedClaude`` answering, so that nothing needs a key.
+  API (``agent_runner.testing``) with ``ScriptedClaude`` answering, so that nothing needs a key.
 
 In the foreground it runs until Ctrl-C or SIGTERM, then drains the worker and stops what it started. ``--detach``
 starts the same stack in the background, logging to ``dev.log``, and returns once it is ready (the worker polls);
@@ -39,8 +39,8 @@ from typing import Any
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.example_tools import CITIES
-from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
+from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
 
 __all__ = [
     "EXAMPLE_TOOLS",

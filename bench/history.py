@@ -2,7 +2,7 @@
 
 **Table mode** (the default). For transcripts of 10 KB, 100 KB and 1 MB (the first user message is that much text)
 and N iterations (one ``tool_use`` reply + one small tool result each; the fake Messages API of
-``agent_runner.fake_api`` answers every request at once with a ``tool_use``), three designs run on one embedded
+``agent_runner.testing`` answers every request at once with a ``tool_use``), three designs run on one embedded
 Temporal dev server (``EmbeddedTemporal``, temp sqlite db) with in-process workers:
 
 * ``ours-thread`` / ``ours-full``: ``AgentRun`` through ``AgentRunner.start(...)``, over a server-side message thread
@@ -80,9 +80,9 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.client import AgentRunner
     from agent_runner.content import Content
-    from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.store import ContentStore, open_store
     from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.worker import build_registry, build_worker
 
 ROOT = Path(__file__).parent.parent  # no resolve(): the workflow sandbox re-imports this module and forbids it

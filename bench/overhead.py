@@ -1,6 +1,6 @@
 """What durability costs per agent iteration: the SDK's tool runner in-process vs ``AgentRun`` vs bare Temporal.
 
-One iteration is one model call plus one tool call. Claude is the fake Messages API (``agent_runner.fake_api``)
+One iteration is one model call plus one tool call. Claude is the fake Messages API (``agent_runner.testing``)
 answering every request at once with a ``tool_use`` of the benchmark's tool, so each run goes on until
 ``max_iterations`` and only the machinery is measured: there is zero model latency and the tool returns at once.
 
@@ -61,8 +61,8 @@ with workflow.unsafe.imports_passed_through():
 
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.client import AgentRunner
-    from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.worker import build_registry, build_worker
 
 MODEL = "claude-bench-1"

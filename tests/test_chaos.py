@@ -25,7 +25,8 @@ import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.types import RunResult
-from agent_runner.fake_api import (
+from agent_runner.temporal_server import EmbeddedTemporal
+from agent_runner.testing import (
     Disconnect,
     DropMidStream,
     FakeMessagesAPI,
@@ -36,7 +37,6 @@ from agent_runner.fake_api import (
     text,
     tool_use,
 )
-from agent_runner.temporal_server import EmbeddedTemporal
 from tests.test_durability import connect, worker_process
 
 pytestmark = pytest.mark.slow

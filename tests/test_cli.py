@@ -38,6 +38,7 @@ from agent_runner.cli import (
     render_tool_result,
     render_transcript,
     render_wait_for_people,
+    runs,
     tool_results_by_id,
     waiting_notices,
 )
@@ -47,7 +48,7 @@ from agent_runner.contract.types import RunResult, RunStatus, Usage
 from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
-from agent_runner.fake_api import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
@@ -404,7 +405,7 @@ async def test_a_query_the_worker_cannot_answer_is_an_error_without_traceback(
     async def failing(_args: Any) -> int:
         raise WorkflowQueryFailedError("cannot import name 'x' from 'agent_runner.workflows.run_input'")
 
-    monkeypatch.setattr(cli, "cmd_status", failing)
+    monkeypatch.setattr(runs, "cmd_status", failing)
     assert await cli.amain(["status", "some-run"]) == 1
     assert capsys.readouterr().err == (
         "error: the run's worker could not answer a query: "
@@ -679,6 +680,42 @@ async def test_ctrl_c_stops_following_but_not_the_run(
         )
         assert (await run.status()).status == "running"
         await run.handle.cancel()
+
+
+COMMAND_MODULES = """
+import argparse, importlib, json, sys
+from agent_runner import cli
+
+def handlers(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from handlers(sub)
+    if "handler" in parser._defaults:
+        yield parser._defaults["handler"]
+
+found = set(handlers(cli.build_parser()))
+seen = {}
+for module, name in sorted(found, key=lambda h: h[0] == "demo"):  # demo last: it loads the fake
+    getattr(importlib.import_module(f"agent_runner.cli.{module}"), name)
+    seen[module] = "agent_runner.testing" in sys.modules
+print(json.dumps(seen, sort_keys=True))
+"""
+
+
+def test_only_the_demo_and_dev_commands_load_the_fake_messages_api() -> None:
+    # Each command's module is imported when it runs; only the ones that serve a fake may load agent_runner.testing
+    # (dev imports it when its stack starts, through agent_runner.dev).
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND_MODULES], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == {
+        "demo": True,
+        "dev_stack": False,
+        "runs": False,
+        "steering": False,
+        "store_gc": False,
+    }
 
 
 def test_demo_runs_the_example_agent_on_the_fake_api(temporal_env: WorkflowEnvironment) -> None:

@@ -21,7 +21,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, TOKEN_ENV, EncryptionCodec, new_key
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import ConfigurationError, ModelRequestRejected
-from agent_runner.fake_api import FakeMessagesAPI, Fault, Reply, end_turn, error_body, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Fault, Reply, end_turn, error_body, text, tool_use
 from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import get_weather
 

@@ -20,7 +20,7 @@ import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
-from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, ThreadNotFound, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import fail_disk, get_weather, refuse, returns_dict

@@ -27,8 +27,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.types import RunResult
-from agent_runner.fake_api import FakeMessagesAPI, Reply, text, tool_use
 from agent_runner.temporal_server import EmbeddedTemporal
+from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted: the slow tier, after the default one
 

@@ -9,7 +9,7 @@ from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
-from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
 

@@ -5,16 +5,38 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.events import FLUSH_INTERVAL, AttemptFilter, RunEvent
-from agent_runner.fake_api import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.contract.events import (
+    EVENT_TYPES,
+    FLUSH_INTERVAL,
+    ApprovalWaiting,
+    AttemptFilter,
+    BlockStart,
+    BlockStop,
+    ModelCallStarted,
+    ReplyReceived,
+    Retracted,
+    RunEvent,
+    RunFinished,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    parse_event,
+)
+from agent_runner.contract.types import EVENTS_TOPIC
+from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, thinking, tool_use
 from tests.conftest import WorkerFactory
+from tests.steering_support import delete_file
 from tests.tools_for_tests import get_weather
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
@@ -30,10 +52,10 @@ def streamed_text(events: list[RunEvent]) -> str:
     """The text a consumer keeps: every attempt's deltas, minus those of retracted attempts."""
     kept: dict[tuple[int, int], list[str]] = {}
     for event in events:
-        if event["type"] == "text":
-            kept.setdefault((event["iteration"], event["attempt"]), []).append(event["text"])
-        elif event["type"] == "retracted":
-            kept.pop((event["iteration"], event["attempt"]), None)
+        if isinstance(event, TextDelta):
+            kept.setdefault((event.iteration, event.attempt), []).append(event.text)
+        elif isinstance(event, Retracted):
+            kept.pop((event.iteration, event.attempt), None)
     return "".join("".join(parts) for parts in kept.values())
 
 
@@ -41,8 +63,8 @@ def without_deltas(events: list[RunEvent]) -> list[tuple[Any, ...]]:
     """Event types with their turn and attempt, consecutive text deltas of one attempt counted once."""
     out: list[tuple[Any, ...]] = []
     for event in events:
-        key = (event["type"], event["iteration"], event.get("attempt"))
-        if event["type"] == "text" and out and out[-1] == key:
+        key = (event.type, event.iteration, getattr(event, "attempt", None))
+        if event.type == "text" and out and out[-1] == key:
             continue
         out.append(key)
     return out
@@ -82,18 +104,22 @@ async def test_a_subscriber_sees_the_reply_text_once_although_the_stream_dropped
         ("reply", 2, None),
         ("run_finished", 2, None),
     ]
-    by_type = {e["type"]: e for e in events}
-    assert by_type["tool_finished"]["result"] == {
-        "type": "tool_result",
-        "tool_use_id": "toolu_W",
-        "content": "sunny, 21C in Paris",
-    }
-    assert by_type["block_start"]["block"] == {"type": "text", "text": ""}
-    assert by_type["tool_started"]["input"] == {"city": "Paris"}
-    assert by_type["run_finished"]["status"] == "completed"
-    assert [e["offset"] for e in events if e["type"] != "retracted"] == sorted(
-        e["offset"] for e in events if e["type"] != "retracted"
+    by_type = {e.type: e for e in events}
+    assert by_type["tool_finished"] == ToolFinished(
+        iteration=1,
+        tool_use_id="toolu_W",
+        name="get_weather",
+        result={"type": "tool_result", "tool_use_id": "toolu_W", "content": "sunny, 21C in Paris"},
+        offset=by_type["tool_finished"].offset,
     )
+    assert isinstance(by_type["block_start"], BlockStart) and by_type["block_start"].block == {
+        "type": "text",
+        "text": "",
+    }
+    assert isinstance(by_type["tool_started"], ToolStarted) and by_type["tool_started"].input == {"city": "Paris"}
+    assert isinstance(by_type["run_finished"], RunFinished) and by_type["run_finished"].status == "completed"
+    offsets = [e.offset for e in events if not isinstance(e, Retracted)]
+    assert None not in offsets and offsets == sorted(offsets)  # type: ignore[type-var]
 
 
 async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
@@ -105,7 +131,7 @@ async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
         await run.result()
         events = await asyncio.wait_for(collect(run), 30)
         resumed = await asyncio.wait_for(collect(run, after=5), 30)  # reading a closed run needs a worker
-    assert [e["type"] for e in events] == [
+    assert [e.type for e in events] == [
         "iteration_started",
         "model_call_started",
         "block_start",
@@ -114,11 +140,13 @@ async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
         "reply",
         "run_finished",
     ]
-    assert [e["offset"] for e in events] == list(range(7))
-    assert events[3]["text"] == "Hello there."  # three deltas, sent together, merged into one event
-    assert events[5]["message"]["content"] == [{"type": "text", "text": "Hello there."}]
-    assert events[6] == {"type": "run_finished", "iteration": 1, "status": "completed", "detail": None, "offset": 6}
-    assert [e["type"] for e in resumed] == ["reply", "run_finished"]
+    assert [e.offset for e in events] == list(range(7))
+    assert events[3] == TextDelta(iteration=1, attempt=1, index=0, text="Hello there.", offset=3)  # deltas merged
+    assert isinstance(events[5], ReplyReceived)
+    assert events[5].message["content"] == [{"type": "text", "text": "Hello there."}]
+    assert events[6] == RunFinished(iteration=1, status="completed", detail=None, offset=6)
+    assert events[6].to_wire() == {"type": "run_finished", "iteration": 1, "status": "completed", "detail": None}
+    assert [e.type for e in resumed] == ["reply", "run_finished"]
 
 
 async def test_many_small_deltas_are_coalesced_into_few_text_events(
@@ -132,8 +160,8 @@ async def test_many_small_deltas_are_coalesced_into_few_text_events(
         started = time.monotonic()
         events = await asyncio.wait_for(collect(run), 30)
         took = time.monotonic() - started
-    texts = [e for e in events if e["type"] == "text"]
-    assert "".join(e["text"] for e in texts) == words
+    texts = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(e.text for e in texts) == words
     # At most one send per flush interval over the stream's duration, plus the one at the block's end.
     assert took >= deltas * delay
     assert len(texts) <= math.ceil(took / FLUSH_INTERVAL) + 1
@@ -176,23 +204,93 @@ async def test_follow_prints_the_streamed_text_once_and_marks_the_cut_off_attemp
 def test_the_attempt_filter_retracts_a_replaced_attempt_once_and_drops_its_late_deltas() -> None:
     attempts = AttemptFilter()
     fed: list[RunEvent] = [
-        {"type": "model_call_started", "iteration": 2, "attempt": 1},
-        {"type": "text", "iteration": 2, "attempt": 1, "index": 0, "text": "Hel"},
-        {"type": "model_call_started", "iteration": 2, "attempt": 2},
-        {"type": "text", "iteration": 2, "attempt": 1, "index": 0, "text": "lo"},  # a zombie attempt still streaming
-        {"type": "text", "iteration": 2, "attempt": 2, "index": 0, "text": "Hello"},
-        {"type": "model_call_started", "iteration": 3, "attempt": 1},
-        {"type": "model_call_started", "iteration": 3, "attempt": 2},  # attempt 1 streamed nothing: no retraction
-        {"type": "reply", "iteration": 3},
+        ModelCallStarted(iteration=2, attempt=1, offset=0),
+        TextDelta(iteration=2, attempt=1, index=0, text="Hel", offset=1),
+        ModelCallStarted(iteration=2, attempt=2, offset=2),
+        TextDelta(iteration=2, attempt=1, index=0, text="lo", offset=3),  # a zombie attempt still streaming
+        TextDelta(iteration=2, attempt=2, index=0, text="Hello", offset=4),
+        ModelCallStarted(iteration=3, attempt=1, offset=5),
+        ModelCallStarted(iteration=3, attempt=2, offset=6),  # attempt 1 streamed nothing: no retraction
+        ReplyReceived(iteration=3, message={"role": "assistant", "content": []}, offset=7),
     ]
     out = [event for item in fed for event in attempts.feed(item)]
     assert out == [
         fed[0],
         fed[1],
-        {"type": "retracted", "iteration": 2, "attempt": 1},
+        Retracted(iteration=2, attempt=1, offset=2),
         fed[2],
         fed[4],
         fed[5],
         fed[6],
         fed[7],
     ]
+
+
+# ------------------------------------------------------------------------------------------ typed events
+
+
+async def published_events(client: Client, run_id: str) -> list[dict[str, Any]]:
+    """Every event the run published, as the JSON objects on its stream (not through the client's parsing)."""
+    stream = WorkflowStreamClient.create(client, run_id)
+    published: list[dict[str, Any]] = []
+    async for item in stream.subscribe([EVENTS_TOPIC], from_offset=0, poll_cooldown=timedelta(seconds=0.05)):
+        published.append(item.data)
+        if item.data["type"] == "run_finished":
+            return published
+    return published
+
+
+async def test_every_event_a_run_publishes_parses_into_its_model_with_nothing_left_over(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    # One run that streams thinking, text and tool input, waits for an approval and for step mode's two pauses,
+    # runs tools, and stops at its iteration limit: most of what the workflow and the model call publish.
+    fake_api.script(
+        Reply(
+            [
+                thinking("The user wants the weather."),
+                text("Let me check."),
+                tool_use("toolu_W", "get_weather", {"city": "Paris"}),
+                tool_use("toolu_D", "delete_file", {"path": "/tmp/x"}),
+            ],
+            "tool_use",
+        ),
+        Reply([tool_use("toolu_W2", "get_weather", {"city": "Oslo"})], "tool_use"),
+    )
+    async with worker(get_weather, delete_file):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[get_weather, delete_file],
+            approval={"tools": ["delete_file"]},
+            step={"review_results": True},
+            max_iterations=2,
+        )
+        async with asyncio.timeout(30):
+            while await run.ended() is None:
+                status = await run.status()
+                if status.status in ("waiting_for_step", "waiting_for_review"):
+                    await run.advance()
+                for approval in status.pending_approvals:
+                    await run.approve(approval["tool_use_id"])
+                await asyncio.sleep(0.05)
+        published = await asyncio.wait_for(published_events(client, run.id), 30)
+
+    parsed = [parse_event(event) for event in published]
+    assert [event.to_wire() for event in parsed] == published  # nothing dropped, nothing added
+    assert {event.type for event in parsed} == EVENT_TYPES - {"tool_outcome_unknown"}
+    assert parsed[-1] == RunFinished(iteration=2, status="max_iterations", detail=None)
+    waiting = next(e for e in parsed if isinstance(e, ApprovalWaiting))
+    assert (waiting.approval.tool_use_id, waiting.approval.input) == ("toolu_D", {"path": "/tmp/x"})
+
+
+def test_an_event_with_a_field_its_type_does_not_have_or_an_unknown_type_does_not_parse() -> None:
+    assert parse_event({"type": "block_stop", "iteration": 1, "attempt": 2, "index": 0}, offset=9) == BlockStop(
+        iteration=1, attempt=2, index=0, offset=9
+    )
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        parse_event({"type": "block_stop", "iteration": 1, "attempt": 2, "index": 0, "text": "stray"})
+    with pytest.raises(ValidationError, match="union_tag_invalid"):
+        parse_event({"type": "text_delta", "iteration": 1})
+    with pytest.raises(ValidationError, match="missing"):
+        parse_event({"type": "tool_finished", "iteration": 1, "tool_use_id": "toolu_1", "name": "get_weather"})

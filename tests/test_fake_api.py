@@ -1,9 +1,10 @@
-"""Tests for agent_runner.fake_api, driven through the real anthropic client over HTTP."""
+"""Tests for agent_runner.testing, driven through the real anthropic client over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,8 +17,9 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
-from agent_runner.fake_api import (
+from agent_runner.testing import (
     MESSAGE_THREADS_BETA,
     Disconnect,
     DropMidStream,
@@ -827,7 +829,7 @@ def test_load_script_and_from_script_file(tmp_path: Path) -> None:
 def test_cli_serves_a_script_until_terminated(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps([{"end_turn": "from the CLI"}]))
-    command = [sys.executable, "-m", "agent_runner.fake_api", "--port", "0", "--script", str(path)]
+    command = [sys.executable, "-m", "agent_runner.testing", "--port", "0", "--script", str(path)]
     with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None and process.stderr is not None
@@ -857,3 +859,34 @@ def test_wait_for_requests_and_stop_is_idempotent() -> None:
     fake.stop()
     with pytest.raises(RuntimeError):
         _ = fake.url
+
+
+# ------------------------------------------------------------------------------------------ the README's example
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_testing_example() -> str:
+    """The README's Python block that opens with ``# tests/test_my_agent.py``."""
+    blocks = re.findall(r"^```python\n(.*?)^```$", (REPO / "README.md").read_text(), re.S | re.M)
+    [example] = [block for block in blocks if block.startswith("# tests/test_my_agent.py\n")]
+    return str(example)
+
+
+def test_the_readme_example_of_testing_your_own_agent_passes(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run as a user would: its own pytest session in its own folder, on the session's Temporal server.
+    (tmp_path / "test_my_agent.py").write_text(readme_testing_example())
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto"]
+    done = subprocess.run(
+        [*command, "--rootdir", str(tmp_path), str(tmp_path / "test_my_agent.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout

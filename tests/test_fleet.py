@@ -18,7 +18,7 @@ from temporalio.client import Client
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 from tests.test_durability import RUN, connect, conversation_responder, server, uninterrupted_transcript, wait_for

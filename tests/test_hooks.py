@@ -9,7 +9,7 @@ import pytest
 from agent_runner.activities.hooks import HookContext, StopRun, result_hook
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolNotRegistered
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import fail_disk, get_weather
 

@@ -11,9 +11,10 @@ activities  ``activities/``: the model call, tools, hooks. Imports the contract,
 client      ``agent_runner/{client,connection,temporal_server}.py``: start, steer and watch runs. Imports the contract,
             the store and the connection; never workflows or activities.
 worker      ``agent_runner/{plugin,worker}.py``: puts workflows and activities on a Temporal worker.
-testing     ``agent_runner/fake_api.py``: the fake Messages API. Imports nothing of ours, so tests of users' own
-            agents can load it alone.
-commands    ``agent_runner/{cli,dev,gc,example_tools}.py``: the command line over the layers below.
+testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
+            of ours, so such a test can load it alone.
+commands    ``agent_runner/cli/`` and ``agent_runner/{dev,gc,example_tools}.py``: the command line over the layers
+            below.
 
 A module may import its own layer and the layers its row names; the test parses every module's imports (including
 those inside functions, which are imports all the same) and fails on any other arrow.
@@ -35,9 +36,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "activities": ("activities/",),
     "client": ("agent_runner/client.py", "agent_runner/connection.py", "agent_runner/temporal_server.py"),
     "worker": ("agent_runner/plugin.py", "agent_runner/worker.py"),
-    "testing": ("agent_runner/fake_api.py",),
+    "testing": ("agent_runner/testing/",),
     "commands": (
-        "agent_runner/cli.py",
+        "agent_runner/cli/",
         "agent_runner/dev.py",
         "agent_runner/gc.py",
         "agent_runner/schedules.py",
@@ -53,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "activities": {"contract", "store", "workflows", "activities"},
     "client": {"contract", "store", "client"},
     "worker": {"contract", "store", "workflows", "activities", "client", "worker"},
-    "testing": set(),
+    "testing": {"testing"},
     "commands": {"contract", "store", "workflows", "activities", "client", "worker", "testing", "commands"},
 }
 
@@ -170,4 +171,4 @@ def test_the_check_sees_each_kind_of_crossing() -> None:
     ]
     assert _crossings("workflows/budget.py", "from agent_runner.contract.types import Usage") == []
     with pytest.raises(AssertionError, match="import it as agent_runner.workflows.types"):
-        _crossings("agent_runner/cli.py", "from workflows.types import X")
+        _crossings("agent_runner/cli/__init__.py", "from workflows.types import X")

@@ -15,8 +15,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.contract.events import ReplyReceived, RunFinished, TextDelta, ToolFinished
 from agent_runner.store import open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
@@ -253,6 +254,30 @@ async def test_auto_compact_summarizes_once_a_turns_input_passes_the_threshold(
     assert result.status == "completed" and result.iterations == 3
 
 
+async def test_a_step_mode_loop_yields_the_compaction_and_goes_on_to_the_end(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """`async for` over a step-mode run is the SDK's loop: a compaction is yielded like a reply (it is not an
+    iteration), and the loop advances past it to the end (it hung there when the client counted it as one)."""
+    small = {"input_tokens": 900, "output_tokens": 5}
+    big = {"input_tokens": 600, "output_tokens": 5, "cache_read_input_tokens": 500}
+    fake_api.script(
+        Reply([tool_use("toolu_0", "get_weather", {"city": "City0"})], "tool_use", usage=small),
+        Reply([tool_use("toolu_1", "get_weather", {"city": "City1"})], "tool_use", usage=big),
+        Reply([{"type": "compaction", "content": "Summary."}], "compaction"),
+        end_turn("Done."),
+    )
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, tools=[get_weather], step=True, auto_compact={"input_tokens": 1000, "compaction": {}}
+        )
+        stops = [message.stop_reason async for message in run]
+        result = await run.result()
+        status = await run.status()
+    assert stops == ["tool_use", "tool_use", "compaction", "end_turn"]
+    assert (result.status, result.iterations, status.iterations, status.replies) == ("completed", 3, 3, 4)
+
+
 async def test_a_fleet_on_postgresql_shares_transcripts_across_workers_and_continue_as_new(
     client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI, postgres_url: str
 ) -> None:
@@ -335,12 +360,12 @@ async def test_a_live_event_subscriber_follows_the_run_across_continue_as_new(
         seen = [event async for event in run.events()]
         status = await run.status()
     assert status.continuations >= 2
-    replies = [e for e in seen if e["type"] == "reply"]
-    assert [e["iteration"] for e in replies] == list(range(1, 10))
-    assert [e["message"]["content"][0] for e in replies[:8]] == [text(f"Checking {c}.") for c in CITIES]
-    finished = [e for e in seen if e["type"] == "tool_finished"]
-    assert [e["result"]["content"] for e in finished] == [f"sunny, 21C in {c}" for c in CITIES]
-    assert "".join(e["text"] for e in seen if e["type"] == "text" and e["iteration"] == 9) == "All done."
-    assert seen[-1]["type"] == "run_finished" and seen[-1]["status"] == "completed"
-    offsets = [e["offset"] for e in seen]
+    replies = [e for e in seen if isinstance(e, ReplyReceived)]
+    assert [e.iteration for e in replies] == list(range(1, 10))
+    assert [e.message["content"][0] for e in replies[:8]] == [text(f"Checking {c}.") for c in CITIES]
+    finished = [e for e in seen if isinstance(e, ToolFinished)]
+    assert [e.result["content"] for e in finished] == [f"sunny, 21C in {c}" for c in CITIES]
+    assert "".join(e.text for e in seen if isinstance(e, TextDelta) and e.iteration == 9) == "All done."
+    assert isinstance(seen[-1], RunFinished) and seen[-1].status == "completed"
+    offsets = [e.offset for e in seen]
     assert offsets == sorted(set(offsets))

@@ -11,7 +11,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
 
@@ -339,7 +339,7 @@ async def test_container_id_is_carried_into_later_requests(
 async def test_thread_lost_replays_the_full_history_on_a_new_thread(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    from agent_runner.fake_api import ThreadNotFound
+    from agent_runner.testing import ThreadNotFound
 
     fake_api.script(weather_call(), ThreadNotFound(), end_turn("ok"))
     async with worker(get_weather):
@@ -376,7 +376,7 @@ async def test_thread_lost_replays_the_full_history_on_a_new_thread(
 async def test_rejected_request_fails_the_run_with_the_apis_message(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    from agent_runner.fake_api import bad_request
+    from agent_runner.testing import bad_request
 
     fake_api.script(bad_request("max_tokens: 999999 > 64000, the maximum for this model"))
     async with worker():
@@ -391,7 +391,7 @@ async def test_rejected_request_fails_the_run_with_the_apis_message(
 async def test_retryable_statuses_are_retried_by_temporal_honouring_retry_after(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    from agent_runner.fake_api import Disconnect, overloaded, rate_limited, server_error
+    from agent_runner.testing import Disconnect, overloaded, rate_limited, server_error
 
     fake_api.script(rate_limited(0.2), overloaded(), server_error(), Disconnect(), end_turn("finally"))
     async with worker():

@@ -12,7 +12,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import fail_disk, get_weather
 

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowFailureError
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}

@@ -12,8 +12,8 @@ from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.plugin import AgentRunnerPlugin
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import anthropic_client_factory
 
 

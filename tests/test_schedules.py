@@ -15,8 +15,8 @@ from agent_runner.contract.errors import (
     ScheduleAlreadyExists,
     ScheduleNotFound,
 )
-from agent_runner.fake_api import FakeMessagesAPI, end_turn
 from agent_runner.schedules import create_schedule, delete_schedule, describe_schedule, list_schedules
+from agent_runner.testing import FakeMessagesAPI, end_turn
 from tests.conftest import WorkerFactory
 
 # Content that looks like a stored-content placeholder: a schedule must send it to Claude as the user wrote it.

@@ -8,7 +8,7 @@ import asyncio
 from anthropic import beta_async_tool
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
 
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
 from agent_runner.contract.types import WORKFLOW_TYPE
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file, wait_status
 

@@ -14,7 +14,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
-from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import get_time, get_weather

@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 

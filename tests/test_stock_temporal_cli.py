@@ -7,7 +7,7 @@ import json
 
 from temporalio.client import Client
 
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.tools_for_tests import get_weather
 

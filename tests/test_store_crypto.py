@@ -24,9 +24,9 @@ from agent_runner.codec import KEYS_ENV, new_key
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import BlobCorrupted
 from agent_runner.contract.transcript import canonical, message_ref, next_head
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.gc import history_refs
 from agent_runner.store import ChainNode, ContentStore, StoreError, open_store, ref_for
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 from tests.tools_for_tests import get_weather

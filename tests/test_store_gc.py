@@ -32,8 +32,8 @@ from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import BlobMissing
 from agent_runner.contract.types import WORKFLOW_TYPE
-from agent_runner.fake_api import FakeMessagesAPI, end_turn
 from agent_runner.store import ChainNode, ContentStore, Swept, open_store, ref_for
+from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 

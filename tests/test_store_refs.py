@@ -28,7 +28,7 @@ from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.content import Content
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, InvalidRunInput
-from agent_runner.contract.events import TOOL_FINISHED, TOOL_STARTED, RunEvent
+from agent_runner.contract.events import RunEvent, ToolFinished, ToolStarted
 from agent_runner.contract.transcript import (
     ESCAPED,
     SPLICE,
@@ -44,8 +44,8 @@ from agent_runner.contract.transcript import (
     splice,
     stored,
 )
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.store import open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
@@ -222,7 +222,7 @@ async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool
     assert transcript == [*expected, {"role": "assistant", "content": [text("Done.")]}]
     assert replies[0]["content"] == reply
     assert final.content[0].type == "text" and final.content[0].text == "Done."
-    assert [e["input"] for e in events if e["type"] == TOOL_STARTED] == [{"payload": data}]
+    assert [e.input for e in events if isinstance(e, ToolStarted)] == [{"payload": data}]
 
 
 @pytest.mark.parametrize("hooks", [[], ["cache_last_tool_result"]], ids=["no_hooks", "through_a_result_hook"])
@@ -263,7 +263,7 @@ async def test_a_tool_result_with_reference_shaped_objects_reaches_claude_as_dat
     sent = {**result, "cache_control": {"type": "ephemeral"}} if hooks else result
     assert fake_api.bodies()[1]["messages"][2] == {"role": "user", "content": [sent]}
     assert transcript[2] == {"role": "user", "content": [sent]}
-    assert [e["result"] for e in events if e["type"] == TOOL_FINISHED] == [result]
+    assert [e.result for e in events if isinstance(e, ToolFinished)] == [result]
 
 
 async def test_injected_and_replaced_content_with_reference_shaped_objects_stays_data(

@@ -9,7 +9,7 @@ import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ModelRequestRejected
-from agent_runner.fake_api import DropMidStream, ErrorMidStream, FakeMessagesAPI, end_turn
+from agent_runner.testing import DropMidStream, ErrorMidStream, FakeMessagesAPI, end_turn
 from tests.conftest import WorkerFactory
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}

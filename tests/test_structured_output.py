@@ -18,7 +18,7 @@ from anthropic.types.beta.parsed_beta_message import ParsedBetaMessage
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
 

@@ -25,7 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status

@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.conversation import Conversation, ToolChange, tool_changes_in
 from tests.conftest import WorkerFactory

@@ -20,9 +20,10 @@ from anthropic import beta_async_tool, beta_tool
 from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.events import ToolOutcomeUnknown
 from agent_runner.contract.types import RunResult
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.store import ContentStore, open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
@@ -299,7 +300,7 @@ async def test_at_most_once_unknown_outcome_is_told_to_claude_and_never_rerun(
         events = []
         async for event in run.events():
             events.append(event)
-            if event["type"] == "run_finished":
+            if event.type == "run_finished":
                 break
     key = next(line.split()[1] for line in JOURNAL if line.startswith("sent "))
     assert JOURNAL == ["email_tell start ana", f"sent {key}"]
@@ -313,8 +314,8 @@ async def test_at_most_once_unknown_outcome_is_told_to_claude_and_never_rerun(
             "before calling it again.",
         }
     ]
-    unknown = [e for e in events if e["type"] == "tool_outcome_unknown"]
-    assert [(e["tool_use_id"], e["name"], e["on_unknown"]) for e in unknown] == [("toolu_1", "email_tell", "tell")]
+    unknown = [e for e in events if isinstance(e, ToolOutcomeUnknown)]
+    assert [(e.tool_use_id, e.name, e.on_unknown) for e in unknown] == [("toolu_1", "email_tell", "tell")]
 
 
 async def test_at_most_once_reconcile_finds_the_effect_and_its_answer_is_the_result(

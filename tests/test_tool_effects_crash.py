@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.test_durability import wait_for, worker_process
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
-from agent_runner.fake_api import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import fail_disk, get_weather

@@ -19,7 +19,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner, Run
-from agent_runner.fake_api import FakeMessagesAPI, end_turn
+from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import anthropic_client_factory

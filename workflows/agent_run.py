@@ -887,6 +887,7 @@ class AgentRun:
         return RunStatus(
             status=self._status,
             iterations=state.iterations,
+            replies=state.reply_count,
             stop_reason=last.get("stop_reason") if last else None,
             usage=state.usage,
             transcript_length=len(state.conversation.transcript) if state.conversation else 0,

@@ -312,7 +312,11 @@ class RunStatus(BaseModel):
 
     status: RunStatusName
     iterations: int
-    """Replies received so far; ``max_iterations`` counts these."""
+    """Iterations as the SDK counts them: replies so far, compactions excluded; ``max_iterations`` counts these."""
+
+    replies: int | None = None
+    """Replies so far, compactions included: the numbering of ``replies``, fork points and events (``None`` from a
+    worker older than this field)."""
 
     stop_reason: str | None = None
     """The last reply's stop reason."""

@@ -45,8 +45,8 @@ from testcontainers.core.container import DockerContainer  # noqa: E402
 
 from agent_runner.client import AgentRunner  # noqa: E402
 from agent_runner.connection import data_converter  # noqa: E402
-from agent_runner.fake_api import FakeMessagesAPI, end_turn, tool_call  # noqa: E402
 from agent_runner.temporal_server import FAST_DISPATCH_ARGS  # noqa: E402
+from agent_runner.testing import FakeMessagesAPI, end_turn, tool_call  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("AGENT_RUNNER_CONTAINERS_BASE_IMAGE", "localhost/debian-python:bookworm")

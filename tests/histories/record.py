@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
-from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
 from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
 from tests.tools_for_tests import get_time, get_weather  # noqa: E402

@@ -1,427 +1,50 @@
-"""A wire-compatible fake of Anthropic's Messages API (``POST /v1/messages``) over real HTTP.
+"""The fake Messages API server: ``POST /v1/messages`` over real HTTP, answering from a script.
 
-Tests, benchmarks and the demo point the real ``anthropic`` client at this server with
-``base_url=fake.url`` instead of mocking the client. Everything the runner depends on therefore
-goes through the same code paths as in production: request serialisation, headers, retries,
-error classes built from status codes and ``error.details.error_code``, SSE parsing and stream
-accumulation, and connection failures. The fake answers from a script that the test controls:
-
-* :class:`Reply` -- a complete Messages API response, or an SSE stream of it when the request
-  has ``"stream": true``.
-* :class:`Fault` -- an HTTP error with Anthropic's error body (rate limits, overload, ...).
-* :class:`Disconnect` -- the TCP connection is closed without any response.
-* :class:`SlowStream`, :class:`DropMidStream`, :class:`ErrorMidStream` -- streaming failure modes.
-* :class:`ThreadNotFound` -- the server "lost" a server-side message thread.
-* :class:`ThreadUnsupported` -- the server cannot thread the request (``thread_unsupported_request``).
-
-A reply whose ``usage.iterations`` has a ``fallback_message`` entry (a fallback model served it) is not stored on
-its thread, as the real API stores no turn a fallback model wrote: a ``continue`` from it is ``thread_not_found``.
-
-It also validates requests the way the real API does (missing fields, unmatched
-``tool_result`` blocks) and emulates server-side message threads (the
-``message-threads-2026-08-12`` beta: ``"thread": {"type": "create"}`` /
-``{"type": "continue", "previous_message_id": ...}``), so tests can check that delta requests
-reconstruct the full conversation.
-
-The server runs in a background thread with its own event loop, so it serves sync clients,
-async clients running in the caller's loop, and other processes alike. For demos and
-subprocess tests there is a CLI::
-
-    python -m agent_runner.fake_api --port 8765 --script script.json
-
-which prints ``READY http://127.0.0.1:8765`` once listening. See :func:`parse_script` for the
-script file format.
-
-Ids are deterministic so scripts and assertions are reproducible: the n-th reply served since
-start or :meth:`FakeMessagesAPI.reset` gets ``id`` ``msg_fake_{n:03d}`` and, when a ``tool_use``
-block has no ``id``, the k-th ``tool_use`` block of that reply (1-based) gets
-``toolu_fake_{n:03d}_{k}``. Every response carries a ``request-id`` header
-``req_fake_{m:03d}`` where m counts requests received.
+See the package docstring (``agent_runner.testing``) for what it emulates and how ids are numbered.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import json
 import logging
-import signal
-import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any
 
 from aiohttp import web
 
-__all__ = [
-    "MESSAGE_THREADS_BETA",
-    "Disconnect",
-    "DropMidStream",
-    "ErrorMidStream",
-    "FakeMessagesAPI",
-    "Fault",
-    "RecordedRequest",
-    "Reply",
-    "Responder",
-    "ScriptItem",
-    "SlowStream",
-    "ThreadNotFound",
-    "ThreadUnsupported",
-    "bad_request",
-    "end_turn",
-    "error_body",
-    "load_script",
-    "main",
-    "overloaded",
-    "parse_script",
-    "rate_limited",
-    "server_error",
-    "sse_events",
-    "text",
-    "thinking",
-    "tool_call",
-    "tool_use",
-]
-
-log = logging.getLogger(__name__)
-
-MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
-"""The ``anthropic-beta`` value that enables server-side message threads (``thread`` field)."""
-
-MESSAGES_PATH = "/v1/messages"
-
-ERROR_TYPES: Mapping[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-"""HTTP status -> Anthropic ``error.type``; other 4xx map to ``invalid_request_error``, 5xx to ``api_error``."""
-
-_DEFAULT_ERROR_MESSAGES: Mapping[int, str] = {
-    400: "Invalid request",
-    401: "invalid x-api-key",
-    402: "Your credit balance is too low to access the Anthropic API.",
-    403: "Your API key does not have permission to use the specified resource.",
-    404: "Not found",
-    408: "Request timed out",
-    413: "Request exceeds the maximum allowed number of bytes.",
-    429: "Number of requests has exceeded your rate limit (fake Messages API).",
-    500: "Internal server error",
-    504: "Gateway timeout",
-    529: "Overloaded",
-}
-
-_DEFAULT_USAGE: Mapping[str, int] = {"input_tokens": 10, "output_tokens": 5}
-
-# Block types whose `input` the real API streams as `input_json_delta` chunks.
-_TOOL_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
-
-_TEXT_CHUNKS = 3
-
-
-# --------------------------------------------------------------------------------------------
-# Scripted items
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One HTTP request the fake received, whatever it was answered with.
-
-    Attributes:
-        method: The HTTP method, e.g. ``"POST"``.
-        path: The URL path without the query string, e.g. ``"/v1/messages"``.
-        headers: Request headers with lower-cased names; repeated headers are joined with ``", "``.
-        body: The decoded JSON body, or ``{}`` when it was empty or not a JSON object.
-        query: Query parameters; the beta client sends ``?beta=true``.
-    """
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    query: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Reply:
-    """A successful Messages API response.
-
-    The server completes it into ``{"id", "type": "message", "role": "assistant", "model",
-    "content", "stop_reason", "stop_sequence", "usage"}`` (plus ``"container"`` when given) and
-    streams it as SSE when the request asks for ``"stream": true``.
-
-    Attributes:
-        content: Content blocks, e.g. ``[text("hi"), tool_use(None, "search", {"q": "x"})]``.
-            A ``tool_use`` block without an ``id`` gets ``toolu_fake_{n:03d}_{k}``.
-        stop_reason: ``"end_turn"``, ``"tool_use"``, ``"max_tokens"``, ``"pause_turn"``, ...
-        stop_sequence: The matched stop sequence, if any.
-        usage: The ``usage`` object; defaults to ``{"input_tokens": 10, "output_tokens": 5}``.
-        container: A ``container`` object (``{"id": ..., "expires_at": ...}``), included only if set.
-        id: The message id; defaults to ``msg_fake_{n:03d}`` (n-th reply since start/reset).
-        model: The model; defaults to the request's ``model``.
-        delay: Seconds to wait before answering (before the response headers).
-        event_delay: Seconds to wait between SSE events when streaming.
-    """
-
-    content: list[dict[str, Any]]
-    stop_reason: str | None = "end_turn"
-    stop_sequence: str | None = None
-    usage: dict[str, Any] | None = None
-    container: dict[str, Any] | None = None
-    id: str | None = None
-    model: str | None = None
-    delay: float = 0.0
-    event_delay: float = 0.0
-
-
-@dataclass
-class Fault:
-    """An HTTP error response with Anthropic's error body.
-
-    Attributes:
-        status: The HTTP status, e.g. 429, 500, 529.
-        body: The JSON body; defaults to :func:`error_body` for ``status``.
-        headers: Extra response headers (``request-id`` is always set).
-        delay: Seconds to wait before answering.
-    """
-
-    status: int
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] | None = None
-    delay: float = 0.0
-
-
-@dataclass
-class Disconnect:
-    """Close the TCP connection without sending any response; the client sees a connection error.
-
-    Attributes:
-        delay: Seconds to wait before closing.
-    """
-
-    delay: float = 0.0
-
-
-@dataclass
-class SlowStream:
-    """Stream ``reply`` with ``event_delay`` seconds between SSE events (overrides ``reply.event_delay``).
-
-    A non-streaming request gets ``reply`` as usual.
-
-    Attributes:
-        reply: The reply to stream.
-        event_delay: Seconds between SSE events.
-        chunks: How many deltas each text, thinking or tool input is cut into (at most).
-    """
-
-    reply: Reply
-    event_delay: float
-    chunks: int = _TEXT_CHUNKS
-
-
-@dataclass
-class DropMidStream:
-    """Stream the first ``after_events`` SSE events of ``reply``, then close the connection.
-
-    Events are counted as :func:`sse_events` lists them (``message_start`` is event 1, ``ping``
-    event 2). The reply still consumes its reply number, but a thread does not advance to it.
-    A non-streaming request is answered like :class:`Disconnect`.
-
-    Attributes:
-        reply: The reply whose stream is cut short.
-        after_events: How many SSE events to send before closing.
-    """
-
-    reply: Reply
-    after_events: int
-
-
-@dataclass
-class ErrorMidStream:
-    """Stream the first ``after_events`` SSE events of ``reply``, then an ``event: error`` and the end.
-
-    This is how the real API reports e.g. overload after a stream has started (HTTP status 200).
-    A thread does not advance to the reply. A non-streaming request gets the matching HTTP error
-    (529 for ``overloaded_error``).
-
-    Attributes:
-        reply: The reply whose stream fails.
-        after_events: How many SSE events to send before the error event.
-        error_type: The ``error.type`` of the error event.
-        message: The ``error.message`` of the error event.
-    """
-
-    reply: Reply
-    after_events: int
-    error_type: str = "overloaded_error"
-    message: str = "Overloaded"
-
-
-@dataclass
-class ThreadNotFound:
-    """Answer the next request with the 404 ``thread_not_found`` error, as if the thread expired."""
-
-
-@dataclass
-class ThreadUnsupported:
-    """Answer the next request with the 400 ``thread_unsupported_request`` error.
-
-    The real API sends it for a threaded request that combines ``thread`` with a field or an organization setting
-    Threads do not support; the SDK then resends the turn without ``thread`` and stops threading.
-
-    Attributes:
-        unsupported: ``error.details.unsupported``: the fields or settings, e.g. ``("fallbacks",)``; left out of the
-            body when empty.
-    """
-
-    unsupported: tuple[str, ...] = ()
-
-
-ScriptItem: TypeAlias = (
-    Reply | Fault | Disconnect | SlowStream | DropMidStream | ErrorMidStream | ThreadNotFound | ThreadUnsupported
-)
-"""Anything :meth:`FakeMessagesAPI.script` accepts and a responder may return."""
-
-Responder: TypeAlias = Callable[[dict[str, Any]], ScriptItem]
-"""``fn(request_body) -> item``, asked when the script queue is empty (runs in the server thread)."""
-
-_SCRIPT_ITEM_TYPES = (
-    Reply,
-    Fault,
+from agent_runner.testing.replies import (
+    _DEFAULT_USAGE,
+    _SCRIPT_ITEM_TYPES,
+    _TEXT_CHUNKS,
+    _TOOL_INPUT_BLOCKS,
+    ERROR_TYPES,
+    MESSAGE_THREADS_BETA,
+    MESSAGES_PATH,
     Disconnect,
-    SlowStream,
     DropMidStream,
     ErrorMidStream,
+    Fault,
+    RecordedRequest,
+    Reply,
+    Responder,
+    ScriptItem,
+    SlowStream,
     ThreadNotFound,
     ThreadUnsupported,
+    _thread_not_found_body,
+    _thread_unsupported_body,
+    error_body,
 )
 
-
-# --------------------------------------------------------------------------------------------
-# Helpers to build scripts
-# --------------------------------------------------------------------------------------------
-
-
-def text(s: str) -> dict[str, Any]:
-    """A ``text`` content block."""
-    return {"type": "text", "text": s}
-
-
-def tool_use(id: str | None, name: str, input: dict[str, Any]) -> dict[str, Any]:  # noqa: A002
-    """A ``tool_use`` content block.
-
-    Args:
-        id: The tool use id, or ``None`` to let the server assign ``toolu_fake_{n:03d}_{k}``.
-        name: The tool name.
-        input: The tool input.
-    """
-    if id is None:
-        return {"type": "tool_use", "name": name, "input": input}
-    return {"type": "tool_use", "id": id, "name": name, "input": input}
-
-
-def thinking(thought: str, signature: str = "sig_fake") -> dict[str, Any]:
-    """A ``thinking`` content block (streamed as ``thinking_delta`` and ``signature_delta``)."""
-    return {"type": "thinking", "thinking": thought, "signature": signature}
-
-
-def end_turn(text_str: str, **kw: Any) -> Reply:
-    """A reply with one text block and ``stop_reason`` ``"end_turn"``.
-
-    Args:
-        text_str: The text.
-        **kw: Other :class:`Reply` fields.
-    """
-    return Reply(content=[text(text_str)], **kw)
-
-
-def tool_call(
-    name: str,
-    input: dict[str, Any],  # noqa: A002
-    id: str | None = None,  # noqa: A002
-    text: str | None = None,
-    **kw: Any,
-) -> Reply:
-    """A reply that calls one tool, with ``stop_reason`` ``"tool_use"``.
-
-    Args:
-        name: The tool name.
-        input: The tool input.
-        id: The tool use id; by default the server assigns ``toolu_fake_{n:03d}_1`` where n is
-            the reply number, so the id is the same on every run of a script.
-        text: Optional text block placed before the ``tool_use`` block.
-        **kw: Other :class:`Reply` fields.
-    """
-    content: list[dict[str, Any]] = [] if text is None else [{"type": "text", "text": text}]
-    content.append(tool_use(id, name, input))
-    kw.setdefault("stop_reason", "tool_use")
-    return Reply(content=content, **kw)
-
-
-def error_body(status: int, message: str | None = None, **details: Any) -> dict[str, Any]:
-    """Anthropic's error body for ``status``.
-
-    Args:
-        status: HTTP status, mapped to ``error.type`` with :data:`ERROR_TYPES`.
-        message: ``error.message``; a stock message for the status by default.
-        **details: If given, sent as ``error.details`` (e.g. ``error_code="thread_not_found"``).
-    """
-    error_type = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    error: dict[str, Any] = {
-        "type": error_type,
-        "message": message if message is not None else _DEFAULT_ERROR_MESSAGES.get(status, f"HTTP {status}"),
-    }
-    if details:
-        error["details"] = dict(details)
-    return {"type": "error", "error": error}
-
-
-def rate_limited(retry_after: float) -> Fault:
-    """A 429 ``rate_limit_error`` with a ``retry-after`` header (seconds)."""
-    return Fault(429, headers={"retry-after": f"{retry_after:g}"})
-
-
-def overloaded() -> Fault:
-    """A 529 ``overloaded_error``."""
-    return Fault(529)
-
-
-def server_error() -> Fault:
-    """A 500 ``api_error``."""
-    return Fault(500)
-
-
-def bad_request(message: str) -> Fault:
-    """A 400 ``invalid_request_error`` with ``message``."""
-    return Fault(400, body=error_body(400, message))
-
-
-def _thread_not_found_body() -> dict[str, Any]:
-    return error_body(404, "thread not found", error_code="thread_not_found")
-
-
-def _thread_unsupported_body(unsupported: Sequence[str]) -> dict[str, Any]:
-    named = f" ({', '.join(unsupported)})" if unsupported else ""
-    message = f"thread: this request cannot be threaded{named}; send the full conversation without `thread`"
-    if unsupported:
-        return error_body(400, message, error_code="thread_unsupported_request", unsupported=list(unsupported))
-    return error_body(400, message, error_code="thread_unsupported_request")
+log = logging.getLogger(__name__)
 
 
 def _served_by_fallback(message: Mapping[str, Any]) -> bool:
@@ -766,6 +389,8 @@ class FakeMessagesAPI:
     @classmethod
     def from_script_file(cls, path: str | Path, port: int = 0) -> FakeMessagesAPI:
         """A (not yet started) fake with the items of a JSON script file queued; see :func:`parse_script`."""
+        from agent_runner.testing.scripts import load_script  # the file format builds on this module
+
         fake = cls(port)
         fake.script(*load_script(path))
         return fake
@@ -1120,127 +745,3 @@ def _disconnect(request: web.Request, response: web.StreamResponse | None = None
         # close() rather than abort(): events already written must still reach the client.
         transport.close()
     return response if response is not None else web.Response(status=500)
-
-
-# --------------------------------------------------------------------------------------------
-# Script files and CLI
-# --------------------------------------------------------------------------------------------
-
-
-def _fields(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected an object, got {data!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown field(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
-    return dict(data)
-
-
-def _parse_reply(data: Any, where: str) -> Reply:
-    return Reply(**_fields(Reply, data, where))
-
-
-def _parse_item(entry: Any, where: str) -> ScriptItem:
-    if not isinstance(entry, dict) or len(entry) != 1:
-        raise ValueError(f"{where}: each script item must be an object with exactly one key, got {entry!r}")
-    ((kind, data),) = entry.items()
-    if kind == "reply":
-        return _parse_reply(data, where)
-    if kind == "end_turn":
-        if isinstance(data, str):
-            return end_turn(data)
-        fields = dict(data)
-        return end_turn(fields.pop("text"), **_fields(Reply, fields, where))
-    if kind == "tool_call":
-        fields = dict(data)
-        args = {k: fields.pop(k) for k in ("name", "input", "id", "text") if k in fields}
-        return tool_call(**args, **_fields(Reply, fields, where))
-    if kind == "fault":
-        return Fault(**_fields(Fault, data, where))
-    if kind == "rate_limited":
-        return rate_limited(float(data.get("retry_after", 1)) if isinstance(data, dict) else float(data))
-    if kind == "overloaded":
-        return overloaded()
-    if kind == "server_error":
-        return server_error()
-    if kind == "bad_request":
-        return bad_request(data["message"] if isinstance(data, dict) else str(data))
-    if kind == "disconnect":
-        return Disconnect(**_fields(Disconnect, data or {}, where))
-    if kind == "thread_not_found":
-        return ThreadNotFound()
-    if kind == "thread_unsupported":
-        fields = _fields(ThreadUnsupported, data or {}, where)
-        return ThreadUnsupported(tuple(fields.get("unsupported", ())))
-    stream_kinds: dict[str, type[SlowStream | DropMidStream | ErrorMidStream]] = {
-        "slow_stream": SlowStream,
-        "drop_mid_stream": DropMidStream,
-        "error_mid_stream": ErrorMidStream,
-    }
-    if kind in stream_kinds:
-        cls = stream_kinds[kind]
-        fields = _fields(cls, data, where)
-        fields["reply"] = _parse_reply(fields.get("reply"), f"{where}.reply")
-        return cls(**fields)
-    raise ValueError(f"{where}: unknown script item kind {kind!r}")
-
-
-def parse_script(data: Any) -> list[ScriptItem]:
-    """Script items from decoded JSON: a list of single-key objects.
-
-    Kinds::
-
-        {"reply": {"content": [...], "stop_reason": "end_turn", ...any Reply field}}
-        {"end_turn": "text"}  or  {"end_turn": {"text": "...", ...Reply fields}}
-        {"tool_call": {"name": "search", "input": {...}, "id": "optional", "text": "optional"}}
-        {"fault": {"status": 529, "body": {...}, "headers": {...}, "delay": 0}}
-        {"rate_limited": {"retry_after": 1.5}}   {"overloaded": {}}   {"server_error": {}}
-        {"bad_request": {"message": "..."}}
-        {"disconnect": {}}                       {"thread_not_found": {}}
-        {"thread_unsupported": {"unsupported": ["fallbacks"]}}
-        {"slow_stream": {"reply": {...}, "event_delay": 0.05}}
-        {"drop_mid_stream": {"reply": {...}, "after_events": 4}}
-        {"error_mid_stream": {"reply": {...}, "after_events": 4, "error_type": "overloaded_error"}}
-
-    Raises:
-        ValueError: On an unknown kind or field.
-    """
-    if not isinstance(data, list):
-        raise ValueError(f"a script must be a JSON list of items, got {type(data).__name__}")
-    return [_parse_item(entry, f"script[{i}]") for i, entry in enumerate(data)]
-
-
-def load_script(path: str | Path) -> list[ScriptItem]:
-    """Script items from a JSON file; see :func:`parse_script` for the format."""
-    return parse_script(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the fake as a process until SIGTERM or SIGINT; prints ``READY <url>`` when listening."""
-    parser = argparse.ArgumentParser(prog="python -m agent_runner.fake_api", description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
-    parser.add_argument("--script", type=Path, help="JSON script file of replies and faults")
-    args = parser.parse_args(argv)
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    fake = FakeMessagesAPI(args.port)
-    if args.script is not None:
-        fake.script(*load_script(args.script))
-    with fake:
-        print(f"READY {fake.url}", flush=True)  # noqa: T201 - the parent process waits for this line
-        # A timed wait keeps the main thread responsive to signals.
-        while not stop.wait(0.2):
-            pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

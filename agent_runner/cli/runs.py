@@ -1,0 +1,191 @@
+"""Commands over whole runs: ``run``, ``follow``, ``transcript``, ``list``, ``status``, ``cancel``, ``fork``, ..."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agent_runner.cli.common import (
+    DEFAULT_MAX_TOKENS,
+    EXIT_OK,
+    LIST_STATUSES,
+    connected,
+    default_model,
+    err,
+    load_json,
+    out,
+    use_color,
+)
+from agent_runner.cli.follow import announce_and_follow, follow_from_here
+from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import ConfigurationError, RunAlreadyExists, RunCancelled
+from agent_runner.workflows.run_input import parse_run_input
+
+
+def _load_run_file(path: str) -> dict[str, Any]:
+    data = load_json(path, "the run input")
+    if not isinstance(data, dict):
+        raise ConfigurationError(
+            f"The run input {path} must be a JSON object such as "
+            '{"model": "claude-sonnet-5-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}.'
+        )
+    return data
+
+
+def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's JSON input from ``run``'s arguments: the ``--file`` input or the prompt, then the flags on top.
+
+    Raises:
+        ConfigurationError: The file cannot be read or is not a JSON object.
+        InvalidRunInput: The result is not a run's valid input (checked before anything starts).
+    """
+    data = _load_run_file(args.file) if args.file is not None else {}
+    if args.prompt is not None:
+        data["messages"] = [{"role": "user", "content": args.prompt}]
+    if args.model is not None or "model" not in data:
+        data["model"] = args.model or default_model()
+    if args.max_tokens is not None or "max_tokens" not in data:
+        data["max_tokens"] = args.max_tokens or DEFAULT_MAX_TOKENS
+    if args.system is not None:
+        data["system"] = args.system
+    if args.tools:
+        data["tools"] = list(args.tools)
+    if args.max_iterations is not None:
+        data["max_iterations"] = args.max_iterations
+    if args.no_thread:
+        data["thread"] = False
+    parse_run_input(data)
+    return data
+
+
+async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: str | None = None) -> Run:
+    """Start a run from its JSON input (as ``temporal workflow start --input`` takes it).
+
+    Raises:
+        RunAlreadyExists: A run with this id exists, running or ended.
+        AgentRunError: Temporal refused the start.
+    """
+    params = dict(run_input)
+    try:
+        return await runner.start(
+            model=params.pop("model"),
+            max_tokens=params.pop("max_tokens"),
+            messages=params.pop("messages"),
+            tools=params.pop("tools", []),
+            max_iterations=params.pop("max_iterations", None),
+            thread=params.pop("thread", True),
+            id=run_id,
+            **params,
+        )
+    except RunAlreadyExists as e:
+        # The client's message names its Python API; a person at the command line needs the commands.
+        raise RunAlreadyExists(
+            f"A run with id {run_id!r} already exists: pick another --id, or follow it with "
+            f"`agent-runner follow {run_id}`."
+        ) from e
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    """``run``: start a run, print its id, then follow it unless ``--detach``."""
+    run_input = build_run_input(args)
+    async with connected(args.task_queue, keep_server=True) as runner:
+        run = await start_run(runner, run_input, args.id)
+        return await announce_and_follow(run, follow=args.follow)
+
+
+async def cmd_follow(args: argparse.Namespace) -> int:
+    """``follow``: print a run's turns as they stream."""
+    async with connected(args.task_queue) as runner:
+        return await follow_from_here(runner.attach(args.run_id), from_iteration=args.from_iteration)
+
+
+async def cmd_transcript(args: argparse.Namespace) -> int:
+    """``transcript``: the whole conversation, readable or as JSON."""
+    async with connected(args.task_queue) as runner:
+        transcript = await runner.attach(args.run_id).transcript()
+    if args.json:
+        print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
+    else:
+        out(render_transcript(transcript, color=use_color()))
+    return EXIT_OK
+
+
+def list_query(status: str | None, task_queue: str | None, query: str | None) -> str | None:
+    """The visibility query of ``list``: its filters joined with ``AND``, or ``None`` for every run."""
+    clauses: list[str] = []
+    if status is not None:
+        clauses.append(f"ExecutionStatus = '{LIST_STATUSES[status]}'")
+    if task_queue is not None:
+        escaped = task_queue.replace("'", "\\'")
+        clauses.append(f"TaskQueue = '{escaped}'")
+    if query:
+        clauses.append(f"({query})")
+    return " AND ".join(clauses) or None
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    """``list``: a table of runs, newest first."""
+    async with connected() as runner:
+        runs = await runner.list(list_query(args.status, args.task_queue, args.query), limit=args.limit)
+    if not runs:
+        err("no runs found")
+        return EXIT_OK
+    out(render_run_table([(r.id, r.status, local_time(r.start_time)) for r in runs]))
+    return EXIT_OK
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    """``status``: the run's status, turns, stop reason and token usage."""
+    async with connected(args.task_queue) as runner:
+        run = runner.attach(args.run_id)
+        status = await run.status()
+    if args.json:
+        print(status.model_dump_json(indent=2), flush=True)
+    else:
+        out(render_status(run.id, status))
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    """``cancel``: ask the run to stop, then report how it ended (waiting up to ``--wait`` seconds)."""
+    async with connected(args.task_queue) as runner:
+        run = runner.attach(args.run_id)
+        ended = await run.ended()
+        if ended is not None:
+            print(f"Run {run.id} already ended ({ended}); there is nothing to cancel.", flush=True)
+            return EXIT_OK
+        await run.cancel()
+        print(f"Cancellation of run {run.id} requested.", flush=True)
+        try:
+            result = await asyncio.wait_for(run.result(), timeout=args.wait)
+        except TimeoutError:
+            print(
+                f"Run {run.id} has not stopped after {args.wait:g} s: it stops as soon as a worker on its task queue "
+                "handles the request. Check it with `agent-runner status`.",
+                flush=True,
+            )
+            return EXIT_OK
+        except RunCancelled:
+            print(f"Run {run.id} is cancelled: in-flight model calls and tools were stopped.", flush=True)
+            return EXIT_OK
+        print(f"Run {run.id} ended before the cancellation took effect: {result.status}.", flush=True)
+        return EXIT_OK
+
+
+async def cmd_fork(args: argparse.Namespace) -> int:
+    """``fork``: a new run from a chosen iteration of an existing one; prints its id, then follows it."""
+    async with connected(args.task_queue) as runner:
+        fork = await runner.attach(args.run_id).fork(args.from_iteration, id=args.id)
+        return await announce_and_follow(fork, follow=args.follow)
+
+
+async def cmd_terminate(args: argparse.Namespace) -> int:
+    """``terminate``: end a run at once, without letting it finish anything."""
+    async with connected(args.task_queue) as runner:
+        await runner.attach(args.run_id).terminate(args.reason)
+        print(f"Run {args.run_id} is terminated: {args.reason}", flush=True)
+        return EXIT_OK
