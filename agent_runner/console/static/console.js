@@ -233,7 +233,7 @@ async function showRun(id) {
     ].filter(Boolean);
     head.replaceChildren(
       el("h1", { id: "run-id", text: data.id }),
-      el("dl", { class: "facts" }, facts.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
+      el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
   }
 
   function renderApprovals(data) {
