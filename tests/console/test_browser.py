@@ -13,7 +13,7 @@ import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.console import serving
-from agent_runner.fake_api import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.fake_api import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
 
@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_tools")]
 
 USER = {"role": "user", "content": "Free some disk space: delete the old files in /var/tmp."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+FAST_RETRY = {"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
 FINAL = "Deleted /tmp/scratch as you asked. The old files are gone, nothing else was touched, and the disk has room."
 
 
@@ -57,18 +58,20 @@ def drive(driver: Any, url: str, task_queue: str, run_id: str) -> dict[str, Any]
     driver.find_element(By.CSS_SELECTOR, ".approval button.approve").click()
 
     # Claude's reply, as it streams in, until the transcript holds it.
-    live: list[str] = []
+    live: list[tuple[int, str]] = []  # (attempts shown as retracted then, the current attempt's text)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         blocks = driver.find_elements(By.CSS_SELECTOR, "#live .attempt:not(.retracted) .live-text")
+        retracted = len(driver.find_elements(By.CSS_SELECTOR, "#live .attempt.retracted"))
         if blocks:
             try:
-                live.append(blocks[-1].text)
+                live.append((retracted, blocks[-1].text))
             except Exception:  # noqa: BLE001 - the block was replaced between finding and reading it
                 pass
             else:
-                if len(live[-1]) > len(FINAL) // 3 and not (SCREENSHOTS / "run-streaming.png").exists():
-                    driver.save_screenshot(str(SCREENSHOTS / "run-streaming.png"))
+                shot = SCREENSHOTS / "run-streaming.png"
+                if retracted and len(live[-1][1]) > len(FINAL) // 3 and not shot.exists():
+                    driver.save_screenshot(str(shot))  # the retried attempt half-written, the failed one above it
         if FINAL in driver.find_element(By.ID, "transcript").text:
             break
         time.sleep(0.05)
@@ -76,6 +79,8 @@ def drive(driver: Any, url: str, task_queue: str, run_id: str) -> dict[str, Any]
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#run-head .badge").text == "completed")
     seen["transcript"] = driver.find_element(By.ID, "transcript").text
     seen["events"] = driver.find_element(By.ID, "event-log").text
+    seen["retracted"] = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#live .attempt.retracted")]
+    seen["live_left"] = len(driver.find_elements(By.CSS_SELECTOR, "#live .attempt:not(.retracted)"))
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(SCREENSHOTS / "run.png"))
     return seen
@@ -87,12 +92,16 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
     fake_api.script(
         end_turn("There is nothing to clean in /home."),
         Reply([text("Deleting the old files."), tool_use("toolu_D", "delete_file", {"path": "/var/tmp"})], "tool_use"),
+        # The reply's first attempt breaks off after two of its three deltas; Temporal retries it, and it streams.
+        DropMidStream(end_turn(FINAL), 5),
         SlowStream(end_turn(FINAL), event_delay=0.1, chunks=30),
     )
     async with worker(delete_file):
         done = await runner.start(**{**BASE, "messages": [{"role": "user", "content": "Anything to clean in /home?"}]})
         await done.until_done()
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        run = await runner.start(
+            **BASE, tools=[delete_file], approval={"tools": ["delete_file"]}, model_activity=FAST_RETRY
+        )
         await wait_status(run, "waiting_for_approval")
         async with serving(runner) as url:
             seen = await asyncio.to_thread(drive, browser, url, runner.task_queue, run.id)
@@ -109,12 +118,21 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
         {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/scratch"}
     ]
     # The page showed the reply while it was being written: a part of it, before all of it.
-    assert any(0 < len(part) < len(FINAL) and FINAL.startswith(part) for part in seen["live"]), seen["live"]
+    assert any(n == 1 and 0 < len(part) < len(FINAL) and FINAL.startswith(part) for n, part in seen["live"]), seen[
+        "live"
+    ]
     assert FINAL in seen["transcript"] and "deleted /tmp/scratch" in seen["transcript"]
+    # The attempt that broke off stays in view, marked as retracted; the reply itself is now in the transcript.
+    [retracted] = seen["retracted"]
+    head, written = retracted.split("\n", 1)
+    assert head == "Turn 2 — retracted: this attempt failed and was sent again"
+    assert 0 < len(written) < len(FINAL) and FINAL.startswith(written)
+    assert seen["live_left"] == 0
     # What happened after the page opened (the call was already waiting then).
     assert seen["events"].split("\n") == [
         "turn 1 toolu_D approved",
         "turn 1 tool delete_file finished",
+        "turn 2 attempt 1 retracted: the model call failed and was sent again",
         "turn 2 reply (end_turn)",
         "turn 2 run finished: completed",
     ]

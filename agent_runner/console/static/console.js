@@ -387,6 +387,7 @@ async function showRun(id) {
       }
       case "retracted":
         retract(`${iteration}:${event.attempt}`);
+        logLine(event, `attempt ${event.attempt} retracted: the model call failed and was sent again`);
         break;
       case "reply":
         // The reply is in the transcript now: the live copy of this turn goes, retracted attempts stay as such.
