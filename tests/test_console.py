@@ -7,7 +7,10 @@ browser tier (tests/console/) drives the page itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +18,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from anthropic import beta_async_tool
+from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
 from agent_runner.console import create_app, main, serving
@@ -428,3 +432,25 @@ def test_the_console_uses_only_the_client_and_the_contract() -> None:
             if layer is not None and not name.startswith("agent_runner.console"):
                 found.add(layer)
     assert found == {"client", "contract"}
+
+
+async def test_python_m_agent_runner_console_serves_until_interrupted(
+    temporal_env: WorkflowEnvironment, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+    monkeypatch.delenv("AGENT_RUNNER_CONSOLE_TOKEN", raising=False)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_runner.console", "--port", "0", stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        ready = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert ready.startswith("READY http://127.0.0.1:") and ready.endswith("/\n")
+        status, listing = await get(http, f"{ready.split()[1]}api/runs?limit=1")
+        assert status == 200 and list(listing) == ["runs"]
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

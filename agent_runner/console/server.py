@@ -39,7 +39,11 @@ async def serving(
     Raises:
         ConfigurationError: A non-loopback ``host`` without a token, or a token too short.
     """
-    app_runner = web.AppRunner(create_app(runner, host=host, token=token), shutdown_timeout=SHUTDOWN_GRACE)
+    # handler_cancellation: a closed tab ends its event stream's handler at once, and with it the stream's polling of
+    # the run (each poll is an update in the run's history), rather than at the next keep-alive write.
+    app_runner = web.AppRunner(
+        create_app(runner, host=host, token=token), shutdown_timeout=SHUTDOWN_GRACE, handler_cancellation=True
+    )
     await app_runner.setup()
     try:
         await web.TCPSite(app_runner, host, port).start()
