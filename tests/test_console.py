@@ -218,7 +218,7 @@ async def test_approving_with_edited_input_runs_the_tool_with_exactly_that_input
             "Waiting: ['toolu_D']."
         },
     )
-    assert malformed == (400, {"error": "'input' must be a dict."})
+    assert malformed == (400, {"error": "'input' must be a JSON object."})
     assert approved == (200, {"ok": True})
     assert CALLS == ["delete /tmp/scratch"]
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [

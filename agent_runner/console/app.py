@@ -109,9 +109,12 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *, re
             raise BadRequest(f"{name!r} is required.")
         return None
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise BadRequest(f"{name!r} must be a {names}.")
+        names = " or ".join(_JSON_NAMES[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise BadRequest(f"{name!r} must be {names}.")
     return value
+
+
+_JSON_NAMES = {str: "a string", int: "a whole number", dict: "a JSON object", list: "a list of content blocks"}
 
 
 # --- Pages ------------------------------------------------------------------------------------------------------

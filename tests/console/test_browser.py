@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_tools")]
 
 USER = {"role": "user", "content": "Free some disk space: delete the old files in /var/tmp."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+TOKEN = "a-console-token-of-32-characters"
 FAST_RETRY = {"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
 FINAL = "Deleted /tmp/scratch as you asked. The old files are gone, nothing else was touched, and the disk has room."
 
@@ -35,10 +36,12 @@ def drive(driver: Any, url: str, task_queue: str, run_id: str) -> dict[str, Any]
     wait = WebDriverWait(driver, 30, poll_frequency=0.05)
     seen: dict[str, Any] = {}
 
-    # The list: both runs of this test's task queue, the waiting one saying what it waits for.
+    # The list: both runs of this test's task queue, the waiting one saying what it waits for. The console has a
+    # token: the first address carries it, the browser keeps it as a cookie, and the address bar loses it.
     for old in SCREENSHOTS.glob("*.png"):
         old.unlink()
-    driver.get(f"{url}/?task_queue={task_queue}")
+    driver.get(f"{url}/?token={TOKEN}&task_queue={task_queue}")
+    seen["address"] = driver.current_url
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 2)
     seen["list"] = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
     driver.save_screenshot(str(SCREENSHOTS / "list.png"))
@@ -103,13 +106,14 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
             **BASE, tools=[delete_file], approval={"tools": ["delete_file"]}, model_activity=FAST_RETRY
         )
         await wait_status(run, "waiting_for_approval")
-        async with serving(runner) as url:
+        async with serving(runner, token=TOKEN) as url:
             seen = await asyncio.to_thread(drive, browser, url, runner.task_queue, run.id)
         result = await run.result()
 
     assert seen["list"][0].startswith(f"{run.id} waiting for approval approval: delete_file 1 ")
     assert seen["list"][1].startswith(f"{done.id} completed ")
     assert seen["filtered"] == [run.id]
+    assert seen["address"] == f"{url}/?task_queue={runner.task_queue}"
     assert seen["proposed"] == '{\n  "path": "/var/tmp"\n}'
     # The tool ran once, with the operator's input, and Claude's reply came after.
     assert CALLS == ["delete /tmp/scratch"]
