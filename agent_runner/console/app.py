@@ -58,8 +58,8 @@ KEEPALIVE = 15.0
 MAX_LIMIT = 500
 
 
-class BadRequest(Exception):
-    """A request the API cannot take; the message says what to send instead."""
+class _BadRequest(Exception):
+    """A request the API cannot take; the message says what to send instead. Answered as a 400, never raised on."""
 
 
 def _api(
@@ -71,7 +71,7 @@ def _api(
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
             return await handler(request)
-        except BadRequest as e:
+        except _BadRequest as e:
             return web.json_response({"error": str(e)}, status=400)
         except RunNotFound as e:
             return web.json_response({"error": str(e)}, status=404)
@@ -96,9 +96,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
     except ValueError as e:
-        raise BadRequest(f"The body is not JSON: {e}.") from None
+        raise _BadRequest(f"The body is not JSON: {e}.") from None
     if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
+        raise _BadRequest("The body must be a JSON object.")
     return body
 
 
@@ -106,11 +106,11 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *, re
     value = body.get(name)
     if value is None:
         if required:
-            raise BadRequest(f"{name!r} is required.")
+            raise _BadRequest(f"{name!r} is required.")
         return None
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         names = " or ".join(_JSON_NAMES[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise BadRequest(f"{name!r} must be {names}.")
+        raise _BadRequest(f"{name!r} must be {names}.")
     return value
 
 
@@ -166,13 +166,13 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     """``GET /api/runs``: runs, newest first, with what each waits for."""
     waiting = request.query.get("waiting") or None
     if waiting not in (None, "any", *WAITING_FOR.values()):
-        raise BadRequest("waiting must be approval, step, review or any.")
+        raise _BadRequest("waiting must be approval, step, review or any.")
     try:
         limit = int(request.query.get("limit", "50"))
     except ValueError:
-        raise BadRequest("limit must be a whole number.") from None
+        raise _BadRequest("limit must be a whole number.") from None
     if not 1 <= limit <= MAX_LIMIT:
-        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}.")
+        raise _BadRequest(f"limit must be between 1 and {MAX_LIMIT}.")
     clauses = []
     task_queue = request.query.get("task_queue")
     if task_queue:
@@ -243,6 +243,8 @@ async def events(request: web.Request) -> web.StreamResponse:
         await run.task_queue()  # a run that does not exist gets a 404, not an empty stream
     except RunNotFound as e:
         return web.json_response({"error": str(e)}, status=404)
+    except AgentRunnerError as e:
+        return web.json_response({"error": str(e)}, status=502)
     last = request.headers.get("Last-Event-ID") or None
     try:
         after = int(last) + 1 if last is not None else int(request.query.get("after", "0"))
@@ -320,7 +322,7 @@ async def inject(request: web.Request) -> web.StreamResponse:
     body = await _body(request)
     content = _field(body, "content", (str, list), required=True)
     if not content:
-        raise BadRequest("'content' is empty.")
+        raise _BadRequest("'content' is empty.")
     await _run(request).inject(content, wait=False)
     return web.json_response({"ok": True})
 
@@ -347,7 +349,7 @@ async def fork(request: web.Request) -> web.StreamResponse:
     body = await _body(request)
     iteration = _field(body, "from_iteration", int, required=True)
     if iteration < 1:
-        raise BadRequest("'from_iteration' counts turns from 1.")
+        raise _BadRequest("'from_iteration' counts turns from 1.")
     new = await _run(request).fork(iteration, id=_field(body, "id", str) or None)
     return web.json_response({"id": new.id}, status=201)
 

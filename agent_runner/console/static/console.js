@@ -211,7 +211,10 @@ async function showRun(id) {
     renderApprovals(data);
     conversation.replaceChildren(...renderTranscript(data.transcript.messages));
     renderActions(data);
-    if (!state.source && !ENDED.has(data.status.status) && data.events_offset !== null) follow(data.events_offset);
+    if (!state.source && !ENDED.has(data.status.status)) {
+      if (data.events_offset !== null) follow(data.events_offset);
+      else live.append(el("p", { class: "muted", text: "The run's live events cannot be read now; refresh later." }));
+    }
   }
 
   function reloadSoon() {
