@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -454,3 +457,51 @@ async def test_python_m_agent_runner_console_serves_until_interrupted(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+# --- tests/console/run.sh, the browser tier's script: each failing step says why -----------------------------------
+
+RUN_SH = ROOT / "tests" / "console" / "run.sh"
+
+
+def run_browser_script(tmp_path: Path, **stubs: str) -> subprocess.CompletedProcess[str]:
+    """run.sh with some commands replaced by shell stubs (``id``, ``dpkg-query``, ``apt-get``): nothing is installed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, body in stubs.items():
+        stub = bin_dir / name.replace("_", "-")
+        stub.write_text(f"#!/bin/sh\n{body}\n")
+        stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", str(RUN_SH)], env=env, capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_browser_script_parses() -> None:
+    done = subprocess.run(["bash", "-n", str(RUN_SH)], capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_browser_script_says_only_root_can_install_chromium(tmp_path: Path) -> None:
+    done = run_browser_script(tmp_path, id="echo 1000", dpkg_query="exit 1")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "",
+        "[browser] FAILED: chromium chromium-driver missing, and only root can apt-get install it: run this as root\n",
+    )
+
+
+def test_the_browser_script_says_which_apt_step_failed(tmp_path: Path) -> None:
+    done = run_browser_script(tmp_path / "update", id="echo 0", dpkg_query="exit 1", apt_get="exit 100")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "[browser] installing Debian's chromium chromium-driver\n",
+        "[browser] FAILED: apt-get update (exit 100): apt cannot read its package lists; check "
+        "/etc/apt/sources.list.d/\n",
+    )
+    done = run_browser_script(
+        tmp_path / "install", id="echo 0", dpkg_query="exit 1", apt_get='[ "$1" = update ] && exit 0; exit 100'
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "[browser] FAILED: apt-get install chromium chromium-driver (exit 100); its own message is above\n",
+    )
