@@ -77,10 +77,14 @@ async def _main(host: str, port: int, token: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agent_runner.console``: serve the operators' web console. Returns the exit code.
+    """``python -m agent_runner.console``: serve the operators' web console until Ctrl-C.
 
     It reaches Temporal as the other commands do (``TEMPORAL_ADDRESS``, profiles, or the embedded local server), and
     reads stored transcripts from ``AGENT_RUNNER_STORE`` as workers do.
+
+    Returns:
+        The exit code: 0 once stopped with Ctrl-C, 1 when Temporal cannot be reached or the port not bound, 2 for an
+        address the console refuses to serve on as configured (beyond loopback without a token).
     """
     parser = argparse.ArgumentParser(
         prog="agent-runner console", description="A web console for operators: runs, transcripts, approvals."
@@ -96,10 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     try:
         check_binding(args.host, token)  # before connecting: a refused address starts nothing
-        asyncio.run(_main(args.host, args.port, token))
     except ConfigurationError as e:
         sys.stderr.write(f"error: {e}\n")
-        return 2
+        return 2  # a usage error, as the CLI counts them
+    try:
+        asyncio.run(_main(args.host, args.port, token))
+    except ConfigurationError as e:  # Temporal cannot be reached or started
+        sys.stderr.write(f"error: {e}\n")
+        return 1
     except OSError as e:
         sys.stderr.write(f"error: cannot serve on {args.host}:{args.port}: {e.strerror or e}\n")
         return 1
