@@ -23,7 +23,7 @@ lint: $(STAMP)
 
 # The default tier first (fast), then the slow tier (real processes killed and restarted).
 check-tests: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow and not browser" -q
 	$(PY) -m pytest -m slow -q
 
 test: lint check-tests

@@ -13,8 +13,8 @@ client      ``agent_runner/{client,connection,temporal_server}.py``: start, stee
 worker      ``agent_runner/{plugin,worker}.py``: puts workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
-commands    ``agent_runner/cli/`` and ``agent_runner/{dev,gc,example_tools}.py``: the command line over the layers
-            below.
+commands    ``agent_runner/cli/``, ``agent_runner/console/``, ``agent_runner/{dev,gc,schedules,example_tools}.py``:
+            the command line and the operators' web console (which uses the client and contract only).
 
 A module may import its own layer and the layers its row names; the test parses every module's imports (including
 those inside functions, which are imports all the same) and fails on any other arrow.
@@ -44,6 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/schedules.py",
         "agent_runner/example_tools.py",
         "agent_runner/__init__.py",
+        "agent_runner/console/",
     ),
 }
 

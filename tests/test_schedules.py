@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
+from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import (
     ConfigurationError,
@@ -120,3 +124,59 @@ async def test_an_input_the_run_would_refuse_is_refused_at_creation(runner: Agen
         await create_schedule(runner, schedule_id, {**RUN_INPUT, "max_tokens": "lots"}, cron="0 7 * * *")
     with pytest.raises(ScheduleNotFound):
         await describe_schedule(runner, schedule_id)
+
+
+@pytest.fixture
+def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    return address
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_cli_creates_lists_and_deletes_a_schedule(
+    task_queue: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schedule_id = f"cli-{uuid.uuid4().hex[:8]}"
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(RUN_INPUT))
+    base = ["--task-queue", task_queue]
+    assert (
+        await cli.amain(
+            ["schedule", *base, "create", schedule_id, "--file", str(run_file), "--cron", "0 7 * * *", "--paused"]
+        )
+        == 0
+    )
+    created = capsys.readouterr().out.splitlines()
+    assert created[:2] == [f"created schedule {schedule_id}", "  timing: cron '0 7 * * *' (paused)"]
+    assert len(created) == 3 and created[2].startswith("  next: ") and created[2].count("T07:00:00+00:00") == 3
+    for _ in range(100):
+        assert await cli.amain(["schedule", *base, "list"]) == 0
+        listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(schedule_id)]
+        if listed:
+            break
+        await asyncio.sleep(0.2)
+    assert listed == [f"{schedule_id}  cron '0 7 * * *'  paused  runs: 0 recent"]
+    assert await cli.amain(["schedule", *base, "delete", schedule_id]) == 0
+    assert capsys.readouterr().out == f"deleted schedule {schedule_id} (runs it started go on)\n"
+    assert await cli.amain(["schedule", *base, "delete", schedule_id]) == 1
+    assert capsys.readouterr().err == (
+        f"error: No schedule '{schedule_id}': `agent-runner schedule list` shows the schedules.\n"
+    )
+
+
+async def test_the_cli_refuses_a_schedule_without_timing_or_with_a_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps({**RUN_INPUT, "max_tokens": "lots"}))
+    assert await cli.amain(["schedule", "create", "x", "--file", str(run_file)]) == 2
+    assert "one of the arguments --cron --every is required" in capsys.readouterr().err
+
+
+async def test_the_cli_console_command_refuses_a_public_address_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_RUNNER_CONSOLE_TOKEN", raising=False)
+    assert await cli.amain(["console", "--host", "0.0.0.0"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -125,6 +125,12 @@ async def amain(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: The arguments after the program name; ``sys.argv[1:]`` by default.
     """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["console"]:
+        from agent_runner.console import main as console_main
+
+        # The console has its own options and runs its own event loop: in a thread, not nested in this loop.
+        return await asyncio.to_thread(console_main, arguments[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -151,6 +157,12 @@ def _exit(code: int) -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The ``agent-runner`` console script: ``amain`` in a fresh event loop, then exit without finalizing."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["console"]:
+        # The web console owns its event loop and its Ctrl-C (it exits 0 when stopped): run it in the foreground.
+        from agent_runner.console import main as console_main
+
+        _exit(console_main(arguments[1:]))
     try:
         code = asyncio.run(amain(argv))
     except KeyboardInterrupt:

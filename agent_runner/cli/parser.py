@@ -307,6 +307,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=("demo", "cmd_demo"))
 
+    schedule = command("schedule", "Runs on a cron expression or an interval (Temporal Schedules).")
+    schedule_commands = schedule.add_subparsers(dest="schedule_command", required=True, metavar="COMMAND")
+    create_help = "Create a schedule that starts a run with the given JSON input each time it fires."
+    create = schedule_commands.add_parser("create", help=create_help, description=create_help)
+    create.add_argument("schedule_id", metavar="SCHEDULE_ID", help="its runs are named SCHEDULE_ID-<fire time>")
+    create.add_argument(
+        "--file",
+        required=True,
+        metavar="RUN.json",
+        help="the run's JSON input, as `agent-runner run --file` takes it ('-' reads stdin)",
+    )
+    timing = create.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", metavar="EXPR", help="a cron expression in UTC, e.g. '0 7 * * *'")
+    timing.add_argument("--every", type=_duration, metavar="DURATION", help="an interval, e.g. 1h or 30m")
+    create.add_argument(
+        "--overlap",
+        default="skip",
+        choices=["skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow_all"],
+        help="what a firing does while the previous run still goes (default skip)",
+    )
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--now", action="store_true", help="also start one run now")
+    create.set_defaults(handler=("schedules", "cmd_schedule_create"))
+    schedule_list = schedule_commands.add_parser("list", help="List schedules of runs.", description="List them.")
+    schedule_list.set_defaults(handler=("schedules", "cmd_schedule_list"))
+    delete_help = "Delete a schedule; the runs it started go on."
+    delete = schedule_commands.add_parser("delete", help=delete_help, description=delete_help)
+    delete.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    delete.set_defaults(handler=("schedules", "cmd_schedule_delete"))
+
+    console_help = "Serve the operators' web console (agent-runner console --help for its options)."
+    # Listed for the help only: `amain` hands `console ...` to the console's own parser before this one runs.
+    commands.add_parser("console", help=console_help, description=console_help, add_help=False)
+
     store = commands.add_parser("store", help="Maintain the content store.", description="Maintain the content store.")
     store_commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     gc_help = (

@@ -1,0 +1,507 @@
+"""The operators' web console (agent_runner/console/): its HTTP API against real runs, and who may use it.
+
+Every test drives a real run (dev server, fake Messages API, a worker) through the console's HTTP API over a real
+socket, and checks what reached the run: the exact input a tool received, the exact next request Claude got. The
+browser tier (tests/console/) drives the page itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from anthropic import beta_async_tool
+from temporalio.testing import WorkflowEnvironment
+
+from agent_runner.client import AgentRunner
+from agent_runner.console import create_app, main, serving
+from agent_runner.console.security import COOKIE, is_loopback
+from agent_runner.contract.errors import ConfigurationError
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, delete_file, wait_status
+from tests.test_layers import ROOT, _imports, _layer_of_module
+
+USER = {"role": "user", "content": "Clean up the temp files."}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+TOKEN = "a-console-token-of-32-characters"
+BIG = "line of a long report\n" * 300  # 6,600 characters: over the inline limit, so the store holds it
+pytestmark = pytest.mark.usefixtures("fresh_tools")
+
+
+@beta_async_tool
+async def long_report(topic: str) -> str:
+    """A report too long to travel inline.
+
+    Args:
+        topic: The topic.
+    """
+    return f"{topic}:\n{BIG}"
+
+
+def delete_call(path: str = "/etc") -> Reply:
+    return Reply([text("Deleting."), tool_use("toolu_D", "delete_file", {"path": path})], "tool_use")
+
+
+@pytest_asyncio.fixture
+async def console(runner: AgentRunner) -> AsyncIterator[str]:
+    async with serving(runner) as url:
+        yield url
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def get(http: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int, Any]:
+    async with http.get(url, **kw) as response:
+        return response.status, await response.json()
+
+
+async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any], **kw: Any) -> tuple[int, Any]:
+    async with http.post(url, json=body, **kw) as response:
+        return response.status, await response.json()
+
+
+async def sse(http: aiohttp.ClientSession, url: str, **kw: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Every message of an event stream until its ``end``: (event name, id, data)."""
+    messages = []
+    async with http.get(url, **kw) as response:
+        assert response.status == 200 and response.content_type == "text/event-stream"
+        kind, event_id, data = "message", None, ""
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("data: "):
+                data = line[6:]
+            elif line == "" and data:
+                messages.append((kind, event_id, json.loads(data)))
+                if kind in ("end", "failure"):
+                    break
+                kind, event_id, data = "message", None, ""
+    return messages
+
+
+# --- Reading runs -----------------------------------------------------------------------------------------------
+
+
+async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(end_turn("Nothing to do."), delete_call())
+    async with worker(delete_file):
+        done = await runner.start(**BASE)
+        await done.until_done()
+        waiting = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(waiting, "waiting_for_approval")
+        status, everything = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}")
+        _, approvals = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}&waiting=approval")
+        _, steps = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}&waiting=step")
+        bad, refusal = await get(http, f"{console}/api/runs?waiting=lunch")
+        await waiting.stop()
+
+    def rows(listing: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(r["id"], r["status"], r["waiting"], r["pending_tools"], r["iterations"]) for r in listing["runs"]]
+
+    assert status == 200
+    assert rows(everything) == [
+        (waiting.id, "waiting_for_approval", "approval", ["delete_file"], 1),
+        (done.id, "completed", None, [], None),  # ended: Temporal's word, without asking a worker to replay it
+    ]
+    assert rows(approvals) == [(waiting.id, "waiting_for_approval", "approval", ["delete_file"], 1)]
+    assert rows(steps) == []
+    assert (bad, refusal) == (400, {"error": "waiting must be approval, step, review or any."})
+
+
+async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"),
+        end_turn("The disk is fine."),
+    )
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], thread=False)
+        await run.until_done()
+        status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"] == {
+        "version": 3,
+        "messages": [
+            USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "The disk is fine."}]},
+        ],
+    }
+    assert (data["id"], data["status"]["status"], data["status"]["iterations"], data["waiting"]) == (
+        run.id,
+        "completed",
+        2,
+        None,
+    )
+    assert isinstance(data["events_offset"], int) and data["events_offset"] > 0
+    # What the run itself sent Claude, for comparison: the same long result (the store is not a lossy summary).
+    assert fake_api.bodies()[1]["messages"][2]["content"][0]["content"] == f"disk:\n{BIG}"
+
+
+async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:
+    assert await get(http, f"{console}/api/runs/no-such-run") == (
+        404,
+        {"error": "No run with id 'no-such-run'. List runs with `agent-runner list`."},
+    )
+
+
+async def test_the_event_stream_carries_the_text_as_written_and_resumes_after_an_id(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(end_turn("All clean, nothing to delete."))
+    async with worker():
+        run = await runner.start(**BASE)
+        await run.until_done()
+        messages = await sse(http, f"{console}/api/runs/{run.id}/events?after=0")
+        middle = int(messages[len(messages) // 2][1] or 0)
+        resumed = await sse(http, f"{console}/api/runs/{run.id}/events", headers={"Last-Event-ID": str(middle)})
+    events = [data for kind, _, data in messages if kind == "message"]
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "All clean, nothing to delete."
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    assert messages[-1] == ("end", None, {})
+    assert [id for _, id, _ in messages[:-1]] == [str(e["offset"]) for e in events]
+    # A browser that reconnects sends the last id it saw; the stream goes on from the next event.
+    assert [data for kind, _, data in resumed if kind == "message"] == [e for e in events if e["offset"] > middle]
+
+
+# --- Steering ---------------------------------------------------------------------------------------------------
+
+
+async def test_approving_with_edited_input_runs_the_tool_with_exactly_that_input(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call("/etc"), end_turn("Done."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        await wait_status(run, "waiting_for_approval")
+        _, data = await get(http, f"{console}/api/runs/{run.id}")
+        unknown = await post(http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_nope"})
+        malformed = await post(http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_D", "input": "/"})
+        approved = await post(
+            http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_D", "input": {"path": "/tmp/scratch"}}
+        )
+        await run.until_done()
+    pending = data["status"]["pending_approvals"]
+    assert [{k: v for k, v in p.items() if k != "requested_at"} for p in pending] == [
+        {"tool_use_id": "toolu_D", "name": "delete_file", "input": {"path": "/etc"}, "iteration": 1, "note": None}
+    ]
+    assert data["waiting"] == "approval"
+    assert unknown == (
+        409,
+        {
+            "error": "approve_tool was refused: Tool call 'toolu_nope' is not waiting for approval. "
+            "Waiting: ['toolu_D']."
+        },
+    )
+    assert malformed == (400, {"error": "'input' must be a JSON object."})
+    assert approved == (200, {"ok": True})
+    assert CALLS == ["delete /tmp/scratch"]
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/scratch"}
+    ]
+
+
+async def test_denying_never_runs_the_tool_and_claude_sees_the_reason(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call("/etc"), end_turn("Understood."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"}, thread=False)
+        await wait_status(run, "waiting_for_approval")
+        denied = await post(
+            http, f"{console}/api/runs/{run.id}/deny", {"tool_use_id": "toolu_D", "reason": "Never touch /etc."}
+        )
+        await run.until_done()
+    assert denied == (200, {"ok": True})
+    assert CALLS == []
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_D", "content": "Never touch /etc.", "is_error": True}
+    ]
+
+
+async def test_an_injected_message_goes_out_with_the_next_turn(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call("/tmp/a"), end_turn("C'est fait."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"}, thread=False)
+        await wait_status(run, "waiting_for_approval")
+        # Accepted while the run waits for a person: the request does not wait for the approval, it is queued.
+        injected = await post(http, f"{console}/api/runs/{run.id}/inject", {"content": "Answer in French."})
+        empty = await post(http, f"{console}/api/runs/{run.id}/inject", {"content": ""})
+        await post(http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_D"})
+        await run.until_done()
+    assert injected == (200, {"ok": True})
+    assert empty == (400, {"error": "'content' is empty."})
+    assert fake_api.bodies()[1]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/a"},
+            {"type": "text", "text": "Answer in French."},
+        ],
+    }
+
+
+async def test_retry_discards_the_last_reply_and_its_tools_never_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call("/etc"), end_turn("Sorry."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        retried = await post(http, f"{console}/api/runs/{run.id}/retry", {})
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert retried == (200, {"ok": True})
+    assert CALLS == []
+    first, second = fake_api.bodies()
+    assert second["messages"] == first["messages"] == [USER]
+
+
+async def test_stop_ends_a_run_that_waits_for_approval_without_running_the_tool(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call("/etc"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        await wait_status(run, "waiting_for_approval")
+        stopped = await post(http, f"{console}/api/runs/{run.id}/stop", {"reason": "the operator said no"})
+        result = await run.result()
+        again = await post(http, f"{console}/api/runs/{run.id}/stop", {})
+    assert stopped == (200, {"ok": True})
+    assert (result.status, result.detail) == ("stopped", "the operator said no")
+    assert again == (409, {"error": "stop was refused: run " + run.id + " has already ended. Start a new run from "
+                                    "its transcript to go on."})  # fmt: skip
+    assert CALLS == [] and len(fake_api.requests) == 1
+
+
+async def test_fork_starts_a_new_run_from_a_chosen_turn(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(end_turn("First answer."), end_turn("Second answer."))
+    async with worker():
+        run = await runner.start(**BASE, thread=False)
+        await run.until_done()
+        created = await post(http, f"{console}/api/runs/{run.id}/fork", {"from_iteration": 1, "id": f"{run.id}-fork"})
+        final = await runner.attach(f"{run.id}-fork").until_done()
+        zero = await post(http, f"{console}/api/runs/{run.id}/fork", {"from_iteration": 0})
+    assert created == (201, {"id": f"{run.id}-fork"})
+    assert final.content[0].type == "text" and final.content[0].text == "Second answer."
+    first, second = fake_api.bodies()
+    assert second == first
+    assert zero == (400, {"error": "'from_iteration' counts turns from 1."})
+
+
+# --- Who may use it ---------------------------------------------------------------------------------------------
+
+
+async def test_on_loopback_it_needs_no_token_but_only_answers_to_loopback_names(
+    console: str, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(f"{console}/") as page:
+        assert page.status == 200 and page.content_type == "text/html"
+        assert page.headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+        assert '<script src="/static/console.js" defer></script>' in await page.text()
+    async with http.get(f"{console}/static/console.js") as script:
+        assert script.status == 200 and "function showRun" in await script.text()
+    port = console.rsplit(":", 1)[1]
+    async with http.get(f"{console}/", headers={"Host": f"localhost:{port}"}) as ok:
+        assert ok.status == 200
+    # A page whose name an attacker points at 127.0.0.1 (DNS rebinding) is refused.
+    async with http.get(f"{console}/api/runs", headers={"Host": f"attacker.example:{port}"}) as rebound:
+        assert rebound.status == 403
+        assert await rebound.json() == {
+            "error": f"Host 'attacker.example:{port}' is not this machine: open the console at http://127.0.0.1"
+        }
+
+
+async def test_it_refuses_to_start_beyond_loopback_without_a_token(
+    runner: AgentRunner, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_RUNNER_CONSOLE_TOKEN", raising=False)
+    with pytest.raises(ConfigurationError, match="beyond this machine, only with a token"):
+        create_app(runner, host="0.0.0.0")
+    with pytest.raises(ConfigurationError, match="16 characters or more"):
+        create_app(runner, host="0.0.0.0", token="short")
+    create_app(runner, host="0.0.0.0", token=TOKEN)  # with one, it may
+    assert main(["--host", "0.0.0.0", "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "error: The console serves on 0.0.0.0, beyond this machine, only with a token: anyone who reaches it could "
+        "read every transcript and approve tool calls. Set AGENT_RUNNER_CONSOLE_TOKEN or pass --token (make one "
+        'with: python -c "import secrets; print(secrets.token_urlsafe())"), or bind to 127.0.0.1.\n'
+    )
+    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "", "10.1.2.3", "box")] == [
+        True, True, True, True, False, False, False, False
+    ]  # fmt: skip
+
+
+async def test_with_a_token_every_request_carries_it(runner: AgentRunner, http: aiohttp.ClientSession) -> None:
+    async with serving(runner, token=TOKEN) as url:
+        assert await get(http, f"{url}/api/runs/x") == (
+            401,
+            {
+                "error": f"This console needs its token: open it once as {url}/?token=<token>, or send "
+                "Authorization: Bearer <token>."
+            },
+        )
+        assert await get(http, f"{url}/api/runs/x", headers={"Authorization": "Bearer wrong-token-of-some-length"}) == (
+            403,
+            {"error": "Wrong token."},
+        )
+        assert (await get(http, f"{url}/api/runs/x", headers={"Authorization": f"Bearer {TOKEN}"}))[0] == 404
+        async with http.get(f"{url}/runs/x?token={TOKEN}&a=1", allow_redirects=False) as handed:
+            # The browser gets a cookie, and an address without the token.
+            assert handed.status == 303 and handed.headers["Location"] == "/runs/x?a=1"
+            cookie = handed.headers["Set-Cookie"]
+            assert cookie.startswith(f"{COOKIE}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        async with http.get(f"{url}/?token=wrong-token-of-some-length", allow_redirects=False) as wrong:
+            assert wrong.status == 403
+        cookies = {"Cookie": f"{COOKIE}={TOKEN}"}
+        assert (await get(http, f"{url}/api/runs/x", headers=cookies))[0] == 404
+        assert (await get(http, f"{url}/api/runs/x", headers={"Cookie": f"{COOKIE}=wrong"})) == (
+            403,
+            {"error": "Wrong token."},
+        )
+        async with http.get(f"{url}/static/console.js") as script:
+            assert script.status == 401  # the page's files too
+
+
+async def test_a_post_from_another_page_is_refused_even_with_the_cookie(
+    runner: AgentRunner, http: aiohttp.ClientSession
+) -> None:
+    async with serving(runner, token=TOKEN) as url:
+        cookie = {"Cookie": f"{COOKIE}={TOKEN}"}
+        approve = f"{url}/api/runs/no-such-run/approve"
+        body = {"tool_use_id": "toolu_D"}
+        # The console's own page passes the checks (and reaches the handler: no such run).
+        assert (await post(http, approve, body, headers={**cookie, "Origin": url}))[0] == 404
+        assert await post(http, approve, body, headers={**cookie, "Origin": "http://evil.example"}) == (
+            403,
+            {"error": "Requests from http://evil.example are refused: use the console's own page."},
+        )
+        assert await post(http, approve, body, headers={**cookie, "Sec-Fetch-Site": "cross-site"}) == (
+            403,
+            {"error": "Requests from a cross-site page are refused: use the console's own page."},
+        )
+        # A plain form post (the one kind another page can send without asking first) is refused whatever it carries.
+        async with http.post(approve, data={"tool_use_id": "toolu_D"}, headers=cookie) as form:
+            assert form.status == 415
+            assert await form.json() == {"error": "Send the request body as JSON (Content-Type: application/json)."}
+    # Without a token (loopback), the same checks hold: they are what keeps other pages out then.
+    async with serving(runner) as url:
+        approve = f"{url}/api/runs/no-such-run/approve"
+        assert (await post(http, approve, body, headers={"Origin": "http://evil.example"}))[0] == 403
+        async with http.post(approve, data="{}", headers={"Content-Type": "text/plain"}) as plain:
+            assert plain.status == 415
+
+
+def test_the_console_uses_only_the_client_and_the_contract() -> None:
+    found = set()
+    for path in sorted((ROOT / "agent_runner" / "console").glob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for _, name in _imports(rel, path.read_text()):
+            layer = _layer_of_module(name)
+            if layer is not None and not name.startswith("agent_runner.console"):
+                found.add(layer)
+    assert found == {"client", "contract"}
+
+
+async def test_python_m_agent_runner_console_serves_until_interrupted(
+    temporal_env: WorkflowEnvironment, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+    monkeypatch.delenv("AGENT_RUNNER_CONSOLE_TOKEN", raising=False)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_runner.console", "--port", "0", stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        ready = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert ready.startswith("READY http://127.0.0.1:") and ready.endswith("/\n")
+        status, listing = await get(http, f"{ready.split()[1]}api/runs?limit=1")
+        assert status == 200 and list(listing) == ["runs"]
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+# --- tests/console/run.sh, the browser tier's script: each failing step says why -----------------------------------
+
+RUN_SH = ROOT / "tests" / "console" / "run.sh"
+
+
+def run_browser_script(tmp_path: Path, **stubs: str) -> subprocess.CompletedProcess[str]:
+    """run.sh with some commands replaced by shell stubs (``id``, ``dpkg-query``, ``apt-get``): nothing is installed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, body in stubs.items():
+        stub = bin_dir / name.replace("_", "-")
+        stub.write_text(f"#!/bin/sh\n{body}\n")
+        stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", str(RUN_SH)], env=env, capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_browser_script_parses() -> None:
+    done = subprocess.run(["bash", "-n", str(RUN_SH)], capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_browser_script_says_only_root_can_install_chromium(tmp_path: Path) -> None:
+    done = run_browser_script(tmp_path, id="echo 1000", dpkg_query="exit 1")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "",
+        "[browser] FAILED: chromium chromium-driver missing, and only root can apt-get install it: run this as root\n",
+    )
+
+
+def test_the_browser_script_says_which_apt_step_failed(tmp_path: Path) -> None:
+    done = run_browser_script(tmp_path / "update", id="echo 0", dpkg_query="exit 1", apt_get="exit 100")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "[browser] installing Debian's chromium chromium-driver\n",
+        "[browser] FAILED: apt-get update (exit 100): apt cannot read its package lists; check "
+        "/etc/apt/sources.list.d/\n",
+    )
+    done = run_browser_script(
+        tmp_path / "install", id="echo 0", dpkg_query="exit 1", apt_get='[ "$1" = update ] && exit 0; exit 100'
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "[browser] FAILED: apt-get install chromium chromium-driver (exit 100); its own message is above\n",
+    )
