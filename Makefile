@@ -48,3 +48,8 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench-peer: $(BENCH_STAMP)
 	$(PY) bench/peer.py
+
+# Where an AgentRun iteration's time and CPU go: variants without one suspect each, counts, then a py-spy profile.
+bench-profile: $(BENCH_STAMP)
+	$(PY) bench/hotspots.py
+	$(PY) bench/hotspots.py --spy

@@ -250,6 +250,9 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
                             )
                 if not spy:
                     print(f"  round {round_}/{runs} done", file=sys.stderr, flush=True)
+                elif not round_:  # warmed up: let the profiler attach now, so start-up stays out of the profile
+                    print("WARMED", flush=True)
+                    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
             histories = {v: await last[v].fetch_history() for v in variants}
         finally:
             for worker in reversed(active):
@@ -337,12 +340,23 @@ def profile(iterations: int, runs: int, size_name: str) -> int:
         print("py-spy is not installed here: pip install -e '.[bench]'", file=sys.stderr)
         return 2
     out = Path(tempfile.mkdtemp(prefix="agent-runner-bench-spy-")) / "raw.txt"
-    command = [
-        spy, "record", "--threads", "--gil", "--rate", "250", "--format", "raw", "--output", str(out), "--",
+    workload = [
         sys.executable, __file__, "--iterations", str(iterations), "--runs", str(runs), "--size", size_name,
         "--variants", "agent-runner", "--under-spy",
     ]  # fmt: skip
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(workload, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    if child.stdout.readline().strip() != "WARMED":
+        child.kill()
+        print("the workload ended before its warm-up run did", file=sys.stderr)
+        return 1
+    record = [spy, "record", "--threads", "--gil", "--rate", "250", "--format", "raw", "--output", str(out)]
+    recorder = subprocess.Popen([*record, "--pid", str(child.pid)], stdout=subprocess.DEVNULL)
+    time.sleep(2)  # py-spy attaches
+    child.stdin.write("GO\n")
+    child.stdin.flush()
+    child.wait()
+    recorder.wait()
     stacks: list[tuple[list[str], int]] = []
     for line in out.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")
@@ -350,7 +364,10 @@ def profile(iterations: int, runs: int, size_name: str) -> int:
             stacks.append((stack.split(";"), int(samples)))
     shutil.rmtree(out.parent, ignore_errors=True)
     total = sum(c for _, c in stacks)
-    print(f"py-spy: {total} samples at 250 Hz where a thread held the GIL (the whole process: start-up included)")
+    print(
+        f"py-spy: {total} samples at 250 Hz where a thread held the GIL, during {runs} runs each of N={iterations} "
+        f"and 2N (after the warm-up runs)"
+    )
     print()
     threads: collections.Counter[str] = collections.Counter()
     suspects: collections.Counter[str] = collections.Counter()
