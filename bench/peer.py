@@ -29,6 +29,10 @@ Measured per mode and size, over R runs after one warm-up run, round-robin (the 
   Temporal's 50 MB limit counts) / N;
 * ``÷ floor``: each over the floor's, in the same size block.
 
+A run that does not end within 60 + 3·N seconds is terminated, and its row says why (the last failure its history
+records): the peer's model activity input is the whole conversation, so at 100 KB results past about 21 iterations
+it passes Temporal's 2 MB payload limit, and the workflow task fails and is retried for ever.
+
 The machine is usually shared (2 cores, other processes): compare rows of one run, read ratios, not absolute numbers.
 
 Usage::
@@ -200,6 +204,24 @@ class Bench:
         self.fake.reset()
         self.fake.responder = pinger(self.iterations, self.size)
 
+    async def finish(self, handle: WorkflowHandle[Any, Any], result: Awaitable[Any] | None = None) -> Any:
+        """The run's result; a run stuck past a generous limit is terminated, and how it got stuck is raised.
+
+        A workflow task that fails (an oversized payload, say) is retried by Temporal for ever rather than failing
+        the run, so without a limit one stuck mode would hang the whole benchmark.
+        """
+        try:
+            return await asyncio.wait_for(result or handle.result(), timeout=60 + 3 * self.iterations)
+        except TimeoutError:
+            reason = "no failure recorded"
+            for event in (await handle.fetch_history()).events:
+                for name in ("workflow_task_failed_event_attributes", "activity_task_failed_event_attributes"):
+                    if event.HasField(name):
+                        failure = getattr(event, name).failure
+                        reason = f"{failure.message} ({failure.application_failure_info.type or name})"
+            await handle.terminate("bench: stuck")
+            raise RuntimeError(f"stuck, terminated: {reason}") from None
+
     def check_requests(self) -> None:
         sent = len(self.fake.requests)
         if sent != self.iterations:
@@ -209,7 +231,7 @@ class Bench:
         handle = await self.client.start_workflow(
             FloorWorkflow.run, 2 * self.iterations, id=f"bench-floor-{uuid.uuid4()}", task_queue=FLOOR_TASK_QUEUE
         )
-        await handle.result()
+        await self.finish(handle)
         return handle
 
     async def sdk(self) -> WorkflowHandle[Any, Any] | None:
@@ -236,7 +258,7 @@ class Bench:
             thread=thread,
             id=f"bench-agent-runner-{uuid.uuid4()}",
         )
-        result = await run.result()
+        result = await self.finish(run.handle, run.result())
         if result.iterations != self.iterations or result.status != "completed":
             raise RuntimeError(f"expected {self.iterations} iterations ending the turn, got {result!r}")
         self.check_requests()
@@ -250,7 +272,7 @@ class Bench:
             id=f"bench-pydantic-ai-{uuid.uuid4()}",
             task_queue=PEER_TASK_QUEUE,
         )
-        output = await handle.result()
+        output = await self.finish(handle)
         if output != "done":
             raise RuntimeError(f"pydantic-ai: expected the final text 'done', got {output!r}")
         self.check_requests()
