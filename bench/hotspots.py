@@ -10,6 +10,9 @@ fake Messages API, on an embedded Temporal dev server with in-process workers. T
    * ``unsandboxed``: the same plugin on a Worker with ``UnsandboxedWorkflowRunner`` (what the sandbox costs: it
      re-imports the workflow modules for each run);
    * ``store-in-memory``: the store file on ``/dev/shm`` (what the disk syncs of store commits cost);
+   * ``no-live-events``: the model call publishes no live events (``EventPublisher`` swapped, on that variant's
+     task queue only, for one that sends nothing): no signals to the run;
+   * ``no-heartbeats``: ``activity.heartbeat()`` does nothing on that variant's task queue;
    * ``floor``: 2·N no-op activities.
 
 2. **Counts** of the ``agent-runner`` variant, per iteration: history events by type, ``activity.heartbeat()`` calls
@@ -65,7 +68,9 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+    import agent_runner.activities.claude as claude_activity
     from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.live_events import EventPublisher
     from agent_runner.client import AgentRunner
     from agent_runner.fake_api import FakeMessagesAPI
     from agent_runner.plugin import AgentRunnerPlugin
@@ -73,21 +78,26 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.temporal_server import EmbeddedTemporal
     from agent_runner.worker import build_registry, build_worker
 
-VARIANTS = ("agent-runner", "unsandboxed", "store-in-memory", "floor")
+VARIANTS = ("agent-runner", "unsandboxed", "store-in-memory", "no-live-events", "no-heartbeats", "floor")
+# The variants that take away a piece of the model call do it on their own task queue only (see Counters).
+NO_LIVE_EVENTS_QUEUE = "profile-no-live-events"
+NO_HEARTBEATS_QUEUE = "profile-no-heartbeats"
 
 # Where a sample's stack says the time went: (label, substrings of a frame, any of which puts the sample there).
 SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
-    ("workflow sandbox: module re-import, restricted proxies", ("workflow_sandbox/",)),
-    ("live events: EventPublisher + workflow streams", ("live_events.py", "contrib/workflow_streams")),
-    ("activity heartbeats", ("heartbeat (temporalio/activity.py", "_heartbeat")),
-    ("content store (SQLite thread and callers)", ("agent_runner/store.py",)),
-    ("content layer (agent_runner/content.py, codec)", ("agent_runner/content.py", "agent_runner/codec.py")),
-    ("model call: anthropic SDK stream + parsing", ("anthropic/lib/streaming", "anthropic/_streaming")),
-    ("HTTP client (httpx2/httpcore2)", ("httpx2/", "httpcore2/")),
-    ("pydantic (validate/dump)", ("pydantic/", "pydantic_core")),
-    ("payload conversion (temporalio converter)", ("temporalio/converter.py", "temporalio/contrib/pydantic")),
-    ("AgentRun workflow code", ("workflows/agent_run.py", "workflows/conversation.py", "workflows/")),
-    ("tool activities", ("activities/tools.py",)),
+    ("workflow activations, all (sandboxed AgentRun, payload visits)", ("_WorkflowWorker._handle_activation",)),
+    ("- sandbox: a run's instance made (workflow modules re-imported)", ("SandboxedWorkflowRunner.create_instance",)),
+    ("- sandbox: serialization context fetched for each payload", ("get_serialization_context",)),
+    ("- AgentRun's own code", ("workflows/agent_run.py", "workflows/conversation.py", "workflows/run_input.py")),
+    ("model call activity, all (ClaudeActivities)", ("ClaudeActivities.",)),
+    ("- the SDK's request and SSE stream (anthropic + httpx2)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
+    ("- live events (EventPublisher, workflow stream client)", ("live_events.py",)),
+    ("- content layer and store (transcript append, offload)", ("agent_runner/content.py", "agent_runner/store.py")),
+    ("live events, workflow side (workflow stream host)", ("contrib/workflow_streams/_stream.py",)),
+    ("activity heartbeats (activity.heartbeat, heartbeat loop)", ("heartbeat",)),
+    ("tool call activity (ToolActivities.run_tool)", ("ToolActivities.run_tool",)),
+    ("Temporal activity plumbing (_ActivityWorker)", ("_ActivityWorker",)),
+    ("the client: start, result", ("AgentRunner.start", "Run.result")),
     ("logging", ("logging/__init__.py",)),
 ]
 
@@ -95,6 +105,27 @@ SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
 # --------------------------------------------------------------------------------------------------------------
 # Counting wrappers (instrumentation of this process only)
 # --------------------------------------------------------------------------------------------------------------
+
+
+class SilentPublisher:
+    """``EventPublisher``'s interface, sending nothing: a model call without live events (no signals to the run)."""
+
+    interval = 1.0
+
+    async def __aenter__(self) -> SilentPublisher:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        return None
+
+    def publish(self, *_args: Any, **_fields: Any) -> None:
+        return None
+
+    def delta(self, *_args: Any) -> None:
+        return None
+
+    def tick(self) -> None:
+        return None
 
 
 class Counters:
@@ -108,9 +139,17 @@ class Counters:
 
         def counted(*details: Any) -> None:
             self.heartbeats += 1
-            heartbeat(*details)
+            if activity.info().task_queue != NO_HEARTBEATS_QUEUE:
+                heartbeat(*details)
 
         activity.heartbeat = counted  # the activities call it as `activity.heartbeat()`
+
+        def publisher(stream: Any, **options: Any) -> Any:
+            if activity.info().task_queue == NO_LIVE_EVENTS_QUEUE:
+                return SilentPublisher()
+            return EventPublisher(stream, **options)
+
+        claude_activity.EventPublisher = publisher  # type: ignore[attr-defined,assignment]  # the name claude.py calls
 
     def reset(self) -> None:
         self.heartbeats = self.store_calls = 0
@@ -179,6 +218,22 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
                 store=stores["shm"],
                 graceful_shutdown_timeout=quick,
             ),
+            "no-live-events": build_worker(
+                client,
+                registry=registry,
+                task_queue=NO_LIVE_EVENTS_QUEUE,
+                claude=claude(),
+                store=stores["disk"],
+                graceful_shutdown_timeout=quick,
+            ),
+            "no-heartbeats": build_worker(
+                client,
+                registry=registry,
+                task_queue=NO_HEARTBEATS_QUEUE,
+                claude=claude(),
+                store=stores["disk"],
+                graceful_shutdown_timeout=quick,
+            ),
             "floor": Worker(
                 client,
                 task_queue="profile-floor",
@@ -191,8 +246,10 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
             "agent-runner": "profile-agent-runner",
             "unsandboxed": "profile-unsandboxed",
             "store-in-memory": "profile-store-in-memory",
+            "no-live-events": NO_LIVE_EVENTS_QUEUE,
+            "no-heartbeats": NO_HEARTBEATS_QUEUE,
         }
-        stores_of = {"agent-runner": "disk", "unsandboxed": "disk", "store-in-memory": "shm"}
+        stores_of = dict.fromkeys(queues, "disk") | {"store-in-memory": "shm"}
 
         async def one(variant: str, iterations: int) -> WorkflowHandle[Any, Any]:
             if variant == "floor":
