@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check-tests bench bench-history bench-long
+.PHONY: demo test lint check-tests bench bench-history bench-long bench-peer bench-profile
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -37,3 +37,19 @@ bench-history: $(STAMP)
 
 bench-long: $(STAMP)
 	$(PY) bench/history.py --long
+
+# agent-runner beside pydantic-ai on Temporal and the Temporal floor, tool results of 1, 10 and 100 KB (about 2
+# minutes); needs the bench extra, which this target installs into the venv first.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench-peer: $(BENCH_STAMP)
+	$(PY) bench/peer.py
+
+# Where an AgentRun iteration's time and CPU go: variants without one suspect each, counts, then a py-spy profile.
+bench-profile: $(BENCH_STAMP)
+	$(PY) bench/hotspots.py
+	$(PY) bench/hotspots.py --spy
