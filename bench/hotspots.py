@@ -72,10 +72,10 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.activities.live_events import EventPublisher
     from agent_runner.client import AgentRunner
-    from agent_runner.fake_api import FakeMessagesAPI
     from agent_runner.plugin import AgentRunnerPlugin
     from agent_runner.store import ContentStore, open_store
     from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.testing import FakeMessagesAPI
     from agent_runner.worker import build_registry, build_worker
 
 VARIANTS = ("agent-runner", "unsandboxed", "store-in-memory", "no-live-events", "no-heartbeats", "floor")
@@ -472,7 +472,7 @@ def profile(iterations: int, runs: int, size_name: str) -> int:
 def thread_kind(thread: str, frames: list[str]) -> str:
     """Name a sampled thread by what it runs."""
     joined = ";".join(frames)
-    if "fake_api.py" in joined:
+    if "agent_runner/testing/" in joined:
         return "fake Messages API thread"
     if "agent-runner-store" in thread or "agent_runner/store.py" in joined and "_worker (concurrent" in joined:
         return "content store thread"

@@ -1,6 +1,6 @@
 """agent-runner beside its strongest durable peer, pydantic-ai on Temporal, and the Temporal floor, per iteration.
 
-One iteration is one model call plus one tool call. Claude is the fake Messages API (``agent_runner.fake_api``),
+One iteration is one model call plus one tool call. Claude is the fake Messages API (``agent_runner.testing``),
 answering at once; each run is N model calls: the first N-1 replies ask for ``ping(n, size)``, whose result is
 ``size`` bytes of text, and the N-th reply ends the turn. So each run has N model calls and N-1 tool calls, in every
 mode, and the tool result size is the only thing that changes from one table block to the next (1 KB, 10 KB, 100 KB
@@ -76,9 +76,9 @@ with workflow.unsafe.imports_passed_through():
 
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.client import AgentRunner
-    from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
     from agent_runner.worker import build_registry, build_worker
 
 MODEL = "claude-bench-1"
