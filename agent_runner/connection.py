@@ -9,31 +9,118 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
+import temporalio.api.failure.v1
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
+from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadConverter
 
 from agent_runner.codec import EncryptionCodec
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.temporal_server import EmbeddedTemporal, TemporalServerError, configured_address, connect_client
 
+_converting = threading.local()
+"""Whether this thread is inside ``BoundedFailureConverter.to_failure`` (which converts causes by calling itself)."""
+
+
+class BoundedFailureConverter(DefaultFailureConverter):
+    """Temporal's failure converter, with failures kept small enough for the server to keep them.
+
+    The server keeps an activity's last failure (what ``status`` shows while it retries) only under a few KB, and
+    replaces a bigger one with "Failure exceeds size limit": a failure that chains an HTTP library's exceptions, each
+    with its stack trace, is over that. So a failure keeps its message, the innermost frames of its stack trace and
+    the first causes of its chain, each cut to a bound, and says where it was cut.
+    """
+
+    MESSAGE_LIMIT = 1000
+    CAUSE_MESSAGE_LIMIT = 300
+    STACK_LIMIT = 800
+    CAUSE_STACK_LIMIT = 200
+    CAUSE_DEPTH = 2
+
+    def __init__(self, *, encode_common_attributes: bool = False) -> None:
+        super().__init__()  # encodes nothing itself: messages and stack traces are bounded first, then encoded
+        self._encode = encode_common_attributes
+
+    def to_failure(
+        self,
+        exception: BaseException,
+        payload_converter: PayloadConverter,
+        failure: temporalio.api.failure.v1.Failure,
+    ) -> None:
+        """See ``DefaultFailureConverter.to_failure``; then bound the failure and its causes."""
+        if getattr(_converting, "active", False):  # a cause, converted by the call below: bounded with the whole
+            super().to_failure(exception, payload_converter, failure)
+            return
+        _converting.active = True
+        try:
+            super().to_failure(exception, payload_converter, failure)
+        finally:
+            _converting.active = False
+        cause, depth = failure, 0
+        while True:
+            top = depth == 0
+            message_limit, stack_limit = (
+                (self.MESSAGE_LIMIT, self.STACK_LIMIT) if top else (self.CAUSE_MESSAGE_LIMIT, self.CAUSE_STACK_LIMIT)
+            )
+            cause.message = _cut(cause.message, message_limit, keep="head")
+            cause.stack_trace = _cut(cause.stack_trace, stack_limit, keep="tail")
+            if not cause.HasField("cause"):
+                break
+            if depth == self.CAUSE_DEPTH:
+                cause.ClearField("cause")
+                cause.message += " (its causes are left out)"
+                break
+            cause, depth = cause.cause, depth + 1
+        if self._encode:
+            _encode_common_attributes(failure, payload_converter)
+
+
+class BoundedFailureConverterWithEncodedAttributes(BoundedFailureConverter):
+    """``BoundedFailureConverter`` that also moves messages and stack traces into the encoded attributes."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+
+
+def _cut(text: str, limit: int, *, keep: str) -> str:
+    if len(text) <= limit:
+        return text
+    if keep == "head":
+        return text[:limit] + f"... [{len(text) - limit} more characters]"
+    return f"[{len(text) - limit} characters of outer frames left out]\n" + text[-limit:]
+
+
+def _encode_common_attributes(failure: temporalio.api.failure.v1.Failure, converter: PayloadConverter) -> None:
+    """What Temporal's own converter does with ``encode_common_attributes``, for the failure and each cause."""
+    while True:
+        failure.encoded_attributes.CopyFrom(
+            converter.to_payloads([{"message": failure.message, "stack_trace": failure.stack_trace}])[0]
+        )
+        failure.message, failure.stack_trace = "Encoded failure", ""
+        if not failure.HasField("cause"):
+            return
+        failure = failure.cause
+
 
 def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
-    """The pydantic data converter, encrypting every payload when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set.
+    """The pydantic data converter, with bounded failures; every payload encrypted when keys are set.
+
+    Encryption is on when ``AGENT_RUNNER_ENCRYPTION_KEYS`` is set.
 
     With encryption on, failures' messages and stack traces are encoded too: a failure can quote what it failed on
     (an API error echoing the request, a tool's exception).
     """
     codec = EncryptionCodec.from_env(environ)
     if codec is None:
-        return pydantic_data_converter
+        return dataclasses.replace(pydantic_data_converter, failure_converter_class=BoundedFailureConverter)
     return dataclasses.replace(
         pydantic_data_converter,
         payload_codec=codec,
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        failure_converter_class=BoundedFailureConverterWithEncodedAttributes,
     )
 
 
