@@ -7,18 +7,23 @@ their system prompt (and a child's by its task), so each test pins the exact bod
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from anthropic import beta_async_tool
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, GATE, gated
 from tests.tools_for_tests import get_weather
 
 LEAD = "You lead."
@@ -243,3 +248,174 @@ async def test_agents_in_one_reply_run_concurrently_and_answer_in_block_order(
             {"type": "tool_result", "tool_use_id": "toolu_P1", "content": "b done"},
         ],
     }
+
+
+def waiting_child(body: dict[str, Any]) -> ScriptItem:
+    """A child that calls the gated tool, then sums up."""
+    if len(body["messages"]) == 1:
+        return Reply(
+            content=[text("Checking."), tool_use("toolu_C1", "gated", {"city": "Paris"})], stop_reason="tool_use"
+        )
+    return end_turn("Paris is fine.")
+
+
+async def wait_for(condition: Callable[[], Any]) -> None:
+    async with asyncio.timeout(20):
+        while not await condition():
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.usefixtures("fresh_tools")
+async def test_cancelling_the_parent_cancels_its_child(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
+    async with worker(gated):
+        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
+
+        async def tool_running() -> bool:
+            return CALLS == ["Paris"]
+
+        await wait_for(tool_running)
+        child = client.get_workflow_handle(f"{run.id}/toolu_P1")
+        assert (await child.describe()).status == WorkflowExecutionStatus.RUNNING
+        await run.cancel()
+
+        async def cancelled() -> bool:
+            return (await child.describe()).status == WorkflowExecutionStatus.CANCELED
+
+        await wait_for(cancelled)
+        assert (await client.get_workflow_handle(run.id).describe()).status == WorkflowExecutionStatus.CANCELED
+        GATE.set()
+    # Neither asked Claude anything after the cancel.
+    assert len(fake_api.bodies()) == 2
+
+
+@pytest.mark.usefixtures("fresh_tools")
+async def test_stopping_the_parent_stops_its_child_and_the_tool_result_says_so(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
+    async with worker(gated):
+        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
+
+        async def tool_running() -> bool:
+            return CALLS == ["Paris"]
+
+        await wait_for(tool_running)
+        await run.stop("enough")
+        GATE.set()  # the child's tool finishes; the child then stops instead of asking Claude again
+        result = await run.result()
+        child = await client.get_workflow_handle(f"{run.id}/toolu_P1").result()
+        transcript = await run.transcript()
+    assert result.status == "stopped"
+    assert (child["status"], child["detail"]) == ("stopped", "The parent run was stopped: enough")
+    assert len(fake_api.bodies()) == 2  # the parent's first request and the child's: no more
+    assert transcript[-1] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_P1",
+                "content": "Error: Agent 'researcher' was stopped before it finished (The parent run was stopped: "
+                "enough). Its last reply said: Checking.",
+                "is_error": True,
+            }
+        ],
+    }
+
+
+async def test_a_reply_starts_at_most_max_fan_out_agents(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system(
+        [research("toolu_P", "a", "b"), end_turn("One done.")],
+        lambda body: end_turn(f"{body['messages'][0]['content']} done"),
+    )
+    async with worker():
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": []}], agent_limits={"max_fan_out": 1}
+        )
+        await run.until_done()
+    assert [b["messages"] for b in child_bodies(fake_api)] == [[{"role": "user", "content": "a"}]]
+    assert parent_bodies(fake_api)[1]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_P0", "content": "a done"},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_P1",
+                "content": "Error: Agent 'researcher' was not started: one reply may start at most 1 agents "
+                "(`agent_limits.max_fan_out`). Call it again in a later turn.",
+                "is_error": True,
+            },
+        ],
+    }
+
+
+async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agents_of_its_own(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A grandchild runs too; the child's ``max_iterations`` is what the parent had left (10 - 1)."""
+    scout = {"name": "scout", "description": "Looks once.", "system": "You scout.", "model": "claude-fake-2"}
+
+    def child(body: dict[str, Any]) -> ScriptItem:
+        if body.get("system") == "You scout.":
+            return end_turn("Seen.")
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
+        return end_turn("Scout saw it.")
+
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
+    async with worker() as w:
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            thread=False,
+            max_iterations=10,
+            agents=[{**RESEARCHER, "tools": [], "agents": [scout], "max_iterations": 20}],
+        )
+        await run.until_done()
+        child_id, grandchild_id = f"{run.id}/toolu_P1", f"{run.id}/toolu_P1/toolu_S1"
+        child_input = (await w.client.get_workflow_handle(child_id).fetch_history()).events[0]
+        grandchild = await w.client.get_workflow_handle(grandchild_id).result()
+    assert grandchild["final_message"]["content"] == [{"type": "text", "text": "Seen."}]
+    start = child_input.workflow_execution_started_event_attributes
+    assert json.loads(start.input.payloads[0].data) == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Go."}],
+        "thread": False,
+        "model_activity": {},
+        "agent_limits": {"max_depth": 3, "max_fan_out": 8, "depth": 1},
+        "system": RESEARCH,
+        "agents": [scout],
+        "max_iterations": 9,
+    }
+    assert [b["model"] for b in fake_api.bodies() if b.get("system") == "You scout."] == ["claude-fake-2"]
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Scout saw it."
+
+
+def test_agents_are_checked_when_the_run_starts() -> None:
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input(
+            {
+                **BASE,
+                "messages": [USER],
+                "tools": ["get_weather"],
+                "agents": [
+                    {"name": "get_weather", "description": "Clashes."},
+                    {"name": "deep", "description": "Nests.", "agents": [{"name": "deeper", "description": "x"}]},
+                    {"name": "bad name", "description": ""},
+                ],
+                "agent_limits": {"max_depth": 1},
+            }
+        )
+    assert str(e.value) == (
+        "The run's input was rejected:\n"
+        "- `agents[2]` is invalid: name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'; description: String "
+        "should have at least 1 character\n"
+        "- Agent `get_weather` has the name of a tool of the run; give one of them another name.\n"
+        "- Agent `deep` nests 2 levels of runs below this one, and `agent_limits.max_depth` (1) leaves 1 below this "
+        "run (at depth 0); declare fewer levels of agents or raise `max_depth`."
+    )
