@@ -111,7 +111,11 @@ async def test_an_agent_call_runs_a_child_whose_final_text_is_the_tool_result(
             **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "max_iterations": 5}], max_iterations=10
         )
         final = await run.until_done()
+        status = await run.status()
     assert final.content[0].type == "text" and final.content[0].text == "It is sunny."
+    assert status.agents == [
+        {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}
+    ]
     child_user = {"role": "user", "content": "Find the weather in Paris."}
     child_call = {
         "role": "assistant",
@@ -187,6 +191,7 @@ async def test_a_failed_child_is_an_error_result_saying_why(
     async with worker(get_weather):
         run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "model": "claude-nope"}])
         await run.until_done()
+        assert [a["status"] for a in (await run.status()).agents] == ["failed"]
     assert [b["model"] for b in child_bodies(fake_api)] == ["claude-nope"]
     assert parent_bodies(fake_api)[1]["messages"][-1] == {
         "role": "user",
@@ -286,6 +291,7 @@ async def test_cancelling_the_parent_cancels_its_child(
 
         await wait_for(cancelled)
         assert (await client.get_workflow_handle(run.id).describe()).status == WorkflowExecutionStatus.CANCELED
+        assert [a["status"] for a in (await run.status()).agents] == ["cancelled"]
         GATE.set()
     # Neither asked Claude anything after the cancel.
     assert len(fake_api.bodies()) == 2
@@ -303,11 +309,13 @@ async def test_stopping_the_parent_stops_its_child_and_the_tool_result_says_so(
             return CALLS == ["Paris"]
 
         await wait_for(tool_running)
+        assert [a["status"] for a in (await run.status()).agents] == ["running"]
         await run.stop("enough")
         GATE.set()  # the child's tool finishes; the child then stops instead of asking Claude again
         result = await run.result()
         child = await client.get_workflow_handle(f"{run.id}/toolu_P1").result()
         transcript = await run.transcript()
+        assert [a["status"] for a in (await run.status()).agents] == ["stopped"]
     assert result.status == "stopped"
     assert (child["status"], child["detail"]) == ("stopped", "The parent run was stopped: enough")
     assert len(fake_api.bodies()) == 2  # the parent's first request and the child's: no more

@@ -906,6 +906,7 @@ class AgentRun:
             replies_head=state.replies_head,
             reply_offset=state.reply_offset,
             continuations=state.continuations,
+            agents=[child.model_dump() for child in state.children],
         )
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)

@@ -70,6 +70,18 @@ class AgentLimits(BaseModel):
     """This run's level in the tree: 0 for a run a client started; a parent sets it for its children."""
 
 
+class ChildRun(BaseModel):
+    """A child run an agent call started, as the parent's status shows it."""
+
+    id: str
+    name: str
+    """The agent's name."""
+    tool_use_id: str
+    status: str = "running"
+    """``running``, then the child's final status (``completed``, ``stopped``, ...) or how it ended without one
+    (``failed``, ``cancelled``, ``terminated``, ``timed_out``)."""
+
+
 class AgentSpec(BaseModel):
     """An agent a run gives Claude as a tool (one entry of ``agents``)."""
 
@@ -205,6 +217,8 @@ class SubAgents:
             )
         except ChildWorkflowError as e:
             return _error(f"Agent '{agent.name}' could not be started: {_cause(e)}.")
+        child = ChildRun(id=child_id, name=agent.name, tool_use_id=tool_use_id)
+        run._state.children.append(child)
         try:
             await workflow.wait_condition(lambda: handle.done() or run._state.stop is not None)
             if not handle.done():
@@ -212,10 +226,13 @@ class SubAgents:
                 await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run._state.stop}")
             outcome: dict[str, Any] = await handle
         except ChildWorkflowError as e:
+            child.status = _ended(e)
             return _error(_failure(agent.name, e))
         except asyncio.CancelledError:
+            child.status = "cancelled"
             handle.cancel()  # the parent is cancelled: the child is asked to cancel too
             raise
+        child.status = str(outcome.get("status"))
         return _result(agent.name, outcome)
 
     def _place(self, tool_use_id: str) -> int:
@@ -294,6 +311,18 @@ def _result(name: str, outcome: dict[str, Any]) -> ToolResult:
 def _cause(error: FailureError) -> str:
     cause = error.cause
     return (cause.message if isinstance(cause, FailureError) else str(error)).rstrip(".")
+
+
+def _ended(error: ChildWorkflowError) -> str:
+    """How a child ended without a result, as its status."""
+    cause = error.cause
+    if isinstance(cause, CancelledError):
+        return "cancelled"
+    if isinstance(cause, TerminatedError):
+        return "terminated"
+    if isinstance(cause, TimeoutError):
+        return "timed_out"
+    return "failed"
 
 
 def _failure(name: str, error: ChildWorkflowError) -> str:
