@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
@@ -427,3 +428,44 @@ def test_agents_are_checked_when_the_run_starts() -> None:
         "- Agent `deep` nests 2 levels of runs below this one, and `agent_limits.max_depth` (1) leaves 1 below this "
         "run (at depth 0); declare fewer levels of agents or raise `max_depth`."
     )
+
+
+@tool_options(requires_approval=True)
+@beta_async_tool
+async def launch(target: str) -> str:
+    """Launch at a target.
+
+    Args:
+        target: The target.
+    """
+    return f"launched at {target}"
+
+
+async def test_a_person_approves_a_call_inside_a_child_by_the_id_the_parents_status_gives(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    def child(body: dict[str, Any]) -> ScriptItem:
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
+        return end_turn("Launched.")
+
+    fake_api.responder = by_system([research("toolu_P1", "Launch."), end_turn("Done.")], child)
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}])
+
+        async def child_waits() -> bool:
+            agents = (await run.status()).agents
+            return bool(agents) and bool(await runner.attach(agents[0]["id"]).pending_approvals())
+
+        await wait_for(child_waits)
+        child = runner.attach((await run.status()).agents[0]["id"])
+        assert [(p.tool_use_id, p.input) for p in await child.pending_approvals()] == [("toolu_C1", {"target": "moon"})]
+        await child.approve("toolu_C1")
+        final = await run.until_done()
+        child_transcript = await child.transcript()
+    assert final.content[0].type == "text" and final.content[0].text == "Done."
+    assert child_transcript[2] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "launched at moon"}],
+    }
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Launched."
