@@ -7,8 +7,12 @@ their system prompt (and a child's by its task), so each test pins the exact bod
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -469,3 +473,72 @@ async def test_a_person_approves_a_call_inside_a_child_by_the_id_the_parents_sta
         "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "launched at moon"}],
     }
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Launched."
+
+
+def tree_responder(slow_child_turns: set[int]) -> Callable[[dict[str, Any]], ScriptItem]:
+    """Claude for a parent that hands the two steps to a researcher, whose requests are the durability tests'."""
+    from tests.test_durability import conversation_responder
+
+    child = conversation_responder(slow_child_turns, slow_seconds=6.0)
+
+    def respond(body: dict[str, Any]) -> ScriptItem:
+        if body.get("system") != LEAD:
+            return child(body)
+        if len(body["messages"]) == 1:
+            return Reply(
+                id="msg_parent_1",
+                content=[tool_use("toolu_P1", "researcher", {"task": "Run the two steps."})],
+                stop_reason="tool_use",
+            )
+        return end_turn("The researcher ran both steps.", id="msg_parent_2")
+
+    return respond
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_while_a_child_waits_for_claude_leaves_the_tree_as_an_uninterrupted_run(
+    tmp_path: Path, fake_api: FakeMessagesAPI
+) -> None:
+    from tests.test_durability import FAST, connect, server, worker_process
+    from tests.test_durability import wait_for as wait_until
+
+    tree = {
+        **BASE,
+        "messages": [USER],
+        "thread": False,
+        "model_activity": FAST,
+        "agents": [{**RESEARCHER, "tools": ["slow_step"]}],
+    }
+
+    async def run_tree(where: Path, kill: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        fake_api.reset()
+        fake_api.responder = tree_responder({2} if kill else set())
+        where.mkdir()
+        marks, log = where / "marks.txt", where / "worker.log"
+        async with server(where) as temporal:
+            runner = AgentRunner(await connect(temporal.address), task_queue=f"tree-{uuid.uuid4()}")
+            with worker_process(temporal.address, runner.task_queue, fake_api, marks, log) as first:
+                run = await runner.start(**tree)
+                if kill:
+                    # The child's second request is answered slowly: kill the worker while the child waits for it.
+                    await wait_until(lambda: len(child_bodies(fake_api)) >= 2, "the child's second request")
+                    first.send_signal(signal.SIGKILL)
+                    first.wait()
+                    started = worker_process(temporal.address, runner.task_queue, fake_api, marks, log)
+                else:
+                    started = contextlib.nullcontext(first)
+                with started:
+                    result = await run.result()
+                    assert result.status == "completed", result
+                    child = runner.attach(f"{run.id}/toolu_P1")
+                    transcripts = await run.transcript(), await child.transcript()
+            assert marks.read_text().splitlines() == ["start step1", "start step2"]
+        return transcripts
+
+    expected = await run_tree(tmp_path / "reference", kill=False)
+    assert await run_tree(tmp_path / "killed", kill=True) == expected
+    assert expected[0][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "The researcher ran both steps."}],
+    }
+    assert expected[0][-2]["content"][0]["content"] == "Both steps are done."
