@@ -542,3 +542,33 @@ async def test_a_worker_killed_while_a_child_waits_for_claude_leaves_the_tree_as
         "content": [{"type": "text", "text": "The researcher ran both steps."}],
     }
     assert expected[0][-2]["content"][0]["content"] == "Both steps are done."
+
+
+async def test_a_call_whose_child_id_is_taken_does_not_run_a_second_child(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The child's id is the parent's and the call's: a run with that id already answered it, and is not redone."""
+    parent_id = f"agent-{uuid.uuid4()}"
+    fake_api.responder = by_system(
+        [research("toolu_P1", "Again."), end_turn("Fine.")], lambda _: end_turn("First answer.")
+    )
+    async with worker():
+        earlier = await runner.start(
+            model="claude-fake-1", max_tokens=1024, messages=[USER], thread=False, id=f"{parent_id}/toolu_P1"
+        )
+        await earlier.until_done()
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, id=parent_id, agents=[{**RESEARCHER, "tools": []}]
+        )
+        await run.until_done()
+        assert (await run.status()).agents == []
+    assert len(fake_api.bodies()) == 3  # the earlier run's and the parent's two: no child asked Claude
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_P1",
+            "content": f"Error: Agent 'researcher' was not started: a run with id '{parent_id}/toolu_P1' already "
+            "exists (this call was answered before). Read that run's result, or call the agent again.",
+            "is_error": True,
+        }
+    ]

@@ -223,7 +223,10 @@ class SubAgents:
             await workflow.wait_condition(lambda: handle.done() or run._state.stop is not None)
             if not handle.done():
                 # The parent was stopped: so is the child, at its next step; its result says what it got to.
-                await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run._state.stop}")
+                try:
+                    await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run._state.stop}")
+                except FailureError:
+                    pass  # the child ended before the signal reached it: its result says how
             outcome: dict[str, Any] = await handle
         except ChildWorkflowError as e:
             child.status = _ended(e)
