@@ -369,7 +369,7 @@ async def test_a_reply_starts_at_most_max_fan_out_agents(
 async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agents_of_its_own(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """A grandchild runs too; the child's ``max_iterations`` is what the parent had left (10 - 1)."""
+    """A grandchild runs too; the child's ``max_iterations`` and budget are what the parent had left."""
     scout = {"name": "scout", "description": "Looks once.", "system": "You scout.", "model": "claude-fake-2"}
 
     def child(body: dict[str, Any]) -> ScriptItem:
@@ -386,6 +386,7 @@ async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agent
             messages=[USER],
             thread=False,
             max_iterations=10,
+            budget={"max_input_tokens": 1000, "max_output_tokens": 100},
             agents=[{**RESEARCHER, "tools": [], "agents": [scout], "max_iterations": 20}],
         )
         await run.until_done()
@@ -404,6 +405,8 @@ async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agent
         "system": RESEARCH,
         "agents": [scout],
         "max_iterations": 9,
+        # The parent's first reply used 10 input and 5 output tokens (the fake's default usage).
+        "budget": {"max_input_tokens": 990, "max_output_tokens": 95},
     }
     assert [b["model"] for b in fake_api.bodies() if b.get("system") == "You scout."] == ["claude-fake-2"]
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Scout saw it."
