@@ -119,6 +119,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.state import RunState
+    from agent_runner.workflows.subagents import STOP_FROM_PARENT_SIGNAL
     from agent_runner.workflows.tool_calls import ToolCalls
 
 THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
@@ -740,6 +741,13 @@ class AgentRun:
         turn = self._in_flight or self._state.reply_count + (event_type == events.ITERATION_STARTED)
         self._stream.topic(EVENTS_TOPIC).publish({"type": event_type, "iteration": turn, **fields})
 
+    @workflow.signal(name=STOP_FROM_PARENT_SIGNAL)
+    def stop_from_parent(self, reason: str) -> None:
+        """A parent run that was stopped stops this child run too, as ``stop`` does (``subagents.py``)."""
+        self._signals += 1
+        if self._state.stop is None and not self._ended:
+            self._state.stop = reason
+
     @workflow.signal(name=TOOL_USE_READY_SIGNAL)
     def tool_use_ready(self, raw: Any) -> None:
         """With ``eager_tools``: start a tool whose ``tool_use`` block is complete while the reply still streams."""
@@ -899,6 +907,7 @@ class AgentRun:
             replies_head=state.replies_head,
             reply_offset=state.reply_offset,
             continuations=state.continuations,
+            agents=[child.model_dump() for child in state.children],
         )
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)

@@ -25,6 +25,7 @@ from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.workflows.params import param_problems
+from agent_runner.workflows.subagents import AgentLimits, AgentSpec, parse_agents
 
 API_PARAMS: frozenset[str] = frozenset(
     {
@@ -74,6 +75,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "continue_as_new",
         "auto_compact",
         "eager_tools",
+        "agents",
+        "agent_limits",
     }
 )
 
@@ -139,6 +142,13 @@ class RunSpec(BaseModel):
     ``run_tools_eagerly``). A tool started so runs even when the reply then turns out not to run tools (its stop
     reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Tools that need approval
     start with the reply, as usual; ``eager_tools`` is ignored in step mode."""
+
+    agents: list[AgentSpec] = []
+    """Agents Claude can call as tools, each run as a child run (``subagents.py``); their definitions follow
+    ``tools``."""
+
+    agent_limits: AgentLimits = AgentLimits()
+    """How deep and wide the tree of agents may grow, and this run's depth in it."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -209,12 +219,19 @@ def parse_run_input(raw: object) -> RunSpec:
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
+    names = (
+        [t if isinstance(t, str) else t.get("name") for t in tools if isinstance(t, str | dict)]
+        if isinstance(tools, list)
+        else []
+    )
+    tool_names = [n for n in names if isinstance(n, str)]
+    agents, agent_limits = parse_agents(raw, tool_names, problems)
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
         params={k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS},
         messages=list(messages),  # type: ignore[arg-type]  # checked by message_problems
-        tools=list(tools),
+        tools=[*tools, *(agent.definition() for agent in agents)],  # Claude sees an agent as a tool
         max_iterations=max_iterations,
         thread=thread,
         model_activity=model_activity,
@@ -225,6 +242,8 @@ def parse_run_input(raw: object) -> RunSpec:
         continue_as_new=continue_as_new,
         auto_compact=auto_compact,
         eager_tools=eager_tools,
+        agents=agents,
+        agent_limits=agent_limits,
     )
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent_runner.contract.steering import EditOutcome
 from agent_runner.contract.types import ToolSpec, Usage
 from agent_runner.workflows.conversation import Conversation
 from agent_runner.workflows.edits import QueuedEdit, adds_to_conversation
+from agent_runner.workflows.subagents import ChildRun
 
 
 class RunState(BaseModel):
@@ -75,6 +76,9 @@ class RunState(BaseModel):
     applied after it was accepted, not the run's own tool results."""
     input_trimmed: bool = False
     """Whether this continuation's input left the run's big parameters to the carried conversation."""
+    # Left out of the carried JSON while empty, so a run without agents carries what it carried before them.
+    children: list[ChildRun] = Field(default=[], exclude_if=lambda children: not children)
+    """The child runs agent calls started (``subagents.py``), in the order started."""
 
     @property
     def reply_count(self) -> int:

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
     from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.workflows.subagents import SubAgents
 
 if TYPE_CHECKING:
     from agent_runner.workflows.agent_run import AgentRun
@@ -53,6 +54,7 @@ class ToolCalls:
 
     def __init__(self, run: AgentRun) -> None:
         self._run = run
+        self.agents = SubAgents(run)
 
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
@@ -64,7 +66,10 @@ class ToolCalls:
         iteration = iteration if iteration is not None else run._state.reply_count
         run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
-        if spec is None:
+        agent = self.agents.find(name) if spec is None else None
+        if agent is not None:
+            result = await self.agents.call(agent, block)  # an agent is a tool: a child run answers the call
+        elif spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
             workflow.logger.warning(
                 "Tool %r not found: it is not registered, or the conversation withdrew it (registered: %s). A raw "

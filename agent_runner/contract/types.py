@@ -352,6 +352,11 @@ class RunStatus(BaseModel):
     continuations: int = 0
     """How many times the run continued as new."""
 
+    agents: list[dict[str, Any]] = []
+    """The child runs its agent calls started, in order: ``{"id", "name", "tool_use_id", "status"}``, the status
+    ``running`` until the child ends, then its own (``completed``, ``stopped``, ``max_iterations``, ...) or
+    ``failed``, ``cancelled``, ``terminated``, ``timed_out``. Each child is a run: attach to it by its id."""
+
 
 class RunResult(BaseModel):
     """What a finished run returns."""

@@ -5,6 +5,7 @@ that must keep determinism; keep the old files, since runs started on the old co
 
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
+    python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -21,6 +22,7 @@ import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anthropic
 from anthropic import beta_async_tool
@@ -80,6 +82,10 @@ async def record(name: str, scenario: str = "steered") -> None:
         async with worker:
             if scenario == "everything":
                 await everything(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "subagents":
+                await subagents(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -199,6 +205,46 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     (HERE / f"{name}_step.json").write_text(json.dumps(step.to_json_dict(), indent=1) + "\n")
 
 
+async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``subagents`` scenario: a reply calls two agents at once, one of which calls a tool."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("system") == "You lead.":
+            if len(body["messages"]) == 1:
+                calls = [
+                    tool_use(f"toolu_P{i}", "researcher", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
+                ]
+                return Reply(calls, "tool_use")
+            return end_turn("Both sunny.")
+        if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
+            return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
+        return end_turn(f"{body['messages'][0]['content']}: sunny.")
+
+    fake.responder = respond
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        system="You lead.",
+        messages=[{"role": "user", "content": "Paris and Rome?"}],
+        thread=False,
+        id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
+        agents=[
+            {
+                "name": "researcher",
+                "description": "Researches a city.",
+                "system": "You research.",
+                "tools": ["get_weather"],
+            }
+        ],
+    )
+    result = await run.result()
+    assert result.status == "completed", result
+    parent = await run.handle.fetch_history()
+    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
+    (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -212,8 +258,11 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"]):
-        sys.exit("usage: python tests/histories/record.py NAME [everything] (a new name: keep the recorded histories)")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"]):
+        sys.exit(
+            "usage: python tests/histories/record.py NAME [everything|subagents] (a new name: keep the recorded "
+            "histories)"
+        )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
     os._exit(0)

@@ -1,0 +1,342 @@
+"""Sub-agents: an agent is a tool.
+
+A run declares agents in its input (``agents``): each is a tool definition for Claude (name, description, input
+schema) and the run a call of it starts (model, system, tools, limits, its own agents). A ``tool_use`` of an agent
+starts a child ``AgentRun`` (a child workflow, so it survives crashes like any run) whose one user message is the
+call's input; its final message's text becomes the ``tool_result``, and a child that failed, was cancelled, stopped
+or ran out of iterations or budget becomes an ``is_error`` result saying so.
+
+The tree is bounded (``agent_limits``): declared agents may nest ``max_depth`` levels below the root, and one reply
+starts at most ``max_fan_out`` of them. Cancelling the parent cancels its children (the handle's cancellation and
+the parent close policy, ``REQUEST_CANCEL``); stopping it stops them (``STOP_FROM_PARENT_SIGNAL``), and their
+results say so. A child is bounded by what its parent has left of ``max_iterations`` and its budget.
+
+The child's id is ``<parent id>/<tool_use_id>``: the start is in the parent's history, so a replay after a crash never
+starts a second child, and a continue-as-new happens only at a boundary, with no child in flight.
+
+The models here are imported by ``run_input.py`` (no I/O); ``SubAgents`` acts for the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+    TerminatedError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+)
+
+from agent_runner.contract.types import WORKFLOW_TYPE, ToolResult
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_input import RunSpec
+
+STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
+"""Signal a parent sends its running children when it is stopped: the child stops at its next step, as on ``stop``
+(a workflow cannot send an update). Its argument is the reason, a string."""
+
+DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "description": "What the agent should do, with everything it needs to know."}
+    },
+    "required": ["task"],
+}
+"""An agent's input schema when it declares none: one task, which becomes the child's user message as it is."""
+
+
+class AgentLimits(BaseModel):
+    """How big the tree of agents may grow (``agent_limits``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_depth: int = Field(default=3, ge=0)
+    """How many levels of agents may run below the root run (0: none)."""
+    max_fan_out: int = Field(default=8, ge=1)
+    """How many agents one reply may start; later calls in the reply get an error result."""
+    depth: int = Field(default=0, ge=0)
+    """This run's level in the tree: 0 for a run a client started; a parent sets it for its children."""
+
+
+class ChildRun(BaseModel):
+    """A child run an agent call started, as the parent's status shows it."""
+
+    id: str
+    name: str
+    """The agent's name."""
+    tool_use_id: str
+    status: str = "running"
+    """``running``, then the child's final status (``completed``, ``stopped``, ...) or how it ended without one
+    (``failed``, ``cancelled``, ``terminated``, ``timed_out``)."""
+
+
+class AgentSpec(BaseModel):
+    """An agent a run gives Claude as a tool (one entry of ``agents``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,128}$")
+    """The tool name Claude calls it by."""
+    description: str = Field(min_length=1)
+    """What Claude reads to decide when to call it."""
+    input_schema: dict[str, Any] | None = None
+    """The call's JSON schema; ``None`` for ``DEFAULT_INPUT_SCHEMA`` (one ``task`` string)."""
+    model: str | None = None
+    """The child's model; the parent's by default."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """The child's ``max_tokens``; the parent's by default."""
+    system: str | list[dict[str, Any]] | None = None
+    """The child's system prompt; none by default (the parent's is not inherited)."""
+    tools: list[str | dict[str, Any]] = []
+    """The child's tools: registered names and raw definitions, as a run's ``tools``."""
+    agents: list[AgentSpec] = []
+    """The child's own agents."""
+    max_iterations: int | None = Field(default=None, ge=1)
+    """The child's ``max_iterations`` (bounded by what the parent has left)."""
+
+    def definition(self) -> dict[str, Any]:
+        """The tool definition Claude sees."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema if self.input_schema is not None else DEFAULT_INPUT_SCHEMA,
+        }
+
+    def levels(self) -> int:
+        """How many levels of runs a call of this agent can make: 1, plus its deepest agent's."""
+        return 1 + max((a.levels() for a in self.agents), default=0)
+
+    def task(self, tool_input: Any) -> str:
+        """The child's user message for a call's input: the task itself, or the input as JSON for a custom schema."""
+        if self.input_schema is None and isinstance(tool_input, dict) and isinstance(tool_input.get("task"), str):
+            return str(tool_input["task"])
+        return json.dumps(tool_input, ensure_ascii=False)
+
+
+def parse_agents(
+    raw: dict[str, Any], tool_names: list[str], problems: list[str]
+) -> tuple[list[AgentSpec], AgentLimits]:
+    """A run's ``agents`` and ``agent_limits``, with what is wrong with them added to ``problems``."""
+    limits = AgentLimits()
+    if raw.get("agent_limits") is not None:
+        try:
+            limits = AgentLimits.model_validate(raw["agent_limits"])
+        except ValidationError as e:
+            problems.append(f"`agent_limits` is invalid: {_summary(e)}")
+    declared = raw.get("agents", [])
+    if not isinstance(declared, list):
+        problems.append("`agents` must be a list of agent objects (name, description, model, system, tools, ...).")
+        return [], limits
+    agents: list[AgentSpec] = []
+    for i, entry in enumerate(declared):
+        try:
+            agents.append(AgentSpec.model_validate(entry))
+        except ValidationError as e:
+            problems.append(f"`agents[{i}]` is invalid: {_summary(e)}")
+    seen: set[str] = set()
+    for agent in agents:
+        if agent.name in tool_names:
+            problems.append(f"Agent `{agent.name}` has the name of a tool of the run; give one of them another name.")
+        if agent.name in seen:
+            problems.append(f"Two agents are named `{agent.name}`; agents need distinct names.")
+        seen.add(agent.name)
+        allowed = limits.max_depth - limits.depth
+        if agent.levels() > allowed:
+            problems.append(
+                f"Agent `{agent.name}` nests {agent.levels()} levels of runs below this one, and "
+                f"`agent_limits.max_depth` ({limits.max_depth}) leaves {max(allowed, 0)} below this run (at depth "
+                f"{limits.depth}); declare fewer levels of agents or raise `max_depth`."
+            )
+    return agents, limits
+
+
+def _summary(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())
+
+
+class SubAgents:
+    """The run's calls of its agents."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self._run = run
+
+    def find(self, name: str) -> AgentSpec | None:
+        """The run's agent called ``name``, if it has one."""
+        spec = self._run._spec
+        return next((a for a in spec.agents if a.name == name), None) if spec is not None else None
+
+    async def call(self, agent: AgentSpec, block: dict[str, Any]) -> ToolResult:
+        """Run the child for one ``tool_use`` of ``agent``; its result, or an error result saying why there is none."""
+        run = self._run
+        spec = run._spec
+        assert spec is not None
+        limits = spec.agent_limits
+        tool_use_id = str(block.get("id"))
+        if limits.depth >= limits.max_depth:
+            return _error(
+                f"Agent '{agent.name}' was not started: this run is at depth {limits.depth}, and "
+                f"`agent_limits.max_depth` is {limits.max_depth}."
+            )
+        if self._place(tool_use_id) >= limits.max_fan_out:
+            return _error(
+                f"Agent '{agent.name}' was not started: one reply may start at most {limits.max_fan_out} agents "
+                "(`agent_limits.max_fan_out`). Call it again in a later turn."
+            )
+        abandoned = run._abandoned()
+        if abandoned is not None:
+            return ToolResult(content=abandoned, is_error=True)
+        child_id = f"{workflow.info().workflow_id}/{tool_use_id}"
+        try:
+            handle = await workflow.start_child_workflow(
+                WORKFLOW_TYPE,
+                self._child_input(agent, spec, block.get("input")),
+                id=child_id,
+                task_queue=workflow.info().task_queue,
+                result_type=dict,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                # A closed child with this id answered this call already: never run it a second time.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"agent {agent.name} · {tool_use_id}",
+            )
+        except WorkflowAlreadyStartedError:
+            return _error(
+                f"Agent '{agent.name}' was not started: a run with id {child_id!r} already exists (this call was "
+                "answered before). Read that run's result, or call the agent again."
+            )
+        except ChildWorkflowError as e:
+            return _error(f"Agent '{agent.name}' could not be started: {_cause(e)}.")
+        child = ChildRun(id=child_id, name=agent.name, tool_use_id=tool_use_id)
+        run._state.children.append(child)
+        try:
+            await workflow.wait_condition(lambda: handle.done() or run._state.stop is not None)
+            if not handle.done():
+                # The parent was stopped: so is the child, at its next step; its result says what it got to.
+                try:
+                    await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run._state.stop}")
+                except FailureError:
+                    pass  # the child ended before the signal reached it: its result says how
+            outcome: dict[str, Any] = await handle
+        except ChildWorkflowError as e:
+            child.status = _ended(e)
+            return _error(_failure(agent.name, e))
+        except asyncio.CancelledError:
+            child.status = "cancelled"
+            handle.cancel()  # the parent is cancelled: the child is asked to cancel too
+            raise
+        child.status = str(outcome.get("status"))
+        return _result(agent.name, outcome)
+
+    def _place(self, tool_use_id: str) -> int:
+        """This call's place among the reply's agent calls, in block order (0 for the first)."""
+        reply = self._run._state.last_reply or {}
+        calls = [
+            str(b.get("id"))
+            for b in reply.get("content") or []
+            if b.get("type") == "tool_use" and self.find(str(b.get("name"))) is not None
+        ]
+        return calls.index(tool_use_id) if tool_use_id in calls else 0
+
+    def _child_input(self, agent: AgentSpec, spec: RunSpec, tool_input: Any) -> dict[str, Any]:
+        """The child run's input: the agent's settings, the parent's where it has none, bounded by the parent."""
+        state = self._run._state
+        child: dict[str, Any] = {
+            "model": agent.model or spec.params["model"],
+            "max_tokens": agent.max_tokens or spec.params["max_tokens"],
+            "messages": [{"role": "user", "content": agent.task(tool_input)}],
+            "thread": spec.thread,
+            "model_activity": spec.model_activity.model_dump(mode="json", exclude_defaults=True),
+            "agent_limits": spec.agent_limits.model_copy(update={"depth": spec.agent_limits.depth + 1}).model_dump(),
+        }
+        if agent.system is not None:
+            child["system"] = agent.system
+        if agent.tools:
+            child["tools"] = list(agent.tools)
+        if agent.agents:
+            child["agents"] = [a.model_dump(exclude_defaults=True) for a in agent.agents]
+        limits = [n for n in (agent.max_iterations, _left(spec.max_iterations, state.iterations)) if n is not None]
+        if limits:
+            child["max_iterations"] = max(min(limits), 1)
+        budget = spec.budget
+        left: dict[str, Any] = {}
+        if budget.max_input_tokens is not None:
+            left["max_input_tokens"] = max(budget.max_input_tokens - state.usage.all_input_tokens, 0)
+        if budget.max_output_tokens is not None:
+            left["max_output_tokens"] = max(budget.max_output_tokens - state.usage.output_tokens, 0)
+        if budget.max_cost_usd is not None and budget.prices is not None:
+            left["max_cost_usd"] = max(budget.max_cost_usd - budget.prices.cost(state.usage), 0.0)
+        if budget.timeout is not None:
+            left["timeout"] = max(budget.timeout - (workflow.now() - state.started_at), timedelta(0))
+        if left:
+            child["budget"] = budget.model_copy(update=left).model_dump(mode="json", exclude_defaults=True)
+        return child
+
+
+def _left(limit: int | None, used: int) -> int | None:
+    return None if limit is None else limit - used
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(content=f"Error: {text}", is_error=True)
+
+
+def _text(message: dict[str, Any] | None) -> str:
+    """A reply's text blocks, joined."""
+    blocks = (message or {}).get("content") or []
+    return "\n\n".join(str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _result(name: str, outcome: dict[str, Any]) -> ToolResult:
+    """A finished child's ``RunResult`` as the call's result: its final text, or why it did not finish."""
+    status = outcome.get("status")
+    text = _text(outcome.get("final_message"))
+    if status == "completed":
+        return ToolResult(content=text)
+    why = {
+        "stopped": f"was stopped before it finished ({outcome.get('detail')})",
+        "max_iterations": f"reached its limit of {outcome.get('iterations')} iterations before it finished",
+        "budget_exhausted": f"ran out of budget before it finished ({outcome.get('detail')})",
+    }.get(str(status), f"ended {status}")
+    return _error(f"Agent '{name}' {why}." + (f" Its last reply said: {text}" if text else ""))
+
+
+def _cause(error: FailureError) -> str:
+    cause = error.cause
+    return (cause.message if isinstance(cause, FailureError) else str(error)).rstrip(".")
+
+
+def _ended(error: ChildWorkflowError) -> str:
+    """How a child ended without a result, as its status."""
+    cause = error.cause
+    if isinstance(cause, CancelledError):
+        return "cancelled"
+    if isinstance(cause, TerminatedError):
+        return "terminated"
+    if isinstance(cause, TimeoutError):
+        return "timed_out"
+    return "failed"
+
+
+def _failure(name: str, error: ChildWorkflowError) -> str:
+    """Why a child ended without a result, in words Claude can act on."""
+    cause = error.cause
+    if isinstance(cause, CancelledError):
+        return f"Agent '{name}' was cancelled before it finished."
+    if isinstance(cause, TerminatedError):
+        return f"Agent '{name}' was terminated before it finished."
+    if isinstance(cause, TimeoutError):
+        return f"Agent '{name}' timed out before it finished."
+    if isinstance(cause, ApplicationError):
+        return f"Agent '{name}' failed: {cause.message.rstrip('.')}."
+    return f"Agent '{name}' failed: {_cause(error)}."
