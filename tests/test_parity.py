@@ -1,0 +1,785 @@
+"""Parity: every branch of the SDK tool runner, pinned by a differential case (inventory to follow)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import pytest
+import pytest_asyncio
+from anthropic import beta_async_tool, beta_tool
+from anthropic.lib.tools import ToolError
+from anthropic.types.beta import BetaMessage
+from temporalio.testing import WorkflowEnvironment
+
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.steering import INLINE_TOOLS_BETA
+from agent_runner.fake_api import (
+    FakeMessagesAPI,
+    Fault,
+    Reply,
+    ScriptItem,
+    ThreadNotFound,
+    ThreadUnsupported,
+    end_turn,
+    error_body,
+    text,
+    tool_use,
+)
+from agent_runner.worker import build_worker
+from tests.conftest import anthropic_client_factory
+
+CALLS: list[tuple[str, str]] = []
+"""Every tool call either side made, as ``(tool, argument)``: both run in this process."""
+
+
+# Each tool twice, with the same definition: the SDK's sync runners take `@beta_tool` functions and its async runners
+# `@beta_async_tool` ones; the worker registers the sync ones (a durable run does not care which flavour a tool is).
+
+
+@beta_tool
+def get_weather(city: str, unit: str = "c") -> str:
+    """Get the current weather for a city.
+
+    Args:
+        city: The city name, e.g. Paris.
+        unit: Temperature unit, "c" or "f".
+    """
+    CALLS.append(("get_weather", city))
+    return f"sunny, 21{unit.upper()} in {city}"
+
+
+@beta_tool
+def fail_disk(path: str) -> str:
+    """Write to a disk that is full.
+
+    Args:
+        path: Where to write.
+    """
+    CALLS.append(("fail_disk", path))
+    raise ValueError(f"boom: disk full at {path}" + "!" * 5000)
+
+
+@beta_tool
+def refuse(reason: str) -> str:
+    """Refuse with structured content.
+
+    Args:
+        reason: Why.
+    """
+    CALLS.append(("refuse", reason))
+    raise ToolError(f"refused: {reason}")
+
+
+@beta_tool
+def shapes(kind: str) -> Any:
+    """Return a result of the given kind.
+
+    Args:
+        kind: none, blocks or surrogate.
+    """
+    CALLS.append(("shapes", kind))
+    return _shape(kind)
+
+
+@beta_tool
+def get_time(city: str) -> str:
+    """Get the local time in a city.
+
+    Args:
+        city: The city name.
+    """
+    CALLS.append(("get_time", city))
+    return f"14:05 in {city}"
+
+
+def _shape(kind: str) -> Any:
+    if kind == "none":
+        return None
+    if kind == "blocks":
+        return [
+            {"type": "text", "text": "a chart \ud800"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        ]
+    return "lone \udc00 surrogate"
+
+
+@beta_async_tool(name="get_weather")
+async def get_weather_async(city: str, unit: str = "c") -> str:
+    """Get the current weather for a city.
+
+    Args:
+        city: The city name, e.g. Paris.
+        unit: Temperature unit, "c" or "f".
+    """
+    CALLS.append(("get_weather", city))
+    return f"sunny, 21{unit.upper()} in {city}"
+
+
+@beta_async_tool(name="fail_disk")
+async def fail_disk_async(path: str) -> str:
+    """Write to a disk that is full.
+
+    Args:
+        path: Where to write.
+    """
+    CALLS.append(("fail_disk", path))
+    raise ValueError(f"boom: disk full at {path}" + "!" * 5000)
+
+
+@beta_async_tool(name="refuse")
+async def refuse_async(reason: str) -> str:
+    """Refuse with structured content.
+
+    Args:
+        reason: Why.
+    """
+    CALLS.append(("refuse", reason))
+    raise ToolError(f"refused: {reason}")
+
+
+@beta_async_tool(name="shapes")
+async def shapes_async(kind: str) -> Any:
+    """Return a result of the given kind.
+
+    Args:
+        kind: none, blocks or surrogate.
+    """
+    CALLS.append(("shapes", kind))
+    return _shape(kind)
+
+
+SYNC_TOOLS = [get_weather, fail_disk, refuse, shapes]
+ASYNC_TOOLS = [get_weather_async, fail_disk_async, refuse_async, shapes_async]
+REGISTERED = [*SYNC_TOOLS, get_time]
+"""What the shared worker registers: the run's tools and one more (`get_time`) that runs only once added."""
+
+PARAMS: dict[str, Any] = {
+    "model": "claude-fake-1",
+    "max_tokens": 1024,
+    "system": "You are terse.",
+    "messages": [{"role": "user", "content": "What's the weather in Paris?"}],
+}
+
+
+# --- The harness: one scripted conversation through either side -----------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one side did with a script: what Claude's API received, which tools ran, and the run's final message."""
+
+    bodies: list[dict[str, Any]]
+    betas: list[str | None]
+    """Each request's ``anthropic-beta`` header."""
+    calls: list[tuple[str, str]]
+    """Sorted: the durable run runs a reply's tools concurrently, the SDK one by one."""
+    final: dict[str, Any] | None
+
+
+def _observed(fake: FakeMessagesAPI, final: Any) -> Outcome:
+    requests = fake.requests
+    return Outcome(
+        bodies=[r.body for r in requests],
+        betas=[r.headers.get("anthropic-beta") for r in requests],
+        calls=sorted(CALLS),
+        final=None if final is None else as_message(final),
+    )
+
+
+def as_message(message: Any) -> dict[str, Any]:
+    """A reply as the API sent it, whichever side holds it (the SDK's model, or the run's response body)."""
+    if isinstance(message, BetaMessage):
+        message = message.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)
+    return _without_nulls(message)
+
+
+def _without_nulls(value: Any) -> Any:
+    # The SDK's stream accumulator fills fields the wire never carried with null (`stop_details`, `citations`).
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None and k != "parsed_output"}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+SdkBody = Callable[[Any, int, Any], Any]
+"""The SDK loop's body: ``(runner, iteration, reply)``; it may return an awaitable (the async runners' ``close``)."""
+
+DurableBody = Callable[[Run, int, Any], Awaitable[None]]
+"""The same steering for a step-mode durable run: ``(run, iteration, reply)``."""
+
+
+@dataclass(frozen=True)
+class Steer:
+    """What the application does in the loop body, on each side."""
+
+    sdk: SdkBody
+    durable: DurableBody
+
+
+FLAVOURS = ("stream", "parse", "async_stream", "async_parse", "eager")
+"""The SDK's runner classes: `BetaStreamingToolRunner`, `BetaToolRunner`, their async twins, and the streaming runner
+with `run_tools_eagerly`."""
+
+
+def _reset(fake: FakeMessagesAPI, script: list[ScriptItem]) -> None:
+    fake.reset()
+    CALLS.clear()
+    fake.script(*script)
+
+
+def _sdk_kwargs(options: dict[str, Any], thread: bool, flavour: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {**PARAMS, **options}
+    # The SDK's 2.14.0 types no longer have the sampling parameters; a run takes them and sends them the same way.
+    extra_body = {k: kwargs.pop(k) for k in ("temperature", "top_k", "top_p") if k in kwargs}
+    if extra_body:
+        kwargs["extra_body"] = extra_body
+    kwargs["tools"] = [*(ASYNC_TOOLS if flavour.startswith("async") else SYNC_TOOLS), *options.get("tools", [])]
+    if not thread:
+        kwargs["thread"] = False
+    kwargs["stream"] = flavour != "parse" and flavour != "async_parse"
+    if flavour == "eager":
+        kwargs["run_tools_eagerly"] = True
+    return kwargs
+
+
+def sdk_outcome(
+    fake: FakeMessagesAPI,
+    script: list[ScriptItem],
+    options: dict[str, Any],
+    *,
+    thread: bool,
+    flavour: str = "stream",
+    body: SdkBody | None = None,
+) -> Outcome:
+    """Run ``script`` through the SDK's synchronous tool runner (call it in a thread: it blocks)."""
+    assert not flavour.startswith("async")
+    _reset(fake, script)
+    client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+    kwargs = _sdk_kwargs(options, thread, flavour)
+    runner = client.beta.messages.tool_runner(**kwargs)
+    for iteration, item in enumerate(runner, 1):
+        reply = item.get_final_message() if kwargs["stream"] else item
+        if body is not None:
+            body(runner, iteration, reply)
+    return _observed(fake, runner.until_done())
+
+
+async def async_sdk_outcome(
+    fake: FakeMessagesAPI,
+    script: list[ScriptItem],
+    options: dict[str, Any],
+    *,
+    thread: bool,
+    flavour: str,
+    body: SdkBody | None = None,
+) -> Outcome:
+    """Run ``script`` through the SDK's asynchronous tool runner."""
+    _reset(fake, script)
+    client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+    kwargs = _sdk_kwargs(options, thread, flavour)
+    runner = client.beta.messages.tool_runner(**kwargs)
+    iteration = 0
+    async for item in runner:
+        iteration += 1
+        reply = await item.get_final_message() if kwargs["stream"] else item
+        if body is not None:
+            done = body(runner, iteration, reply)
+            if inspect.isawaitable(done):
+                await done
+    return _observed(fake, await runner.until_done())
+
+
+async def any_sdk_outcome(
+    fake: FakeMessagesAPI,
+    script: list[ScriptItem],
+    options: dict[str, Any],
+    *,
+    thread: bool,
+    flavour: str = "stream",
+    body: SdkBody | None = None,
+) -> Outcome:
+    if flavour.startswith("async"):
+        return await async_sdk_outcome(fake, script, options, thread=thread, flavour=flavour, body=body)
+    return await asyncio.to_thread(sdk_outcome, fake, script, options, thread=thread, flavour=flavour, body=body)
+
+
+async def durable_outcome(
+    fake: FakeMessagesAPI,
+    runner: AgentRunner,
+    script: list[ScriptItem],
+    options: dict[str, Any],
+    *,
+    thread: bool,
+    body: DurableBody | None = None,
+    eager: bool = False,
+) -> Outcome:
+    """Run ``script`` through a durable run; with ``body``, in step mode, calling it for each reply."""
+    _reset(fake, script)
+    run_options = {k: v for k, v in options.items() if k != "tools"}
+    tools = [*SYNC_TOOLS, *options.get("tools", [])]
+    extra: dict[str, Any] = {"eager_tools": True} if eager else {}
+    run = await runner.start(**{**PARAMS, **run_options}, tools=tools, thread=thread, step=body is not None, **extra)
+    if body is not None:
+        await _drive(run, body)
+    result = await run.result()
+    return _observed(fake, result.final_message)
+
+
+ENDED = ("completed", "max_iterations", "budget_exhausted", "stopped", "cancelled", "failed", "terminated", "timed_out")
+
+
+async def _drive(run: Run, body: DurableBody) -> None:
+    """The step-mode loop: the body for each pause, then ``advance``.
+
+    Not `Run.steps()`: it counts the replies it yielded, compaction replies included, against ``status.iterations``,
+    which leaves them out, so after a compaction it never advances again.
+    """
+    handled = 0
+    async with asyncio.timeout(30):
+        while True:
+            status = await run.status()
+            if status.status in ENDED:
+                return
+            if status.status == "waiting_for_step" and status.iterations > handled:
+                handled = status.iterations
+                await body(run, handled, None)
+                if (await run.status()).status == "waiting_for_step":
+                    await run.advance(iteration=handled)
+                continue
+            await asyncio.sleep(0.02)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def parity_runner(temporal_env: WorkflowEnvironment, fake_server: FakeMessagesAPI) -> AsyncIterator[AgentRunner]:
+    """One worker for every case of this module (a worker per case would cost more than the cases)."""
+    task_queue = f"parity-{uuid.uuid4()}"
+    worker = build_worker(
+        temporal_env.client,
+        registry=ToolRegistry(REGISTERED),
+        task_queue=task_queue,
+        claude=ClaudeActivities(anthropic_client_factory(fake_server)),
+    )
+    async with worker:
+        yield AgentRunner(temporal_env.client, task_queue=task_queue)
+
+
+def assert_same(actual: Outcome, expected: Outcome) -> None:
+    """Identical request bodies and beta headers, identical tool calls, the identical final message."""
+    assert actual.bodies == expected.bodies
+    assert actual.betas == expected.betas
+    assert actual.calls == expected.calls
+    assert actual.final == expected.final
+
+
+# --- Scripts --------------------------------------------------------------------------------------------------------
+
+
+def weather(tool_id: str, city: str = "Paris") -> dict[str, Any]:
+    return tool_use(tool_id, "get_weather", {"city": city})
+
+
+def server_tool_use(tool_id: str) -> dict[str, Any]:
+    return {"type": "server_tool_use", "id": tool_id, "name": "web_search", "input": {"query": "paris weather"}}
+
+
+EXPIRES = "2027-01-01T00:00:00Z"
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+FALLBACK_USAGE = {
+    "input_tokens": 10,
+    "output_tokens": 5,
+    "iterations": [{"type": "fallback_message", "input_tokens": 10, "output_tokens": 5}],
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A scripted conversation, the run's options, and how the loop body steers it (if it does)."""
+
+    script: list[ScriptItem]
+    options: dict[str, Any] = field(default_factory=dict)
+    steer: Steer | None = None
+    thread_only: bool = False
+    xfail: dict[str, str] = field(default_factory=dict)
+    """Wire mode (``thread`` / ``full_history``) -> the known difference, where the durable run differs."""
+
+
+def at(iteration: int, sdk: Callable[[Any], Any], durable: Callable[[Run], Awaitable[Any]]) -> Steer:
+    """Steer in the loop body of one iteration only: ``sdk(runner)`` on the SDK's side, ``durable(run)`` on ours."""
+
+    def sdk_body(runner: Any, i: int, _reply: Any) -> Any:
+        return sdk(runner) if i == iteration else None
+
+    async def durable_body(run: Run, i: int, _reply: Any) -> None:
+        if i == iteration:
+            await durable(run)
+
+    return Steer(sdk_body, durable_body)
+
+
+INLINE_TOOLS = {"betas": [INLINE_TOOLS_BETA]}
+COMPACT_BETA = "compact-2026-09-04"
+SERVER_WEATHER = {"name": "get_weather", "description": "The server's weather.", "input_schema": {"type": "object"}}
+"""A raw definition under the name of a function tool the runner has."""
+
+REMOVE_WEATHER = at(1, lambda r: r.remove_tools("get_weather"), lambda run: run.remove_tools("get_weather"))
+COMPACT = at(1, lambda r: r.compact_before_next_turn(), lambda run: run.compact())
+
+
+def both(reason: str) -> dict[str, str]:
+    return {"thread": reason, "full_history": reason}
+
+
+# Differences whose fix lies in workflows/ (being restructured meanwhile): each case is a strict xfail, so the fix is
+# noticed.
+ADDED_TOOL_NOT_RUN = (
+    "workflows/agent_run.py: a queued add_tools of a registered tool does not count for the reply being handled (its "
+    "spec reaches `_tools` only when the edit applies at the boundary): the reply's get_time call gets \"Error: Tool "
+    "'get_time' not found\"; the SDK runs it at once (_beta_runner.py:503, and `add_tools` docstring)"
+)
+RAW_ADDITION_RUNS_THE_TOOL = (
+    "workflows/agent_run.py: a raw definition added under a function tool's name leaves that tool running (both "
+    "get_weather calls ran); the SDK stops running it (_beta_runner.py:496-500): \"Error: Tool 'get_weather' not "
+    'found"'
+)
+TOOL_CHANGE_BREAKS_THE_PAUSE = (
+    "workflows/agent_run.py: a tool change queued while the reply is a pause_turn is appended right after the paused "
+    "reply, so the resuming request 2 sends the tool_removal system message (thread: `messages: [<it>]`); the SDK "
+    "holds it (_beta_runner.py:547) and sends it after the next turn's tool results"
+)
+EMPTY_COMPACTION_REPLACES_THE_HISTORY = (
+    "workflows/conversation.py (record_compaction): a compaction reply without a summary replaces the history anyway "
+    "(request 3 sends `[assistant: compaction(content=null)]`, thread: a new `create`); the SDK keeps the "
+    "conversation (_beta_runner.py:433-435), so request 3 continues the thread (or resends the history) with the "
+    "tool results"
+)
+
+
+CASES: dict[str, Case] = {
+    # -- stop rules (_STOP_REASON_STEPS) --
+    "end_turn": Case([end_turn("Sunny.")]),
+    "end_turn_with_tool_use_runs_nothing": Case([Reply([text("Done."), weather("toolu_S1")], "end_turn")]),
+    "stop_sequence": Case([Reply([text("Sunny")], "stop_sequence", stop_sequence="###")], {"stop_sequences": ["###"]}),
+    "max_tokens_with_tool_use": Case([Reply([weather("toolu_M1")], "max_tokens")]),
+    "context_window_exceeded_with_tool_use": Case([Reply([weather("toolu_W1")], "model_context_window_exceeded")]),
+    "refusal_with_tool_use": Case([Reply([weather("toolu_R1")], "refusal")]),
+    "absent_stop_reason": Case([Reply([weather("toolu_N1")], None)]),
+    "unknown_stop_reason": Case([Reply([weather("toolu_F1")], "a_future_reason")]),
+    "tool_use_without_a_client_tool": Case(
+        [Reply([server_tool_use("srvtoolu_1")], "tool_use")], {"tools": [WEB_SEARCH]}
+    ),
+    "pause_turn_resumes": Case([Reply([server_tool_use("srvtoolu_2")], "pause_turn"), end_turn("Found.")]),
+    "compaction_stop_resumes": Case(
+        [Reply([{"type": "compaction", "content": "Summary: Paris."}], "compaction"), end_turn("Sunny.")]
+    ),
+    # -- max_iterations (_should_stop), counted per reply, pause_turn included --
+    "max_iterations_runs_the_last_tools": Case(
+        [Reply([weather("toolu_I1")], "tool_use"), Reply([weather("toolu_I2", "Oslo")], "tool_use")],
+        {"max_iterations": 2},
+    ),
+    "max_iterations_counts_pause_turn": Case(
+        [Reply([server_tool_use("srvtoolu_3")], "pause_turn"), Reply([weather("toolu_I3")], "tool_use")],
+        {"max_iterations": 2},
+    ),
+    # -- tool results (_generate_tool_call_response, _run_tool, tool_result_content, tool_error_content) --
+    "results_in_block_order": Case(
+        [
+            Reply(
+                [
+                    text("Checking."),
+                    weather("toolu_P1"),
+                    tool_use("toolu_P2", "fail_disk", {"path": "/d"}),
+                    tool_use("toolu_P3", "refuse", {"reason": "policy"}),
+                    tool_use("toolu_P4", "no_such_tool", {}),
+                    tool_use("toolu_P5", "get_time", {"city": "Paris"}),
+                    weather("toolu_P6", "Oslo"),
+                ],
+                "tool_use",
+            ),
+            end_turn("ok"),
+        ]
+    ),
+    "result_shapes": Case(
+        [
+            Reply(
+                [
+                    tool_use("toolu_H1", "shapes", {"kind": "none"}),
+                    tool_use("toolu_H2", "shapes", {"kind": "blocks"}),
+                    tool_use("toolu_H3", "shapes", {"kind": "surrogate"}),
+                ],
+                "tool_use",
+            ),
+            end_turn("ok"),
+        ]
+    ),
+    "raw_definition_is_sent_and_never_run": Case(
+        [Reply([tool_use("toolu_D1", "lookup", {"q": "x"})], "tool_use"), end_turn("ok")],
+        {"tools": [{"name": "lookup", "description": "Look up.", "input_schema": {"type": "object"}}]},
+    ),
+    "multi_turn": Case(
+        [
+            Reply([weather("toolu_T1")], "tool_use"),
+            Reply([text("And Oslo:"), weather("toolu_T2", "Oslo")], "tool_use"),
+            end_turn("done"),
+        ]
+    ),
+    # -- request fields --
+    "params_pass_through": Case(
+        [Reply([weather("toolu_Q1")], "tool_use"), end_turn("ok")],
+        {
+            "tool_choice": {"type": "auto"},
+            "metadata": {"user_id": "u-1"},
+            "temperature": 0.5,
+            "stop_sequences": ["###"],
+            "thinking": {"type": "enabled", "budget_tokens": 512},
+            "betas": ["some-beta-2026-01-01"],
+        },
+    ),
+    "container_given_without_id_gets_the_replys": Case(
+        [
+            Reply(
+                [weather("toolu_C1")], "tool_use", container={"id": "container_7", "expires_at": "2027-01-01T00:00:00Z"}
+            ),
+            end_turn("ok"),
+        ],
+        {"container": {"skills": [{"type": "anthropic", "skill_id": "xlsx"}]}},
+    ),
+    "container_named_stays": Case(
+        [
+            Reply(
+                [weather("toolu_C2")], "tool_use", container={"id": "container_8", "expires_at": "2027-01-01T00:00:00Z"}
+            ),
+            end_turn("ok"),
+        ],
+        {"container": "container_mine"},
+    ),
+    # -- threads (_thread_state.py) --
+    "thread_not_found_replays_without_cache_control": Case(
+        [Reply([weather("toolu_L1")], "tool_use"), ThreadNotFound(), end_turn("ok")],
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Weather?", "cache_control": {"type": "ephemeral"}}],
+                }
+            ]
+        },
+        thread_only=True,
+    ),
+    "thread_already_continued_replays": Case(
+        [
+            Reply([weather("toolu_L2")], "tool_use"),
+            Fault(409, body=error_body(409, "already continued", error_code="thread_already_continued")),
+            end_turn("ok"),
+        ],
+        thread_only=True,
+    ),
+    "thread_lost_again_after_a_replay_goes_unthreaded": Case(
+        [
+            Reply([weather("toolu_L3")], "tool_use"),
+            ThreadNotFound(),
+            Reply([weather("toolu_L4", "Oslo")], "tool_use"),
+            ThreadNotFound(),
+            end_turn("ok"),
+        ],
+        thread_only=True,
+    ),
+    "thread_unsupported_goes_unthreaded": Case(
+        [ThreadUnsupported(("fallbacks",)), Reply([weather("toolu_U1")], "tool_use"), end_turn("ok")],
+        thread_only=True,
+    ),
+    "fallback_reply_starts_a_new_thread": Case(
+        [Reply([weather("toolu_B1")], "tool_use", usage=FALLBACK_USAGE), end_turn("ok")],
+        thread_only=True,
+    ),
+    # -- the loop body's controls (add_tools, remove_tools, set_messages_params, close, compact_before_next_turn) --
+    "remove_tools_withdraws_the_replys_own_calls": Case(
+        [Reply([weather("toolu_X1")], "tool_use"), Reply([weather("toolu_X2", "Oslo")], "tool_use"), end_turn("ok")],
+        INLINE_TOOLS,
+        steer=REMOVE_WEATHER,
+    ),
+    "add_tools_runs_the_replys_call_at_once": Case(
+        [Reply([tool_use("toolu_X3", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("ok")],
+        INLINE_TOOLS,
+        steer=at(1, lambda r: r.add_tools(get_time), lambda run: run.add_tools(get_time)),
+        xfail=both(ADDED_TOOL_NOT_RUN),
+    ),
+    "add_tools_raw_definition_stops_running_the_function_tool": Case(
+        [Reply([weather("toolu_X4")], "tool_use"), Reply([weather("toolu_X5")], "tool_use"), end_turn("ok")],
+        INLINE_TOOLS,
+        steer=at(1, lambda r: r.add_tools(SERVER_WEATHER), lambda run: run.add_tools(SERVER_WEATHER)),
+        xfail=both(RAW_ADDITION_RUNS_THE_TOOL),
+    ),
+    "tool_changes_wait_out_a_pause_turn": Case(
+        [
+            Reply([server_tool_use("srvtoolu_4")], "pause_turn"),
+            Reply([weather("toolu_X6")], "tool_use"),
+            end_turn("ok"),
+        ],
+        INLINE_TOOLS,
+        steer=REMOVE_WEATHER,
+        xfail=both(TOOL_CHANGE_BREAKS_THE_PAUSE),
+    ),
+    "set_messages_params_for_later_turns": Case(
+        [Reply([weather("toolu_X7")], "tool_use"), end_turn("ok")],
+        steer=at(
+            1,
+            lambda r: r.set_messages_params(lambda p: {**p, "max_tokens": 256}),
+            lambda run: run.update_params(max_tokens=256),
+        ),
+    ),
+    "close_runs_no_more_tools": Case(
+        [Reply([weather("toolu_X8")], "tool_use"), end_turn("never sent")],
+        steer=at(1, lambda r: r.close(), lambda run: run.stop()),
+    ),
+    "compaction_between_turns_is_not_an_iteration": Case(
+        [
+            Reply([weather("toolu_X9")], "tool_use"),
+            Reply([{"type": "compaction", "content": "Summary: sunny in Paris."}], "compaction"),
+            Reply([weather("toolu_X10", "Oslo")], "tool_use"),
+        ],
+        {"max_iterations": 2, "betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_without_a_summary_keeps_the_history": Case(
+        [
+            Reply([weather("toolu_Y1")], "tool_use"),
+            Reply([{"type": "compaction", "content": None}], "compaction"),
+            end_turn("ok"),
+        ],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+        xfail=both(EMPTY_COMPACTION_REPLACES_THE_HISTORY),
+    ),
+    "compaction_after_unanswered_tool_calls_is_skipped": Case(
+        [Reply([weather("toolu_Y2")], "max_tokens")], {"betas": [COMPACT_BETA]}, steer=COMPACT
+    ),
+}
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+@pytest.mark.parametrize("name", list(CASES))
+async def test_each_branch_sends_what_the_sdk_sends(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI, name: str, thread: bool, request: pytest.FixtureRequest
+) -> None:
+    case = CASES[name]
+    if case.thread_only and not thread:
+        pytest.skip("a thread rejection: only threaded requests get one")
+    mode = "thread" if thread else "full_history"
+    if mode in case.xfail:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=case.xfail[mode]))
+    steer = case.steer
+    expected = await any_sdk_outcome(fake_api, case.script, case.options, thread=thread, body=steer and steer.sdk)
+    actual = await durable_outcome(
+        fake_api, parity_runner, case.script, case.options, thread=thread, body=steer and steer.durable
+    )
+    assert_same(actual, expected)
+
+
+FLAVOUR_SCRIPT: list[ScriptItem] = [
+    Reply(
+        [
+            text("Checking."),
+            weather("toolu_V1"),
+            tool_use("toolu_V2", "fail_disk", {"path": "/d"}),
+            tool_use("toolu_V3", "refuse", {"reason": "policy"}),
+            tool_use("toolu_V4", "no_such_tool", {}),
+        ],
+        "tool_use",
+    ),
+    Reply([server_tool_use("srvtoolu_V")], "pause_turn"),
+    Reply([text("And Oslo:"), weather("toolu_V5", "Oslo")], "tool_use"),
+    end_turn("done"),
+]
+"""Every kind of result, a resumed pause, and three turns of tools: what each runner class must handle alike."""
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_every_runner_class_gets_the_same_requests_as_a_durable_run(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI, flavour: str, thread: bool
+) -> None:
+    """Sync and async, streaming and not, eager or not: one durable run stands for all of them.
+
+    A durable run always streams (each event heartbeats its model call), so against the non-streaming runners its
+    bodies differ in ``"stream": true`` alone.
+    """
+    expected = await any_sdk_outcome(fake_api, FLAVOUR_SCRIPT, {}, thread=thread, flavour=flavour)
+    actual = await durable_outcome(fake_api, parity_runner, FLAVOUR_SCRIPT, {}, thread=thread, eager=flavour == "eager")
+    if flavour.endswith("parse"):
+        assert all(body.pop("stream") is True for body in actual.bodies)
+        assert all("stream" not in body for body in expected.bodies)
+    assert len(expected.bodies) == 4
+    assert expected.calls == [
+        ("fail_disk", "/d"),
+        ("get_weather", "Oslo"),
+        ("get_weather", "Paris"),
+        ("refuse", "policy"),
+    ]
+    assert_same(actual, expected)
+
+
+INJECT_SCRIPT: list[ScriptItem] = [Reply([weather("toolu_G1")], "tool_use"), end_turn("Il fait beau.")]
+
+
+def _sdk_injects(runner: Any, iteration: int, reply: Any) -> None:
+    """The SDK's documented way to add to the tool results: `append_messages(reply, results + text)`."""
+    if iteration == 1:
+        results = runner.generate_tool_call_response()
+        runner.append_messages(reply, {"role": "user", "content": [*results["content"], text("Answer in French.")]})
+
+
+async def _durable_injects(run: Run, iteration: int, _reply: Any) -> None:
+    if iteration == 1:
+        await run.inject("Answer in French.")
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_inject_sends_what_append_messages_sends_and_runs_the_tools_once(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """Deliberate difference: the SDK's `append_messages` clears its cached results, so it runs the tools again after
+    the loop body (Pitfalls 1, `g2`); `inject` joins the results' message and the tools run once."""
+    steer = Steer(_sdk_injects, _durable_injects)
+    expected = await any_sdk_outcome(fake_api, INJECT_SCRIPT, {}, thread=thread, body=steer.sdk)
+    actual = await durable_outcome(fake_api, parity_runner, INJECT_SCRIPT, {}, thread=thread, body=steer.durable)
+    assert expected.calls == [("get_weather", "Paris"), ("get_weather", "Paris")]
+    assert actual.calls == [("get_weather", "Paris")]
+    assert actual.bodies[1]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_G1", "content": "sunny, 21C in Paris"},
+            {"type": "text", "text": "Answer in French."},
+        ],
+    }
+    assert_same(actual, Outcome(expected.bodies, expected.betas, actual.calls, expected.final))
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_retry_resends_the_turn_as_append_messages_does_without_running_the_dropped_replys_tools(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """Deliberate difference: the SDK's retry idiom (`append_messages()` with nothing) still runs the dropped reply's
+    tools (Pitfalls 3, `g3`); `retry` never runs them. The requests are the same: the turn again (on a thread, a new
+    `create`), then the second reply's."""
+    script: list[ScriptItem] = [
+        Reply([tool_use("toolu_G2", "get_weather", {"city": "Lyon"})], "tool_use"),
+        Reply([weather("toolu_G3")], "tool_use"),
+        end_turn("ok"),
+    ]
+    steer = at(1, lambda r: r.append_messages(), lambda run: run.retry())
+    expected = await any_sdk_outcome(fake_api, script, {}, thread=thread, body=steer.sdk)
+    actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=thread, body=steer.durable)
+    assert expected.calls == [("get_weather", "Lyon"), ("get_weather", "Paris")]
+    assert actual.calls == [("get_weather", "Paris")]
+    assert actual.bodies[1]["messages"] == expected.bodies[0]["messages"]
+    assert_same(actual, Outcome(expected.bodies, expected.betas, actual.calls, expected.final))
