@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import EditRejected
 from agent_runner.contract.steering import INLINE_TOOLS_BETA
 from agent_runner.fake_api import (
     FakeMessagesAPI,
@@ -477,6 +478,7 @@ CASES: dict[str, Case] = {
     "tool_use_without_a_client_tool": Case(
         [Reply([server_tool_use("srvtoolu_1")], "tool_use")], {"tools": [WEB_SEARCH]}
     ),
+    "tool_use_without_content": Case([Reply([], "tool_use")]),
     "pause_turn_resumes": Case([Reply([server_tool_use("srvtoolu_2")], "pause_turn"), end_turn("Found.")]),
     "compaction_stop_resumes": Case(
         [Reply([{"type": "compaction", "content": "Summary: Paris."}], "compaction"), end_turn("Sunny.")]
@@ -579,6 +581,14 @@ CASES: dict[str, Case] = {
         [
             Reply([weather("toolu_L2")], "tool_use"),
             Fault(409, body=error_body(409, "already continued", error_code="thread_already_continued")),
+            end_turn("ok"),
+        ],
+        thread_only=True,
+    ),
+    "thread_continue_in_flight_replays": Case(
+        [
+            Reply([weather("toolu_L5")], "tool_use"),
+            Fault(409, body=error_body(409, "in flight", error_code="thread_continue_in_flight")),
             end_turn("ok"),
         ],
         thread_only=True,
@@ -783,3 +793,106 @@ async def test_retry_resends_the_turn_as_append_messages_does_without_running_th
     assert actual.calls == [("get_weather", "Paris")]
     assert actual.bodies[1]["messages"] == expected.bodies[0]["messages"]
     assert_same(actual, Outcome(expected.bodies, expected.betas, actual.calls, expected.final))
+
+
+def _with_thread_api(fake: FakeMessagesAPI, script: list[ScriptItem], body: Callable[[Any, int], None]) -> Outcome:
+    """The SDK's thread API: `client.beta.messages.thread(...)`, then `thread.tool_runner()`; ``body(thread, i)``."""
+    _reset(fake, script)
+    client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+    params = {k: v for k, v in PARAMS.items()}
+    thread = client.beta.messages.thread(**params, tools=SYNC_TOOLS)
+    runner = thread.tool_runner(stream=True)
+    for iteration, stream in enumerate(runner, 1):
+        stream.get_final_message()
+        body(thread, iteration)
+    return _observed(fake, runner.until_done())
+
+
+async def test_a_message_added_to_the_thread_while_a_reply_calls_only_server_tools_keeps_the_loop_going(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`_beta_runner.py:750`: a `tool_use` reply with no client tool call ends the loop unless the thread was given
+    messages meanwhile (`thread.append`); `inject` does the same."""
+    script: list[ScriptItem] = [Reply([server_tool_use("srvtoolu_A")], "tool_use"), end_turn("ok")]
+    please = [text("And in Oslo?")]
+
+    def sdk_body(thread: Any, iteration: int) -> None:
+        if iteration == 1:
+            thread.append({"role": "user", "content": please})
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            await run.inject(please)
+
+    expected = await asyncio.to_thread(_with_thread_api, fake_api, script, sdk_body)
+    actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=True, body=durable_body)
+    assert [b["messages"] for b in expected.bodies][1] == [{"role": "user", "content": please}]
+    assert_same(actual, expected)
+
+
+async def test_a_system_change_on_a_thread_is_refused(parity_runner: AgentRunner, fake_api: FakeMessagesAPI) -> None:
+    """Deliberate difference: the SDK raises `AnthropicError` out of the loop once the body changed `system` on a
+    thread (`_beta_runner.py:737`, `_thread_state.py:507-521`), before the reply's tools run, and the runner is done;
+    a run refuses the `update_params` edit itself, saying what to do, and goes on unchanged."""
+    script: list[ScriptItem] = [Reply([weather("toolu_Z1")], "tool_use"), end_turn("ok")]
+    steer = at(1, lambda r: r.set_messages_params(lambda p: {**p, "system": "Be verbose."}), lambda run: run.stop())
+    with pytest.raises(anthropic.AnthropicError, match="Cannot change `system` on a thread"):
+        await any_sdk_outcome(fake_api, script, {}, thread=True, body=steer.sdk)
+    assert CALLS == []
+    refused: list[str] = []
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            with pytest.raises(EditRejected) as e:
+                await run.update_params(system="Be verbose.")
+            refused.append(str(e.value))
+
+    actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=True, body=durable_body)
+    expected = await any_sdk_outcome(fake_api, script, {}, thread=True)
+    assert refused == [
+        "update_params was refused: Cannot change `system` on a thread: the server keeps the one the thread was "
+        "created with. To change it, start a new run with `thread: false` or from this run's transcript."
+    ]
+    assert_same(actual, expected)
+
+
+REFUSAL_KEPT = (
+    "workflows/conversation.py (Conversation.record_reply): on a thread a refused reply is kept in the history, so the "
+    "new thread's `create` resends it; the SDK does not record a refused turn on a thread (_thread_state.py:314-317: "
+    "it returns before `_store_turn`), so its `create` leaves the refused reply out"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=REFUSAL_KEPT)
+async def test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_refused_turn(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`_thread_state.py:314-317`: a refused turn starts a new thread and is not part of the history. The SDK goes on
+    with `thread.append` and a new `thread.tool_runner()`; a run with a message injected at the refusal."""
+    script: list[ScriptItem] = [
+        Reply([weather("toolu_K1")], "tool_use"),
+        Reply([text("No.")], "refusal"),
+        end_turn("ok"),
+    ]
+    please = [text("Please?")]
+
+    def sdk_side() -> Outcome:
+        _reset(fake_api, script)
+        client = anthropic.Anthropic(base_url=fake_api.url, api_key="test-key", max_retries=0)
+        thread = client.beta.messages.thread(**PARAMS, tools=SYNC_TOOLS)
+        thread.tool_runner(stream=True).until_done()
+        thread.append({"role": "user", "content": please})
+        return _observed(fake_api, thread.tool_runner(stream=True).until_done())
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 2:
+            await run.inject(please)
+
+    expected = await asyncio.to_thread(sdk_side)
+    actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=True, body=durable_body)
+    assert [b["thread"]["type"] for b in expected.bodies] == ["create", "continue", "create"]
+    # `inject` joins the message holding the tool results (a deliberate difference): join the SDK's two the same way.
+    *before, results, message = expected.bodies[2]["messages"]
+    assert message == {"role": "user", "content": please}
+    expected.bodies[2]["messages"] = [*before, {"role": "user", "content": [*results["content"], *please]}]
+    assert_same(actual, expected)
