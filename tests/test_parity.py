@@ -27,6 +27,7 @@ from agent_runner.fake_api import (
     Fault,
     Reply,
     ScriptItem,
+    SlowStream,
     ThreadNotFound,
     ThreadUnsupported,
     end_turn,
@@ -895,4 +896,20 @@ async def test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_
     *before, results, message = expected.bodies[2]["messages"]
     assert message == {"role": "user", "content": please}
     expected.bodies[2]["messages"] = [*before, {"role": "user", "content": [*results["content"], *please]}]
+    assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_eager_tools_start_a_call_once_the_model_moved_on_from_it(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """`EagerToolCalls.track` (_beta_runner.py:1711-1736): a call runs early once the next block starts or the reply
+    stops with `tool_use`, never on its own `content_block_stop`, which a reply cut off by `max_tokens` sends for a
+    call whose input may be cut short. So of a `max_tokens` reply's two calls only the first runs (its result is never
+    sent: the reply stops the loop)."""
+    cut = Reply([weather("toolu_E1"), weather("toolu_E2", "Oslo")], "max_tokens")
+    script: list[ScriptItem] = [SlowStream(cut, event_delay=0.05)]
+    expected = await any_sdk_outcome(fake_api, script, {}, thread=thread, flavour="eager")
+    actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=thread, eager=True)
+    assert expected.calls == [("get_weather", "Paris")]
     assert_same(actual, expected)
