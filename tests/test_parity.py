@@ -661,6 +661,29 @@ CASES: dict[str, Case] = {
         {"max_iterations": 2, "betas": [COMPACT_BETA]},
         steer=COMPACT,
     ),
+    "compaction_request_drops_what_shapes_a_reply": Case(
+        [
+            Reply([weather("toolu_Y3")], "tool_use"),
+            Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
+            end_turn("ok"),
+        ],
+        {
+            "betas": [COMPACT_BETA],
+            "stop_sequences": ["###"],
+            "tool_choice": {"type": "any"},
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
+            "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+        },
+        steer=COMPACT,
+    ),
+    "generate_tool_call_response_is_cached": Case(
+        [Reply([weather("toolu_Y4")], "tool_use"), end_turn("ok")],
+        steer=at(
+            1,
+            lambda r: [r.generate_tool_call_response(), r.generate_tool_call_response()],
+            lambda _run: asyncio.sleep(0),  # a run's loop body cannot run the tools itself
+        ),
+    ),
     "compaction_without_a_summary_keeps_the_history": Case(
         [
             Reply([weather("toolu_Y1")], "tool_use"),
