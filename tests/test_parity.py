@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.errors import EditRejected
+from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.steering import INLINE_TOOLS_BETA
 from agent_runner.fake_api import (
     FakeMessagesAPI,
@@ -936,3 +936,17 @@ async def test_eager_tools_start_a_call_once_the_model_moved_on_from_it(
     actual = await durable_outcome(fake_api, parity_runner, script, {}, thread=thread, eager=True)
     assert expected.calls == [("get_weather", "Paris")]
     assert_same(actual, expected)
+
+
+async def test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`_reject_compaction_param` (_beta_runner.py:134-140): every request would compact again. The SDK's
+    `tool_runner()` does not even take the keyword; a run refuses it, pointing at compaction between turns."""
+    client = anthropic.Anthropic(base_url=fake_api.url, api_key="test-key", max_retries=0)
+    with pytest.raises(TypeError, match="compaction"):
+        client.beta.messages.tool_runner(**PARAMS, tools=SYNC_TOOLS, compaction={"type": "summarize"})  # type: ignore[call-overload]
+    with pytest.raises(InvalidRunInput, match="Ask for compaction between turns instead"):
+        run = await parity_runner.start(**PARAMS, tools=SYNC_TOOLS, compaction={"type": "summarize"})
+        await run.result()
+    assert fake_api.bodies() == []
