@@ -1,4 +1,254 @@
-"""Parity: every branch of the SDK tool runner, pinned by a differential case (inventory to follow)."""
+"""Parity with the SDK's tool runner, branch by branch: an inventory, each branch pinned by a differential case.
+
+Every branch of anthropic 2.14.0's ``anthropic/lib/tools/_beta_runner.py`` and ``anthropic/lib/threads/`` is listed
+below with the test that pins it. A differential case runs the same scripted replies through the SDK's runner (in
+this process, against the fake Messages API) and through a durable run (one worker for the whole module), and
+asserts (``assert_same``) identical request bodies (the exact JSON the fake received) and ``anthropic-beta`` headers,
+identical tool calls and the identical final message. Cases run in both wire modes: on a server-side message thread
+(``MESSAGE_THREADS_BETA``: a ``create``, then ``continue`` with only the new messages) and with the full history
+(``thread=False``); tool changes travel in ``tool_addition`` / ``tool_removal`` system messages
+(``INLINE_TOOLS_BETA``, given in ``betas`` on both sides, as neither adds it). The loop body's controls are the SDK's
+runner methods on one side and the matching edits of a step-mode run on the other (``Steer``).
+
+SDK files: B ``lib/tools/_beta_runner.py``, D ``lib/tools/_tool_dispatch.py``, F ``lib/tools/_beta_functions.py``,
+T ``lib/threads/_thread_state.py``, R ``lib/threads/_beta_threads.py``, M ``lib/threads/_stream_managers.py``.
+Tests are in this module unless a file is named: ``case[x]`` is ``test_each_branch_sends_what_the_sdk_sends`` with
+case ``x`` (both wire modes), ``flavour[x]`` is ``test_every_runner_class_gets_the_same_requests_as_a_durable_run``
+with runner class ``x`` (both wire modes). Durable run: *same*; *DIFFERS*, a strict xfail whose reason (a constant
+below) gives the exact difference and where the fix lies; *deliberate*, with the reason in the notes; *n/a*, a
+branch that cannot apply to a durable run, and why.
+
+The loop: stop rules, iterations, closing
+
+==============  ======================================================================================  ================
+SDK             Branch; the tests that pin it                                                           Durable run
+==============  ======================================================================================  ================
+B:109, 748-755  tool_use: run the reply's client calls; their results in one user message, in block     same
+                order. Pinned by: case[multi_turn], case[results_in_block_order].
+B:110-112,      pause_turn, compaction: resume the turn, appending nothing (thread: continue with       same
+747; T:395-396  messages []). Pinned by: case[pause_turn_resumes], case[compaction_stop_resumes].
+B:113-117,      end_turn, stop_sequence, max_tokens, model_context_window_exceeded, refusal: stop; the  same
+742-745         reply's calls never run. Pinned by: case[end_turn],
+                case[end_turn_with_tool_use_runs_nothing], case[stop_sequence],
+                case[max_tokens_with_tool_use], case[context_window_exceeded_with_tool_use],
+                case[refusal_with_tool_use].
+B:128-131       an absent or unknown stop reason stops. Pinned by: case[absent_stop_reason],            same
+                case[unknown_stop_reason].
+B:750-753       tool_use without a client call stops. Pinned by: case[tool_use_without_a_client_tool].  same
+B:788-793       tool_use without content stops. Pinned by: case[tool_use_without_content].              same
+B:750, 452      ... unless the thread was given messages while the reply was handled. Pinned by:        same (note 1)
+                test_a_message_added_while_a_reply_calls_only_server_tools_keeps_the_loop_going.
+B:553-558, 717  max_iterations is checked before each request. Pinned by:                               same
+                case[max_iterations_runs_the_last_tools].
+B:740, 665-679  every reply counts, pause_turn included; a compaction reply does not. Pinned by:        same
+                case[max_iterations_counts_pause_turn],
+                case[compaction_between_turns_is_not_an_iteration].
+B:748-755,      the last reply's tools run after the cut-off; until_done() returns that reply. Pinned   same
+760-768         by: case[max_iterations_runs_the_last_tools].
+B:554-555,      close(): the reply's tools do not run, nothing more is sent. Pinned by:                 same (stop)
+648-657;        case[close_runs_no_more_tools].
+B:1177-1189
+B:656,          a close from a running tool stops the loop at its next step. Pinned by:                 same (note 2)
+1183-1189       tests/test_steering.py::test_stop_ends_the_run_and_the_current_replys_tools_never_run.
+B:1162-1167     async: asking for an item while a close unwinds ends the iteration. Pinned by: not      n/a (note 2)
+                pinned here.
+B:685-712;      the run's span and its status. Pinned by: tests/test_tracing.py.                        deliberate (note
+B:1222-1250                                                                                             3)
+==============  ======================================================================================  ================
+
+Runner classes and streaming
+
+==============  ======================================================================================  ================
+SDK             Branch; the tests that pin it                                                           Durable run
+==============  ======================================================================================  ================
+B:952-957       BetaToolRunner (and the async one): thread.parse, no stream field. Pinned by:           deliberate (note
+                flavour[parse], flavour[async_parse].                                                   4)
+B:1063-1074;    the streaming runners: thread.stream, "stream": true. Pinned by: flavour[stream],       same
+B:1608-1619     flavour[async_stream], every case.
+B:1129-1671     the async runners: the same loop, awaited. Pinned by: flavour[async_stream],            same
+                flavour[async_parse].
+B:1071-1073,    run_tools_eagerly: a call runs once the model moved on from it (the next block starts,  same (fixed:
+1076-1126,      or the reply stops with tool_use); never at its own content_block_stop. Pinned by:      note 5)
+1711-1736       flavour[eager], test_eager_tools_start_a_call_once_the_model_moved_on_from_it.
+B:819-820       ... and its result is reused, not run again. Pinned by: flavour[eager].                 same
+B:1723-1727     ... after a fallback block no call runs early. Pinned by: - (activities/claude.py       same (note 5)
+                follows it).
+B:1012-1061,    defer_tool_call / deferred_tool_calls: a held call still runs at the end of the loop    deliberate (note
+1100-1101,      body. Pinned by: - (tests/test_steering.py: approvals).                                 6)
+1114
+==============  ======================================================================================  ================
+
+Tool calls and results
+
+==============  ======================================================================================  ================
+SDK             Branch; the tests that pin it                                                           Durable run
+==============  ======================================================================================  ================
+B:822, 827-841  a tool the runner lacks or the conversation withdrew: "Error: Tool 'X' not found",      same (note 7)
+                is_error. Pinned by: case[results_in_block_order] (no_such_tool; get_time, registered
+                but not the run's).
+B:853-859;      success: a string (lone surrogates to U+FFFD), blocks as given (their text made well    same
+D:265-283       formed), None as null. Pinned by: case[result_shapes].
+B:860-866;      ToolError: its content, is_error. Pinned by: case[results_in_block_order].              same
+D:256-257
+B:867-874;      any other exception: repr, cut to 4096 characters, is_error. Pinned by:                 same
+D:258           case[results_in_block_order] (a 5000-character error).
+F:273-283       invalid input: "ValueError('Invalid arguments for function X')". Pinned by:             deliberate (note
+                test_documented_differences_invalid_input_and_wrong_return_type                         8)
+                (tests/test_differential.py).
+D:277           a dict returned: its keys are sent. Pinned by: (the same test).                         deliberate (note
+                                                                                                        8)
+B:867           a BaseException propagates out of the loop. Pinned by: not pinned here.                 n/a (note 9)
+B:770-784       generate_tool_call_response() is cached: the tools run once. Pinned by:                 same
+                case[generate_tool_call_response_is_cached].
+D:68-84,        raw definitions are sent and never run; a tool of the wrong flavour is refused. Pinned  same (note 9)
+87-118          by: case[raw_definition_is_sent_and_never_run], case[tool_use_without_a_client_tool].
+D:139-159       two tools of one name: the later wins. Pinned by: not pinned here.                      deliberate (note
+                                                                                                        9)
+B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    n/a (note 10)
+802-826,        Pinned by: not pinned here.
+1093-1113,
+1751-1788
+==============  ======================================================================================  ================
+
+The loop body's controls
+
+==============  ======================================================================================  ================
+SDK             Branch; the tests that pin it                                                           Durable run
+==============  ======================================================================================  ================
+B:338-358, 754  append_messages() in the body: the caller owns the turn; the cache is cleared, so the   deliberate (note
+                tools run again. Pinned by:                                                             11)
+                test_inject_sends_what_append_messages_sends_and_runs_the_tools_once.
+B:338-358       append_messages() with nothing: the turn is sent again, the dropped reply's tools       deliberate (note
+                still run. Pinned by:                                                                   11)
+                test_retry_resends_the_turn_without_running_the_dropped_replys_tools.
+B:350-351       append_messages() before iterating: sent with the first request. Pinned by: every case  same
+                (the initial messages).
+B:462-467       tool results go right after the reply, ahead of messages the body appended to the       deliberate (note
+                thread. Pinned by:                                                                      12)
+                test_inject_sends_what_append_messages_sends_and_runs_the_tools_once.
+B:284-336       set_messages_params(): per-turn params apply to later turns. Pinned by:                 same (note 13)
+                case[set_messages_params_for_later_turns].
+B:734-737;      a changed system or tools on a thread: AnthropicError before the reply's tools run.     deliberate (note
+T:421-424,      Pinned by: test_a_system_change_on_a_thread_is_refused.                                 14)
+507-521
+B:447-460;      a rewritten history starts a new thread. Pinned by:                                     deliberate (note
+T:189-217       tests/test_differential.py::test_replace_history_*,                                     15)
+                tests/test_steering.py::test_replace_history_*.
+B:469-506       add_tools(function tool): it runs at once, for the reply being handled too. Pinned by:  DIFFERS
+                case[add_tools_runs_the_replys_call_at_once] (strict xfail: ADDED_TOOL_NOT_RUN).
+B:496-500       add_tools(raw definition): a function tool of that name stops running. Pinned by:       DIFFERS
+                case[add_tools_raw_definition_stops_running_the_function_tool] (strict xfail:
+                RAW_ADDITION_RUNS_THE_TOOL).
+B:508-529,      remove_tools(): not found at once; a tool_removal system message after the results.     same
+560-575         Pinned by: case[remove_tools_withdraws_the_replys_own_calls].
+B:545-551       tool changes wait while the turn is paused. Pinned by:                                  DIFFERS
+                case[tool_changes_wait_out_a_pause_turn] (strict xfail: TOOL_CHANGE_BREAKS_THE_PAUSE).
+B:484-494,      toolsets cannot be added or removed. Pinned by: not pinned here.                        n/a (note 10)
+518-523
+B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
+391-403,        on a new thread; the summary becomes the history. Pinned by:
+720-724         case[compaction_between_turns_is_not_an_iteration].
+B:147-168       the compaction request drops what only shapes a reply. Pinned by:                       same
+                case[compaction_request_drops_what_shapes_a_reply].
+B:405-425       no compaction after a final turn with unanswered calls. Pinned by:                      same
+                case[compaction_after_unanswered_tool_calls_is_skipped].
+B:430-432       a compaction the server cannot thread stops threading. Pinned by:                       same
+                tests/test_threads.py::test_a_compaction_the_server_cannot_thread_*.
+B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       DIFFERS
+676-678         case[compaction_without_a_summary_keeps_the_history] (strict xfail:
+                EMPTY_COMPACTION_REPLACES_THE_HISTORY).
+B:436-438       tools withdrawn before a compaction stay withdrawn. Pinned by:                          same
+                tests/test_tool_availability.py.
+B:312-318,      no history change while a compaction is in flight. Pinned by: not pinned here.          n/a (note 16)
+374-375
+B:379-389       no compaction while context_management has a compact_ edit: ValueError at once. Pinned  DIFFERS
+                by: test_a_compaction_is_refused_while_context_management_compacts (strict xfail:
+                COMPACTION_EDIT_NOT_CHECKED).
+B:134-140       a compaction param is refused. Pinned by:                                               same
+                test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it.
+==============  ======================================================================================  ================
+
+Threads and requests
+
+==============  ======================================================================================  ================
+SDK             Branch; the tests that pin it                                                           Durable run
+==============  ======================================================================================  ================
+R:70-85         threaded unless thread=False. Pinned by: every case, in both wire modes.                same
+T:386-409       create sends the whole history, system and tools; continue only what is new, without    same
+                them. Pinned by: every case (thread).
+T:401-403,      the threads beta after the caller's betas. Pinned by: case[params_pass_through] (every  same
+457-468         case compares anthropic-beta).
+T:577-583       the threads beta added to a caller's anthropic-beta header. Pinned by: not pinned       n/a (note 17)
+                here.
+T:275-285;      thread_not_found, thread_already_continued, thread_continue_in_flight: the turn again,  same
+R:340-348       whole, on a new thread. Pinned by:
+                case[thread_not_found_replays_without_cache_control],
+                case[thread_already_continued_replays], case[thread_continue_in_flight_replays].
+T:411-419       ... the answered messages without cache_control. Pinned by:                             same
+                case[thread_not_found_replays_without_cache_control].
+T:276-282       lost again on the first continue after a replay: no thread from then on. Pinned by:     same
+                case[thread_lost_again_after_a_replay_goes_unthreaded].
+T:286-293       thread_unsupported_request: no thread from then on. Pinned by:                          same
+                case[thread_unsupported_goes_unthreaded].
+T:294;          any other rejection ends the loop with the API's error. Pinned by:                      deliberate (note
+R:347-348       tests/test_loop.py::test_rejected_request_fails_the_run_with_the_apis_message.          18)
+T:314-317       a refused turn on a thread is not recorded; the next turn starts a new thread. Pinned   DIFFERS
+                by: case[refusal_with_tool_use],
+                test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_refused_turn
+                (strict xfail: REFUSAL_KEPT).
+T:322-327       later turns continue from the reply. Pinned by: every case (thread).                    same
+T:328-329       a reply a fallback model wrote: the next turn starts a new thread. Pinned by:           same
+                case[fallback_reply_starts_a_new_thread].
+T:332-341       the reply's container: named when none is, its id added to one without, one named       same
+                kept. Pinned by: case[container_given_without_id_gets_the_replys],
+                case[container_named_stays].
+T:343-372;      a stream that ended before message_stop: the partial reply kept, a new thread, the      deliberate (note
+M:118-128       turn sent again. Pinned by: tests/test_streaming.py.                                    18)
+T:107-116,      appends during a turn in flight, per-turn overrides of a create. Pinned by: not pinned  n/a (note 17)
+145-148,        here.
+319-321
+T:173-187,      every request field passes through (temperature, top_k, top_p as extra_body). Pinned    same
+444-455         by: case[params_pass_through].
+==============  ======================================================================================  ================
+
+Notes:
+
+1. The SDK ends its loop on a stop reply whatever the body did (B:742-745); an ``inject``, ``retry`` or
+   ``replace_history`` accepted while a run's final reply was written keeps the conversation going (a run is steered
+   from outside, so there is no later runner to go on with).
+2. Stopping is an update to the workflow (``Run.stop``), not a call on an in-process iterator: it applies at the
+   run's next step wherever it comes from.
+3. A run's spans come from Temporal's tracing (``tests/test_tracing.py``), not the SDK's
+   ``anthropic.messages.tool_runner`` tree; nothing of them is on the wire.
+4. A durable run always streams: each event heartbeats the model call. Against the non-streaming runners the bodies
+   differ in ``"stream": true`` alone.
+5. ``activities/claude.py`` signalled a ``tool_use`` as ready at its own ``content_block_stop``, so the last call
+   of a reply cut off by ``max_tokens`` (its input possibly cut short) ran eagerly. It now follows
+   ``EagerToolCalls.track``, the ``fallback`` rule included (not observable here: the calls of a reply with a fallback
+   block run at its end either way).
+6. Holding a call is the approval machinery (``requires_approval``, ``approve_tool``/``deny_tool``): a held call runs
+   only once approved, and a denied one never runs.
+7. The SDK also warns (``UserWarning``); a run logs a warning on the worker.
+8. ``tests/test_differential.py`` pins both: pydantic's details follow the SDK's text, so the model can correct its
+   call; a return value other than a string, blocks or ``None`` is an ``is_error`` result saying so.
+9. Tools run as activities: a worker registers each name once (``ToolRegistry`` refuses a second tool under a name)
+   and runs sync and async tools alike; a ``BaseException`` in a tool fails its activity attempt, which Temporal
+   retries per the tool's options.
+10. A run has no runnable toolsets: raw toolset definitions are sent, never run (a gap, not a difference of a shared
+    branch).
+11. A run's edits never run a tool twice and never run a dropped reply's tools (``contract/steering.py``).
+12. ``inject`` joins the message holding the tool results, so a history never holds two user messages in a row.
+13. ``update_params`` changes the parameters it names and keeps the others; ``set_messages_params`` replaces all
+    but ``betas``, ``user_profile_id`` and ``workspace_id`` (B:306-308).
+14. The run refuses the ``update_params`` edit itself, saying what to do, and goes on unchanged; the SDK's loop
+    raises and is done.
+15. ``replace_history`` takes the whole history, the last reply and its results included.
+16. Edits apply one at a time at the iteration boundary, so none can meet a compaction in flight.
+17. A run has no request options (``extra_headers``) and no per-turn overrides; every edit applies at the boundary.
+18. Temporal retries a model call whose request failed, or whose stream ended early, as a whole activity attempt
+    (the SDK's own retries are off): nothing partial is recorded, and a rejection fails the run with the API's
+    message.
+"""
 
 from __future__ import annotations
 
@@ -330,9 +580,13 @@ async def durable_outcome(
     tools = [*SYNC_TOOLS, *options.get("tools", [])]
     extra: dict[str, Any] = {"eager_tools": True} if eager else {}
     run = await runner.start(**{**PARAMS, **run_options}, tools=tools, thread=thread, step=body is not None, **extra)
-    if body is not None:
-        await _drive(run, body)
-    result = await run.result()
+    try:
+        if body is not None:
+            await _drive(run, body)
+        result = await run.result()
+    except BaseException:
+        await run.terminate("the test failed")  # leave nothing running on the dev server
+        raise
     return _observed(fake, result.final_message)
 
 
@@ -700,14 +954,19 @@ CASES: dict[str, Case] = {
 }
 
 
-@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    ("name", "thread"),
+    [
+        pytest.param(name, thread, id=f"{name}-{'thread' if thread else 'full_history'}")
+        for name, case in CASES.items()
+        for thread in (True, False)
+        if thread or not case.thread_only  # a thread rejection: only threaded requests get one
+    ],
+)
 async def test_each_branch_sends_what_the_sdk_sends(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI, name: str, thread: bool, request: pytest.FixtureRequest
 ) -> None:
     case = CASES[name]
-    if case.thread_only and not thread:
-        pytest.skip("a thread rejection: only threaded requests get one")
     mode = "thread" if thread else "full_history"
     if mode in case.xfail:
         request.applymarker(pytest.mark.xfail(strict=True, reason=case.xfail[mode]))
@@ -799,7 +1058,7 @@ async def test_inject_sends_what_append_messages_sends_and_runs_the_tools_once(
 
 
 @pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
-async def test_retry_resends_the_turn_as_append_messages_does_without_running_the_dropped_replys_tools(
+async def test_retry_resends_the_turn_without_running_the_dropped_replys_tools(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI, thread: bool
 ) -> None:
     """Deliberate difference: the SDK's retry idiom (`append_messages()` with nothing) still runs the dropped reply's
@@ -832,7 +1091,7 @@ def _with_thread_api(fake: FakeMessagesAPI, script: list[ScriptItem], body: Call
     return _observed(fake, runner.until_done())
 
 
-async def test_a_message_added_to_the_thread_while_a_reply_calls_only_server_tools_keeps_the_loop_going(
+async def test_a_message_added_while_a_reply_calls_only_server_tools_keeps_the_loop_going(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI
 ) -> None:
     """`_beta_runner.py:750`: a `tool_use` reply with no client tool call ends the loop unless the thread was given
@@ -945,8 +1204,41 @@ async def test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it(
     `tool_runner()` does not even take the keyword; a run refuses it, pointing at compaction between turns."""
     client = anthropic.Anthropic(base_url=fake_api.url, api_key="test-key", max_retries=0)
     with pytest.raises(TypeError, match="compaction"):
-        client.beta.messages.tool_runner(**PARAMS, tools=SYNC_TOOLS, compaction={"type": "summarize"})  # type: ignore[call-overload]
+        client.beta.messages.tool_runner(**PARAMS, tools=SYNC_TOOLS, compaction={"type": "summarize"})
     with pytest.raises(InvalidRunInput, match="Ask for compaction between turns instead"):
         run = await parity_runner.start(**PARAMS, tools=SYNC_TOOLS, compaction={"type": "summarize"})
         await run.result()
     assert fake_api.bodies() == []
+
+
+COMPACTION_EDIT_NOT_CHECKED = (
+    "workflows/agent_run.py (the compact validator): a compact edit is accepted while the run's context_management "
+    "has a compact_ edit, so the compaction request is sent and billed, and the API then rejects the next request; "
+    "the SDK refuses at once (_beta_runner.py:379-389: ValueError)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=COMPACTION_EDIT_NOT_CHECKED)
+async def test_a_compaction_is_refused_while_context_management_compacts(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`_check_can_compact` (_beta_runner.py:379-389): the API takes no compaction block beside a compaction edit."""
+    options = {"context_management": {"edits": [{"type": "compact_20260112"}]}, "betas": [COMPACT_BETA]}
+    script: list[ScriptItem] = [Reply([weather("toolu_J1")], "tool_use"), end_turn("ok")]
+    refused: list[str] = []
+
+    def sdk_body(runner: Any, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            with pytest.raises(ValueError, match="can't be used while `context_management` has a compaction edit"):
+                runner.compact_before_next_turn()
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            with pytest.raises(EditRejected) as e:
+                await run.compact()
+            refused.append(str(e.value))
+
+    expected = await any_sdk_outcome(fake_api, script, options, thread=True, body=sdk_body)
+    actual = await durable_outcome(fake_api, parity_runner, script, options, thread=True, body=durable_body)
+    assert len(refused) == 1
+    assert_same(actual, expected)
