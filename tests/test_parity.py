@@ -232,8 +232,8 @@ Notes:
 8. ``tests/test_differential.py`` pins both: pydantic's details follow the SDK's text, so the model can correct its
    call; a return value other than a string, blocks or ``None`` is an ``is_error`` result saying so.
 9. Tools run as activities: a worker registers each name once (``ToolRegistry`` refuses a second tool under a name)
-   and runs sync and async tools alike; a ``BaseException`` in a tool fails its activity attempt, which Temporal
-   retries per the tool's options.
+   and runs sync and async tools alike. What a ``BaseException`` in a tool does is the worker's concern, and a
+   cancellation is Temporal's: neither is an outcome of the loop to compare.
 10. A run has no runnable toolsets: raw toolset definitions are sent, never run (a gap, not a difference of a shared
     branch).
 11. A run's edits never run a tool twice and never run a dropped reply's tools (``contract/steering.py``).
@@ -454,7 +454,8 @@ def as_message(message: Any) -> dict[str, Any]:
 
 
 def _without_nulls(value: Any) -> Any:
-    # The SDK's stream accumulator fills fields the wire never carried with null (`stop_details`, `citations`).
+    # The SDK's stream accumulator fills fields the wire never carried with null (`stop_details`, `citations`), and
+    # its parsed replies carry `parsed_output`: neither is part of what the API sent.
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None and k != "parsed_output"}
     if isinstance(value, list):
