@@ -10,8 +10,9 @@ turn (``workflows/conversation.py``). Once the stream began, an SSE ``error`` ev
 retried when its ``error.type`` is an overload, an API error or a rate limit, and a dropped connection always is.
 
 The reply is streamed (``client.beta.messages.stream``): each event heartbeats, and the reply is published as it
-comes on the run's Workflow Stream (``activities/live_events.py``). With ``eager_tools``, each complete ``tool_use``
-block is signalled to the run at once, so the tool starts before the reply ends.
+comes on the run's Workflow Stream (``activities/live_events.py``). With ``eager_tools``, each ``tool_use`` block is
+signalled to the run once the model has moved on from it (as the SDK's ``run_tools_eagerly``), so the tool starts
+before the reply ends.
 
 The API key and base URL come only from the worker's environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``):
 nothing secret is ever part of a workflow's input or history.
@@ -191,9 +192,24 @@ class ClaudeActivities:
     ) -> dict[str, Any]:
         """Read the reply's stream, publishing it as live events; the final message as a response body."""
         set_on_wire: set[str] = set()
+        eager = input.eager_tools and bool(input.eager_token)
+        closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
+        fallback = False
         async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
             async for event in stream:
                 activity.heartbeat()
+                # As the SDK's `EagerToolCalls.track`: a call is ready once the model moved on from it (the next block
+                # starts, or the reply stops with `tool_use`), not at its own `content_block_stop`, which a reply cut
+                # off by `max_tokens` also sends for a call whose input may be cut short. After a `fallback` block
+                # (a refusal handed the reply to another model) no call is ready before the reply ends.
+                moved_on = event.type == "content_block_start" or (
+                    event.type == "message_delta" and event.delta.stop_reason == "tool_use"
+                )
+                if event.type == "content_block_start" and event.content_block.type == "fallback":
+                    fallback, closed, moved_on = True, None, False
+                if moved_on and closed is not None:
+                    await _tool_use_ready(input, closed)
+                    closed = None
                 if event.type == "message_start":
                     set_on_wire |= event.message.model_fields_set
                 elif event.type == "message_delta":
@@ -211,9 +227,9 @@ class ClaudeActivities:
                         events.delta(TOOL_INPUT, event.index, delta.partial_json)
                 elif event.type == "content_block_stop":
                     events.publish(BLOCK_STOP, index=event.index)
-                    if input.eager_tools and input.eager_token and event.content_block.type == "tool_use":
+                    if eager and not fallback and event.content_block.type == "tool_use":
                         block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                        await _tool_use_ready(input, escape(block))  # held, as the reply's own block
+                        closed = escape(block)  # held, as the reply's own block
             message = await stream.get_final_message()
         # No serializer warnings: a malformed reply is refused right after, with the reason (`reply_problems`).
         body = message.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)
