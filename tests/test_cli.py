@@ -714,6 +714,7 @@ def test_only_the_demo_and_dev_commands_load_the_fake_messages_api() -> None:
         "dev_stack": False,
         "runs": False,
         "steering": False,
+        "schedules": False,
         "store_gc": False,
     }
 

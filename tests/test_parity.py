@@ -272,7 +272,7 @@ from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.steering import INLINE_TOOLS_BETA
-from agent_runner.fake_api import (
+from agent_runner.testing import (
     FakeMessagesAPI,
     Fault,
     Reply,

@@ -24,7 +24,7 @@ from temporalio.worker import Replayer
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
-from agent_runner.fake_api import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
