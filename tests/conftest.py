@@ -98,6 +98,14 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 
 
 @pytest.fixture
+def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point `connect()`, hence the CLI, at the session's test server."""
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    return address
+
+
+@pytest.fixture
 def task_queue() -> str:
     return f"test-{uuid.uuid4()}"
 

@@ -433,14 +433,6 @@ def test_example_tools_answer_from_fixed_data_and_explain_unknown_cities() -> No
 # ------------------------------------------------------------------------------------------ end to end
 
 
-@pytest.fixture
-def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Point `connect()`, hence the CLI, at the session's test server."""
-    address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
-    return address
-
-
 def _lines(out: str) -> list[str]:
     return out.splitlines()
 

@@ -12,7 +12,6 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
@@ -166,14 +165,6 @@ async def test_many_small_deltas_are_coalesced_into_few_text_events(
     assert took >= deltas * delay
     assert len(texts) <= math.ceil(took / FLUSH_INTERVAL) + 1
     assert len(texts) < deltas / 3
-
-
-@pytest.fixture
-def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Point the CLI at the session's test server."""
-    address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
-    return address
 
 
 @pytest.mark.usefixtures("temporal_address")

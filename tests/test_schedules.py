@@ -9,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
@@ -124,13 +123,6 @@ async def test_an_input_the_run_would_refuse_is_refused_at_creation(runner: Agen
         await create_schedule(runner, schedule_id, {**RUN_INPUT, "max_tokens": "lots"}, cron="0 7 * * *")
     with pytest.raises(ScheduleNotFound):
         await describe_schedule(runner, schedule_id)
-
-
-@pytest.fixture
-def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
-    address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
-    return address
 
 
 @pytest.mark.usefixtures("temporal_address")

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
@@ -27,15 +26,8 @@ from tests.tools_for_tests import get_time, get_weather
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
-pytestmark = pytest.mark.usefixtures("fresh_tools")
-
-
-@pytest.fixture(autouse=True)
-def temporal_address(temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Point `connect()`, hence the CLI, at the session's test server."""
-    address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
-    return address
+# Every test here drives the CLI against the session's test server (conftest `temporal_address`).
+pytestmark = pytest.mark.usefixtures("fresh_tools", "temporal_address")
 
 
 class Output:

@@ -29,6 +29,7 @@ from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, gated
+from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_weather
 
 LEAD = "You lead."
@@ -49,24 +50,6 @@ RESEARCHER = {
     "tools": ["get_weather"],
 }
 RESEARCHER_DEF = {"name": "researcher", "description": "Researches one question.", "input_schema": TASK_SCHEMA}
-GET_WEATHER_DEF = {
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "input_schema": {
-        "additionalProperties": False,
-        "properties": {
-            "city": {"description": "The city name, e.g. Paris.", "title": "City", "type": "string"},
-            "unit": {
-                "default": "c",
-                "description": 'Temperature unit, "c" or "f".',
-                "title": "Unit",
-                "type": "string",
-            },
-        },
-        "required": ["city"],
-        "type": "object",
-    },
-}
 
 
 def research(tool_id: str, *tasks: str) -> Reply:
