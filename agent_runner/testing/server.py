@@ -671,6 +671,10 @@ class FakeMessagesAPI:
             status=200,
             headers={"content-type": "text/event-stream", "cache-control": "no-cache", "request-id": request_id},
         )
+        if not isinstance(item, DropMidStream | ErrorMidStream):
+            # The message exists once it is generated: a client that goes away while it streams (a worker killed
+            # mid-call) still leaves the thread continued, whatever moment the connection loss is noticed.
+            self._commit_thread(body, claim, message, generation)
         try:
             await response.prepare(request)
             for i, (event, data) in enumerate(events[:cut]):
@@ -683,8 +687,6 @@ class FakeMessagesAPI:
                 error = error_body(500, item.message)
                 error["error"]["type"] = item.error_type
                 await response.write(_encode_sse("error", error))
-            else:
-                self._commit_thread(body, claim, message, generation)
             await response.write_eof()
         except ConnectionError:
             # The client went away mid-stream; there is nobody left to answer.
