@@ -134,15 +134,14 @@ T:421-424,      Pinned by: test_a_system_change_on_a_thread_is_refused.         
 B:447-460;      a rewritten history starts a new thread. Pinned by:                                     deliberate (note
 T:189-217       tests/test_differential.py::test_replace_history_*,                                     15)
                 tests/test_steering.py::test_replace_history_*.
-B:469-506       add_tools(function tool): it runs at once, for the reply being handled too. Pinned by:  DIFFERS
-                case[add_tools_runs_the_replys_call_at_once] (strict xfail: ADDED_TOOL_NOT_RUN).
-B:496-500       add_tools(raw definition): a function tool of that name stops running. Pinned by:       DIFFERS
-                case[add_tools_raw_definition_stops_running_the_function_tool] (strict xfail:
-                RAW_ADDITION_RUNS_THE_TOOL).
+B:469-506       add_tools(function tool): it runs at once, for the reply being handled too. Pinned by:  same
+                case[add_tools_runs_the_replys_call_at_once].
+B:496-500       add_tools(raw definition): a function tool of that name stops running. Pinned by:       same
+                case[add_tools_raw_definition_stops_running_the_function_tool].
 B:508-529,      remove_tools(): not found at once; a tool_removal system message after the results.     same
 560-575         Pinned by: case[remove_tools_withdraws_the_replys_own_calls].
-B:545-551       tool changes wait while the turn is paused. Pinned by:                                  DIFFERS
-                case[tool_changes_wait_out_a_pause_turn] (strict xfail: TOOL_CHANGE_BREAKS_THE_PAUSE).
+B:545-551       tool changes wait while the turn is paused. Pinned by:                                  same
+                case[tool_changes_wait_out_a_pause_turn].
 B:484-494,      toolsets cannot be added or removed. Pinned by: not pinned here.                        n/a (note 10)
 518-523
 B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
@@ -154,16 +153,16 @@ B:405-425       no compaction after a final turn with unanswered calls. Pinned b
                 case[compaction_after_unanswered_tool_calls_is_skipped].
 B:430-432       a compaction the server cannot thread stops threading. Pinned by:                       same
                 tests/test_threads.py::test_a_compaction_the_server_cannot_thread_*.
-B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       DIFFERS
-676-678         case[compaction_without_a_summary_keeps_the_history] (strict xfail:
-                EMPTY_COMPACTION_REPLACES_THE_HISTORY).
+B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       same
+676-678         case[compaction_without_a_summary_keeps_the_history].
+B:718-721       a compaction waits while the turn is paused. Pinned by:                                  same
+                case[compaction_waits_out_a_pause_turn].
 B:436-438       tools withdrawn before a compaction stay withdrawn. Pinned by:                          same
                 tests/test_tool_availability.py.
 B:312-318,      no history change while a compaction is in flight. Pinned by: not pinned here.          n/a (note 16)
 374-375
-B:379-389       no compaction while context_management has a compact_ edit: ValueError at once. Pinned  DIFFERS
-                by: test_a_compaction_is_refused_while_context_management_compacts (strict xfail:
-                COMPACTION_EDIT_NOT_CHECKED).
+B:379-389       no compaction while context_management has a compact_ edit: ValueError at once. Pinned  same (note 19)
+                by: test_a_compaction_is_refused_while_context_management_compacts.
 B:134-140       a compaction param is refused. Pinned by:                                               same
                 test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it.
 ==============  ======================================================================================  ================
@@ -248,6 +247,9 @@ Notes:
 18. Temporal retries a model call whose request failed, or whose stream ended early, as a whole activity attempt
     (the SDK's own retries are off): nothing partial is recorded, and a rejection fails the run with the API's
     message.
+19. The run refuses the ``compact`` edit itself (``EditRejected``, saying what to do) where the SDK's
+    ``compact_before_next_turn()`` raises ``ValueError``, and refuses an ``update_params`` that adds a compaction edit
+    while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
 """
 
 from __future__ import annotations
@@ -696,31 +698,6 @@ def both(reason: str) -> dict[str, str]:
     return {"thread": reason, "full_history": reason}
 
 
-# Differences whose fix lies in workflows/ (being restructured meanwhile): each case is a strict xfail, so the fix is
-# noticed.
-ADDED_TOOL_NOT_RUN = (
-    "workflows/agent_run.py: a queued add_tools of a registered tool does not count for the reply being handled (its "
-    "spec reaches `_tools` only when the edit applies at the boundary): the reply's get_time call gets \"Error: Tool "
-    "'get_time' not found\"; the SDK runs it at once (_beta_runner.py:503, and `add_tools` docstring)"
-)
-RAW_ADDITION_RUNS_THE_TOOL = (
-    "workflows/agent_run.py: a raw definition added under a function tool's name leaves that tool running (both "
-    "get_weather calls ran); the SDK stops running it (_beta_runner.py:496-500): \"Error: Tool 'get_weather' not "
-    'found"'
-)
-TOOL_CHANGE_BREAKS_THE_PAUSE = (
-    "workflows/agent_run.py: a tool change queued while the reply is a pause_turn is appended right after the paused "
-    "reply, so the resuming request 2 sends the tool_removal system message (thread: `messages: [<it>]`); the SDK "
-    "holds it (_beta_runner.py:547) and sends it after the next turn's tool results"
-)
-EMPTY_COMPACTION_REPLACES_THE_HISTORY = (
-    "workflows/conversation.py (record_compaction): a compaction reply without a summary replaces the history anyway "
-    "(request 3 sends `[assistant: compaction(content=null)]`, thread: a new `create`); the SDK keeps the "
-    "conversation (_beta_runner.py:433-435), so request 3 continues the thread (or resends the history) with the "
-    "tool results"
-)
-
-
 CASES: dict[str, Case] = {
     # -- stop rules (_STOP_REASON_STEPS) --
     "end_turn": Case([end_turn("Sunny.")]),
@@ -877,13 +854,11 @@ CASES: dict[str, Case] = {
         [Reply([tool_use("toolu_X3", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("ok")],
         INLINE_TOOLS,
         steer=at(1, lambda r: r.add_tools(get_time), lambda run: run.add_tools(get_time)),
-        xfail=both(ADDED_TOOL_NOT_RUN),
     ),
     "add_tools_raw_definition_stops_running_the_function_tool": Case(
         [Reply([weather("toolu_X4")], "tool_use"), Reply([weather("toolu_X5")], "tool_use"), end_turn("ok")],
         INLINE_TOOLS,
         steer=at(1, lambda r: r.add_tools(SERVER_WEATHER), lambda run: run.add_tools(SERVER_WEATHER)),
-        xfail=both(RAW_ADDITION_RUNS_THE_TOOL),
     ),
     "tool_changes_wait_out_a_pause_turn": Case(
         [
@@ -893,7 +868,6 @@ CASES: dict[str, Case] = {
         ],
         INLINE_TOOLS,
         steer=REMOVE_WEATHER,
-        xfail=both(TOOL_CHANGE_BREAKS_THE_PAUSE),
     ),
     "set_messages_params_for_later_turns": Case(
         [Reply([weather("toolu_X7")], "tool_use"), end_turn("ok")],
@@ -947,7 +921,16 @@ CASES: dict[str, Case] = {
         ],
         {"betas": [COMPACT_BETA]},
         steer=COMPACT,
-        xfail=both(EMPTY_COMPACTION_REPLACES_THE_HISTORY),
+    ),
+    "compaction_waits_out_a_pause_turn": Case(
+        [
+            Reply([server_tool_use("srvtoolu_5")], "pause_turn"),
+            Reply([weather("toolu_Y5")], "tool_use"),
+            Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
+            end_turn("ok"),
+        ],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
     ),
     "compaction_after_unanswered_tool_calls_is_skipped": Case(
         [Reply([weather("toolu_Y2")], "max_tokens")], {"betas": [COMPACT_BETA]}, steer=COMPACT
@@ -1212,14 +1195,6 @@ async def test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it(
     assert fake_api.bodies() == []
 
 
-COMPACTION_EDIT_NOT_CHECKED = (
-    "workflows/agent_run.py (the compact validator): a compact edit is accepted while the run's context_management "
-    "has a compact_ edit, so the compaction request is sent and billed, and the API then rejects the next request; "
-    "the SDK refuses at once (_beta_runner.py:379-389: ValueError)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=COMPACTION_EDIT_NOT_CHECKED)
 async def test_a_compaction_is_refused_while_context_management_compacts(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI
 ) -> None:
