@@ -86,6 +86,13 @@ SDK             Branch; the tests that pin it                                   
 B:822, 827-841  a tool the runner lacks or the conversation withdrew: "Error: Tool 'X' not found",      same (note 7)
                 is_error. Pinned by: case[results_in_block_order] (no_such_tool; get_time, registered
                 but not the run's).
+D:162-184       the tools a call may run follow the history: tool_removal / tool_addition in system     same
+                messages and in a compaction's tool_changes, the last change winning; a withdrawn
+                tool's call is not found and never runs. Pinned by:
+                case[tool_removed_in_the_messages_is_not_found],
+                case[tool_removed_and_added_back_in_the_messages_runs],
+                case[tool_removed_by_a_compaction_in_the_turn_is_not_found]; across continue-as-new
+                and a compaction between turns: tests/test_tool_availability.py.
 B:853-859;      success: a string (lone surrogates to U+FFFD), blocks as given (their text made well    same
 D:265-283       formed), None as null. Pinned by: case[result_shapes].
 B:860-866;      ToolError: its content, is_error. Pinned by: case[results_in_block_order].              same
@@ -185,10 +192,14 @@ R:340-348       whole, on a new thread. Pinned by:
                 case[thread_already_continued_replays], case[thread_continue_in_flight_replays].
 T:411-419       ... the answered messages without cache_control. Pinned by:                             same
                 case[thread_not_found_replays_without_cache_control].
-T:276-282       lost again on the first continue after a replay: no thread from then on. Pinned by:     same
-                case[thread_lost_again_after_a_replay_goes_unthreaded].
-T:286-293       thread_unsupported_request: no thread from then on. Pinned by:                          same
-                case[thread_unsupported_goes_unthreaded].
+T:276-282       lost again on the first continue after a replay: no thread from then on; lost on a      same
+                later continue: replayed again. Pinned by:
+                case[thread_lost_again_after_a_replay_goes_unthreaded],
+                case[thread_lost_later_after_a_replay_replays_again].
+T:286-293       thread_unsupported_request, on a create or a continue: the turn again without a         same
+                thread, and no thread from then on. Pinned by:
+                case[thread_unsupported_goes_unthreaded],
+                case[thread_unsupported_on_a_continue_goes_unthreaded].
 T:294;          any other rejection ends the loop with the API's error. Pinned by:                      deliberate (note
 R:347-348       tests/test_loop.py::test_rejected_request_fails_the_run_with_the_apis_message.          18)
 T:314-317       a refused turn on a thread is not recorded; the next turn starts a new thread. Pinned   DIFFERS
@@ -208,6 +219,9 @@ T:107-116,      appends during a turn in flight, per-turn overrides of a create.
 319-321
 T:173-187,      every request field passes through (temperature, top_k, top_p as extra_body). Pinned    same
 444-455         by: case[params_pass_through].
+-               every message shape 2.14.0's types take is sent as given: a system message with         same
+                output_config and no content, one with clear_at. Pinned by:
+                case[system_message_with_output_config_only], case[system_message_with_clear_at].
 ==============  ======================================================================================  ================
 
 Notes:
@@ -690,6 +704,11 @@ COMPACT_BETA = "compact-2026-09-04"
 SERVER_WEATHER = {"name": "get_weather", "description": "The server's weather.", "input_schema": {"type": "object"}}
 """A raw definition under the name of a function tool the runner has."""
 
+REMOVAL_OF_WEATHER = {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "get_weather"}}
+ADDITION_OF_WEATHER = {
+    "type": "tool_addition",
+    "tool": {"type": "tool_definition", "definition": get_weather.to_dict()},
+}
 REMOVE_WEATHER = at(1, lambda r: r.remove_tools("get_weather"), lambda run: run.remove_tools("get_weather"))
 COMPACT = at(1, lambda r: r.compact_before_next_turn(), lambda run: run.compact())
 
@@ -840,9 +859,61 @@ CASES: dict[str, Case] = {
         [ThreadUnsupported(("fallbacks",)), Reply([weather("toolu_U1")], "tool_use"), end_turn("ok")],
         thread_only=True,
     ),
+    "thread_unsupported_on_a_continue_goes_unthreaded": Case(
+        [Reply([weather("toolu_U2")], "tool_use"), ThreadUnsupported(("fallbacks",)), end_turn("ok")],
+        thread_only=True,
+    ),
+    "thread_lost_later_after_a_replay_replays_again": Case(
+        [
+            Reply([weather("toolu_L6")], "tool_use"),
+            ThreadNotFound(),
+            Reply([weather("toolu_L7", "Oslo")], "tool_use"),
+            Reply([weather("toolu_L8", "Rome")], "tool_use"),
+            ThreadNotFound(),
+            end_turn("ok"),
+        ],
+        thread_only=True,
+    ),
     "fallback_reply_starts_a_new_thread": Case(
         [Reply([weather("toolu_B1")], "tool_use", usage=FALLBACK_USAGE), end_turn("ok")],
         thread_only=True,
+    ),
+    # -- tool availability follows the conversation (_tool_dispatch.available_tool_names) --
+    "tool_removed_in_the_messages_is_not_found": Case(
+        [Reply([weather("toolu_A1")], "tool_use"), end_turn("ok")],
+        {"messages": [*PARAMS["messages"], {"role": "system", "content": [REMOVAL_OF_WEATHER]}]},
+    ),
+    "tool_removed_and_added_back_in_the_messages_runs": Case(
+        [Reply([weather("toolu_A2")], "tool_use"), end_turn("ok")],
+        {
+            "messages": [
+                *PARAMS["messages"],
+                {"role": "system", "content": [REMOVAL_OF_WEATHER]},
+                {"role": "system", "content": [ADDITION_OF_WEATHER]},
+            ]
+        },
+    ),
+    "tool_removed_by_a_compaction_in_the_turn_is_not_found": Case(
+        [
+            Reply([{"type": "compaction", "content": "Summary.", "tool_changes": [REMOVAL_OF_WEATHER]}], "compaction"),
+            Reply([weather("toolu_A3")], "tool_use"),
+            end_turn("ok"),
+        ],
+        {"betas": [COMPACT_BETA]},
+    ),
+    # -- message shapes 2.14.0's types take --
+    "system_message_with_output_config_only": Case(
+        [Reply([weather("toolu_O1")], "tool_use"), end_turn("ok")],
+        {"messages": [*PARAMS["messages"], {"role": "system", "output_config": {"effort": "low"}}]},
+    ),
+    "system_message_with_clear_at": Case(
+        [Reply([weather("toolu_O2")], "tool_use"), end_turn("ok")],
+        {
+            "messages": [
+                *PARAMS["messages"],
+                {"role": "system", "clear_at": "next_user_message", "content": "Be brief."},
+            ]
+        },
     ),
     # -- the loop body's controls (add_tools, remove_tools, set_messages_params, close, compact_before_next_turn) --
     "remove_tools_withdraws_the_replys_own_calls": Case(
