@@ -156,12 +156,18 @@ B:360-377,      compact_before_next_turn(): after the turn's tools, the whole hi
 720-724         case[compaction_between_turns_is_not_an_iteration].
 B:147-168       the compaction request drops what only shapes a reply. Pinned by:                       same
                 case[compaction_request_drops_what_shapes_a_reply].
+B:717, 722      a pending compaction waits for the stop rules: none is sent once max_iterations is      same
+                reached. Pinned by: case[compaction_after_the_last_iteration_is_not_sent].
+B:680-683,      a compaction asked for with the final turn runs after it, at max_iterations too;        same
+742-752         until_done() returns it. Pinned by: case[compaction_after_a_final_turn],
+                case[compaction_after_a_final_turn_at_max_iterations].
 B:405-425       no compaction after a final turn with unanswered calls. Pinned by:                      same
                 case[compaction_after_unanswered_tool_calls_is_skipped].
 B:430-432       a compaction the server cannot thread stops threading. Pinned by:                       same
                 tests/test_threads.py::test_a_compaction_the_server_cannot_thread_*.
 B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       same
-676-678         case[compaction_without_a_summary_keeps_the_history].
+676-678         case[compaction_without_a_summary_keeps_the_history]; until_done() returns the turn
+                before it: case[compaction_without_a_summary_after_a_final_turn_ends_on_the_turn].
 B:718-721       a compaction waits while the turn is paused. Pinned by:                                  same
                 case[compaction_waits_out_a_pause_turn].
 B:436-438       tools withdrawn before a compaction stay withdrawn. Pinned by:                          same
@@ -1000,6 +1006,26 @@ CASES: dict[str, Case] = {
             Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
             end_turn("ok"),
         ],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_the_last_iteration_is_not_sent": Case(
+        [Reply([weather("toolu_Y6")], "tool_use"), Reply([{"type": "compaction", "content": "S."}], "compaction")],
+        {"max_iterations": 1, "betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_a_final_turn": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction")],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_a_final_turn_at_max_iterations": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction")],
+        {"max_iterations": 1, "betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_without_a_summary_after_a_final_turn_ends_on_the_turn": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": None}], "compaction")],
         {"betas": [COMPACT_BETA]},
         steer=COMPACT,
     ),

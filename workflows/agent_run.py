@@ -91,10 +91,12 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.compaction_checks import (
+        COMPACTION_AT_THE_END_PATCH,
         EMPTY_COMPACTION_PATCH,
         check_can_compact,
         check_no_compaction_edit,
         context_management_after,
+        final_reply,
         has_summary,
     )
     from agent_runner.workflows.conversation import (
@@ -107,6 +109,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.edits import (
         Edit,
         EditFailed,
+        QueuedCompact,
         QueuedEdit,
         check_add_tools,
         check_history,
@@ -319,11 +322,12 @@ class AgentRun:
             if step == "stop" or not calls:
                 if state.message_queued:
                     continue  # a message arrived during the final turn: the conversation goes on
+                await self._compact_after_final_turn()
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
             state.version += 1
-        last = state.last_reply
+        last = final_reply(state.replies)
         return RunResult(
             status=self._status,
             iterations=state.iterations,
@@ -492,17 +496,49 @@ class AgentRun:
         held: list[QueuedEdit] = []
         while state.queue:
             edit = state.queue.pop(0)
-            if self._paused(functools.partial(waits_out_the_pause, edit)):
+            if self._held(edit):
                 held.append(edit)
                 continue
-            try:
-                await self._apply(edit)
-                state.edits_applied += 1
-                state.version += 1
-                state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
-            except EditFailed as e:
-                state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+            await self._apply_queued(edit)
         state.queue[:0] = held
+
+    async def _apply_queued(self, edit: QueuedEdit) -> None:
+        state = self._state
+        try:
+            await self._apply(edit)
+            state.edits_applied += 1
+            state.version += 1
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
+        except EditFailed as e:
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+
+    def _held(self, edit: QueuedEdit) -> bool:
+        """Whether ``edit`` stays queued at this boundary.
+
+        It waits out a paused turn, or it is a compaction and the run stops here: the SDK checks its stop rules before
+        a pending compaction, so none is sent then.
+        """
+        if self._paused(functools.partial(waits_out_the_pause, edit)):
+            return True
+        spec = self._spec
+        return (
+            isinstance(edit, QueuedCompact)
+            and spec is not None
+            and self._should_stop(spec) is not None
+            and workflow.patched(COMPACTION_AT_THE_END_PATCH)
+        )
+
+    async def _compact_after_final_turn(self) -> None:
+        """Apply the compactions queued when the final turn ended, as the SDK compacts after its final turn.
+
+        Skipped, as there, when the final reply has tool calls without results (``_apply`` says so).
+        """
+        state = self._state
+        compactions = [edit for edit in state.queue if isinstance(edit, QueuedCompact)]
+        if compactions and workflow.patched(COMPACTION_AT_THE_END_PATCH):
+            for edit in compactions:
+                state.queue.remove(edit)
+                await self._apply_queued(edit)
 
     def _paused(self, holds: Callable[[str | None], bool]) -> bool:
         """Whether ``holds`` keeps something back for the turn the last reply paused (``pending_edits.py``).

@@ -19,6 +19,10 @@ from agent_runner.workflows.edits import QueuedEdit, QueuedParams
 EMPTY_COMPACTION_PATCH = "empty-compaction-keeps-the-history"
 """``workflow.patched`` id: a compaction reply without a summary keeps the conversation and its thread (issue 13)."""
 
+COMPACTION_AT_THE_END_PATCH = "compaction-at-the-end-as-the-sdk"
+"""``workflow.patched`` id: a compaction queued when the run stops (``max_iterations``, a budget, a stop) is not sent,
+and one queued when the final turn ended is, as the SDK compacts after its final turn (issue 13)."""
+
 _MISSING = object()
 
 
@@ -62,6 +66,16 @@ def check_no_compaction_edit(context_management: Any) -> None:
             f"`context_management` can't get a compaction edit ({', '.join(edits)}) while a compaction is queued: "
             "the API doesn't accept a compaction block together with one. Send it once the compaction has applied."
         )
+
+
+def final_reply(replies: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The reply a run ends on: its last, unless that is a compaction without a summary.
+
+    Such a compaction left the conversation as it was, and the SDK's ``until_done()`` returns the turn before it.
+    """
+    if len(replies) > 1 and replies[-1].get("stop_reason") == "compaction" and not has_summary(replies[-1]):
+        return replies[-2]
+    return replies[-1] if replies else None
 
 
 def has_summary(reply: dict[str, Any]) -> bool:
