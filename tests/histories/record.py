@@ -7,6 +7,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
     python tests/histories/record.py NAME parity       # writes NAME.json (the SDK's runner methods, issue 13)
+    python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -15,7 +16,8 @@ unknown and reconciled; then step mode with an advance, an approval and a review
 
 The ``parity`` scenario (step mode) holds tool changes through a ``pause_turn``, runs a tool that a queued
 ``add_tools`` names for the reply being handled, stops running it once a raw definition replaces it, and keeps the
-history when a compaction brings no summary.
+history when a compaction brings no summary. The ``compaction_end`` scenario compacts after a final turn, and holds
+a compaction asked for when ``max_iterations`` stops the run.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "compaction_end":
+                await compaction_end(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "parity":
@@ -306,6 +312,38 @@ async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``compaction_end`` scenario (see the module's docstring)."""
+    summary = {"type": "compaction", "content": "Summary: sunny in Paris."}
+    for suffix, script, max_iterations in (
+        ("", [Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny.")], None),
+        ("_held", [Reply([tool_use("toolu_2", "get_weather", {"city": "Paris"})], "tool_use")], 1),
+    ):
+        fake.reset()
+        fake.script(*script, Reply([summary], "compaction"))
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=512,
+            messages=[{"role": "user", "content": "Paris?"}],
+            tools=[get_weather],
+            betas=["compact-2026-09-04"],
+            step=True,
+            max_iterations=max_iterations,
+        )
+        last = len(script)
+        for iteration in range(1, last + 1):
+            await wait(run, "waiting_for_step", iteration)
+            if iteration == last:
+                await run.compact()
+            await run.advance(iteration=iteration)
+        result = await run.result()
+        compacted = [b for b in fake.bodies() if "compaction" in b]
+        assert len(compacted) == (0 if max_iterations else 1), fake.bodies()
+        assert result.stop_reason == ("tool_use" if max_iterations else "compaction"), result
+        history = await run.handle.fetch_history()
+        (HERE / f"{name}{suffix}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -319,10 +357,16 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"], ["parity"]):
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in (
+        [],
+        ["everything"],
+        ["subagents"],
+        ["parity"],
+        ["compaction_end"],
+    ):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents|parity] (a new name: keep the recorded "
-            "histories)"
+            "usage: python tests/histories/record.py NAME [everything|subagents|parity|compaction_end] (a new name: "
+            "keep the recorded histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
