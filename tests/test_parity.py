@@ -174,8 +174,10 @@ B:436-438       tools withdrawn before a compaction stay withdrawn. Pinned by:  
                 tests/test_tool_availability.py.
 B:312-318,      no history change while a compaction is in flight. Pinned by: not pinned here.          n/a (note 16)
 374-375
-B:379-389       no compaction while context_management has a compact_ edit: ValueError at once. Pinned  same (note 19)
-                by: test_a_compaction_is_refused_while_context_management_compacts.
+B:379-389,      no compaction while context_management has a compact_ edit, and no such edit while a    same (note 19)
+314-315         compaction waits: ValueError at once. Pinned by:
+                test_a_compaction_is_refused_while_context_management_compacts,
+                test_a_compaction_edit_is_refused_while_a_compaction_waits.
 B:134-140       a compaction param is refused. Pinned by:                                               same
                 test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it.
 ==============  ======================================================================================  ================
@@ -1313,5 +1315,48 @@ async def test_a_compaction_is_refused_while_context_management_compacts(
 
     expected = await any_sdk_outcome(fake_api, script, options, thread=True, body=sdk_body)
     actual = await durable_outcome(fake_api, parity_runner, script, options, thread=True, body=durable_body)
-    assert len(refused) == 1
+    assert refused == [
+        "compact was refused: A compaction can't be asked for while `context_management` has a compaction edit "
+        "(compact_20260112): the API doesn't accept a compaction block together with one, so the compaction request "
+        "would be billed and the next request rejected. Remove the edit first "
+        "(`update_params(context_management=...)`)."
+    ]
+    assert_same(actual, expected)
+
+
+async def test_a_compaction_edit_is_refused_while_a_compaction_waits(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`set_messages_params` checks a pending compaction (`_beta_runner.py:314-315`): adding a `compact_` edit to
+    `context_management` then raises; a run refuses the `update_params` edit, and the compaction goes ahead."""
+    options = {"betas": [COMPACT_BETA]}
+    compacting = {"edits": [{"type": "compact_20260112"}]}
+    script: list[ScriptItem] = [
+        Reply([weather("toolu_J2")], "tool_use"),
+        Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
+        end_turn("ok"),
+    ]
+    refused: list[str] = []
+
+    def sdk_body(runner: Any, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            runner.compact_before_next_turn()
+            with pytest.raises(ValueError, match="can't be used while `context_management` has a compaction edit"):
+                runner.set_messages_params(lambda p: {**p, "context_management": compacting})
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            await run.compact()
+            with pytest.raises(EditRejected) as e:
+                await run.update_params(context_management=compacting)
+            refused.append(str(e.value))
+
+    expected = await any_sdk_outcome(fake_api, script, options, thread=True, body=sdk_body)
+    actual = await durable_outcome(fake_api, parity_runner, script, options, thread=True, body=durable_body)
+    assert refused == [
+        "update_params was refused: `context_management` can't get a compaction edit (compact_20260112) while a "
+        "compaction is queued: the API doesn't accept a compaction block together with one. Send it once the "
+        "compaction has applied."
+    ]
+    assert [("compaction" in body) for body in actual.bodies] == [False, True, False]
     assert_same(actual, expected)
