@@ -15,9 +15,12 @@ SDK's does (``anthropic/lib/tools/_beta_runner.py``, ``_steps``), with its rules
   would fire side effects the model never confirmed.
 
 Clients steer a running run with updates (``contract/steering.py``). Edits wait for the *iteration boundary*, the
-point before the next model call, and apply there one by one in the order the run accepted them (``edits.py``). An
-edit accepted while the final reply was being written keeps the run going, as ``append_messages`` in the SDK's last
-loop body does. A reply that a pending retry will discard, or that arrived after a stop, never has its tools run.
+point before the next model call, and apply there one by one in the order the run accepted them (``edits.py``). As
+in the SDK, tool changes wait out a paused turn, a compaction waits for a resumed one and is not sent once the run
+stops, and queued tool changes count for the reply being handled (``pending_edits.py``). An edit accepted while the
+final reply was being written keeps the run going, as ``append_messages`` in the SDK's last loop body does; a
+compaction asked for with it runs after it (``compaction_checks.py``). A reply that a pending retry will discard, or
+that arrived after a stop, never has its tools run.
 
 The rest has its own module: the run's durable state (``state.py``), continue-as-new (``carry.py``), approvals and
 step mode (``approvals.py``), eager tools (``eager.py``), tool calls and their effects (``tool_calls.py``), search
