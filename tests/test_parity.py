@@ -86,6 +86,13 @@ SDK             Branch; the tests that pin it                                   
 B:822, 827-841  a tool the runner lacks or the conversation withdrew: "Error: Tool 'X' not found",      same (note 7)
                 is_error. Pinned by: case[results_in_block_order] (no_such_tool; get_time, registered
                 but not the run's).
+D:162-184       the tools a call may run follow the history: tool_removal / tool_addition in system     same
+                messages and in a compaction's tool_changes, the last change winning; a withdrawn
+                tool's call is not found and never runs. Pinned by:
+                case[tool_removed_in_the_messages_is_not_found],
+                case[tool_removed_and_added_back_in_the_messages_runs],
+                case[tool_removed_by_a_compaction_in_the_turn_is_not_found]; across continue-as-new
+                and a compaction between turns: tests/test_tool_availability.py.
 B:853-859;      success: a string (lone surrogates to U+FFFD), blocks as given (their text made well    same
 D:265-283       formed), None as null. Pinned by: case[result_shapes].
 B:860-866;      ToolError: its content, is_error. Pinned by: case[results_in_block_order].              same
@@ -134,15 +141,14 @@ T:421-424,      Pinned by: test_a_system_change_on_a_thread_is_refused.         
 B:447-460;      a rewritten history starts a new thread. Pinned by:                                     deliberate (note
 T:189-217       tests/test_differential.py::test_replace_history_*,                                     15)
                 tests/test_steering.py::test_replace_history_*.
-B:469-506       add_tools(function tool): it runs at once, for the reply being handled too. Pinned by:  DIFFERS
-                case[add_tools_runs_the_replys_call_at_once] (strict xfail: ADDED_TOOL_NOT_RUN).
-B:496-500       add_tools(raw definition): a function tool of that name stops running. Pinned by:       DIFFERS
-                case[add_tools_raw_definition_stops_running_the_function_tool] (strict xfail:
-                RAW_ADDITION_RUNS_THE_TOOL).
+B:469-506       add_tools(function tool): it runs at once, for the reply being handled too. Pinned by:  same
+                case[add_tools_runs_the_replys_call_at_once].
+B:496-500       add_tools(raw definition): a function tool of that name stops running. Pinned by:       same
+                case[add_tools_raw_definition_stops_running_the_function_tool].
 B:508-529,      remove_tools(): not found at once; a tool_removal system message after the results.     same
 560-575         Pinned by: case[remove_tools_withdraws_the_replys_own_calls].
-B:545-551       tool changes wait while the turn is paused. Pinned by:                                  DIFFERS
-                case[tool_changes_wait_out_a_pause_turn] (strict xfail: TOOL_CHANGE_BREAKS_THE_PAUSE).
+B:545-551       tool changes wait while the turn is paused. Pinned by:                                  same
+                case[tool_changes_wait_out_a_pause_turn].
 B:484-494,      toolsets cannot be added or removed. Pinned by: not pinned here.                        n/a (note 10)
 518-523
 B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
@@ -150,20 +156,28 @@ B:360-377,      compact_before_next_turn(): after the turn's tools, the whole hi
 720-724         case[compaction_between_turns_is_not_an_iteration].
 B:147-168       the compaction request drops what only shapes a reply. Pinned by:                       same
                 case[compaction_request_drops_what_shapes_a_reply].
+B:717, 722      a pending compaction waits for the stop rules: none is sent once max_iterations is      same
+                reached. Pinned by: case[compaction_after_the_last_iteration_is_not_sent].
+B:680-683,      a compaction asked for with the final turn runs after it, at max_iterations too;        same
+742-752         until_done() returns it. Pinned by: case[compaction_after_a_final_turn],
+                case[compaction_after_a_final_turn_at_max_iterations].
 B:405-425       no compaction after a final turn with unanswered calls. Pinned by:                      same
                 case[compaction_after_unanswered_tool_calls_is_skipped].
 B:430-432       a compaction the server cannot thread stops threading. Pinned by:                       same
                 tests/test_threads.py::test_a_compaction_the_server_cannot_thread_*.
-B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       DIFFERS
-676-678         case[compaction_without_a_summary_keeps_the_history] (strict xfail:
-                EMPTY_COMPACTION_REPLACES_THE_HISTORY).
+B:433-435,      a compaction without a summary keeps the conversation. Pinned by:                       same
+676-678         case[compaction_without_a_summary_keeps_the_history]; until_done() returns the turn
+                before it: case[compaction_without_a_summary_after_a_final_turn_ends_on_the_turn].
+B:718-721       a compaction waits while the turn is paused. Pinned by:                                  same
+                case[compaction_waits_out_a_pause_turn].
 B:436-438       tools withdrawn before a compaction stay withdrawn. Pinned by:                          same
                 tests/test_tool_availability.py.
 B:312-318,      no history change while a compaction is in flight. Pinned by: not pinned here.          n/a (note 16)
 374-375
-B:379-389       no compaction while context_management has a compact_ edit: ValueError at once. Pinned  DIFFERS
-                by: test_a_compaction_is_refused_while_context_management_compacts (strict xfail:
-                COMPACTION_EDIT_NOT_CHECKED).
+B:379-389,      no compaction while context_management has a compact_ edit, and no such edit while a    same (note 19)
+314-315         compaction waits: ValueError at once. Pinned by:
+                test_a_compaction_is_refused_while_context_management_compacts,
+                test_a_compaction_edit_is_refused_while_a_compaction_waits.
 B:134-140       a compaction param is refused. Pinned by:                                               same
                 test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it.
 ==============  ======================================================================================  ================
@@ -186,10 +200,14 @@ R:340-348       whole, on a new thread. Pinned by:
                 case[thread_already_continued_replays], case[thread_continue_in_flight_replays].
 T:411-419       ... the answered messages without cache_control. Pinned by:                             same
                 case[thread_not_found_replays_without_cache_control].
-T:276-282       lost again on the first continue after a replay: no thread from then on. Pinned by:     same
-                case[thread_lost_again_after_a_replay_goes_unthreaded].
-T:286-293       thread_unsupported_request: no thread from then on. Pinned by:                          same
-                case[thread_unsupported_goes_unthreaded].
+T:276-282       lost again on the first continue after a replay: no thread from then on; lost on a      same
+                later continue: replayed again. Pinned by:
+                case[thread_lost_again_after_a_replay_goes_unthreaded],
+                case[thread_lost_later_after_a_replay_replays_again].
+T:286-293       thread_unsupported_request, on a create or a continue: the turn again without a         same
+                thread, and no thread from then on. Pinned by:
+                case[thread_unsupported_goes_unthreaded],
+                case[thread_unsupported_on_a_continue_goes_unthreaded].
 T:294;          any other rejection ends the loop with the API's error. Pinned by:                      deliberate (note
 R:347-348       tests/test_loop.py::test_rejected_request_fails_the_run_with_the_apis_message.          18)
 T:314-317       a refused turn on a thread is not recorded; the next turn starts a new thread. Pinned   DIFFERS
@@ -209,6 +227,9 @@ T:107-116,      appends during a turn in flight, per-turn overrides of a create.
 319-321
 T:173-187,      every request field passes through (temperature, top_k, top_p as extra_body). Pinned    same
 444-455         by: case[params_pass_through].
+-               every message shape 2.14.0's types take is sent as given: a system message with         same
+                output_config and no content, one with clear_at. Pinned by:
+                case[system_message_with_output_config_only], case[system_message_with_clear_at].
 ==============  ======================================================================================  ================
 
 Notes:
@@ -248,6 +269,9 @@ Notes:
 18. Temporal retries a model call whose request failed, or whose stream ended early, as a whole activity attempt
     (the SDK's own retries are off): nothing partial is recorded, and a rejection fails the run with the API's
     message.
+19. The run refuses the ``compact`` edit itself (``EditRejected``, saying what to do) where the SDK's
+    ``compact_before_next_turn()`` raises ``ValueError``, and refuses an ``update_params`` that adds a compaction edit
+    while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
 """
 
 from __future__ import annotations
@@ -688,37 +712,17 @@ COMPACT_BETA = "compact-2026-09-04"
 SERVER_WEATHER = {"name": "get_weather", "description": "The server's weather.", "input_schema": {"type": "object"}}
 """A raw definition under the name of a function tool the runner has."""
 
+REMOVAL_OF_WEATHER = {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "get_weather"}}
+ADDITION_OF_WEATHER = {
+    "type": "tool_addition",
+    "tool": {"type": "tool_definition", "definition": get_weather.to_dict()},
+}
 REMOVE_WEATHER = at(1, lambda r: r.remove_tools("get_weather"), lambda run: run.remove_tools("get_weather"))
 COMPACT = at(1, lambda r: r.compact_before_next_turn(), lambda run: run.compact())
 
 
 def both(reason: str) -> dict[str, str]:
     return {"thread": reason, "full_history": reason}
-
-
-# Differences whose fix lies in workflows/ (being restructured meanwhile): each case is a strict xfail, so the fix is
-# noticed.
-ADDED_TOOL_NOT_RUN = (
-    "workflows/agent_run.py: a queued add_tools of a registered tool does not count for the reply being handled (its "
-    "spec reaches `_tools` only when the edit applies at the boundary): the reply's get_time call gets \"Error: Tool "
-    "'get_time' not found\"; the SDK runs it at once (_beta_runner.py:503, and `add_tools` docstring)"
-)
-RAW_ADDITION_RUNS_THE_TOOL = (
-    "workflows/agent_run.py: a raw definition added under a function tool's name leaves that tool running (both "
-    "get_weather calls ran); the SDK stops running it (_beta_runner.py:496-500): \"Error: Tool 'get_weather' not "
-    'found"'
-)
-TOOL_CHANGE_BREAKS_THE_PAUSE = (
-    "workflows/agent_run.py: a tool change queued while the reply is a pause_turn is appended right after the paused "
-    "reply, so the resuming request 2 sends the tool_removal system message (thread: `messages: [<it>]`); the SDK "
-    "holds it (_beta_runner.py:547) and sends it after the next turn's tool results"
-)
-EMPTY_COMPACTION_REPLACES_THE_HISTORY = (
-    "workflows/conversation.py (record_compaction): a compaction reply without a summary replaces the history anyway "
-    "(request 3 sends `[assistant: compaction(content=null)]`, thread: a new `create`); the SDK keeps the "
-    "conversation (_beta_runner.py:433-435), so request 3 continues the thread (or resends the history) with the "
-    "tool results"
-)
 
 
 CASES: dict[str, Case] = {
@@ -863,9 +867,61 @@ CASES: dict[str, Case] = {
         [ThreadUnsupported(("fallbacks",)), Reply([weather("toolu_U1")], "tool_use"), end_turn("ok")],
         thread_only=True,
     ),
+    "thread_unsupported_on_a_continue_goes_unthreaded": Case(
+        [Reply([weather("toolu_U2")], "tool_use"), ThreadUnsupported(("fallbacks",)), end_turn("ok")],
+        thread_only=True,
+    ),
+    "thread_lost_later_after_a_replay_replays_again": Case(
+        [
+            Reply([weather("toolu_L6")], "tool_use"),
+            ThreadNotFound(),
+            Reply([weather("toolu_L7", "Oslo")], "tool_use"),
+            Reply([weather("toolu_L8", "Rome")], "tool_use"),
+            ThreadNotFound(),
+            end_turn("ok"),
+        ],
+        thread_only=True,
+    ),
     "fallback_reply_starts_a_new_thread": Case(
         [Reply([weather("toolu_B1")], "tool_use", usage=FALLBACK_USAGE), end_turn("ok")],
         thread_only=True,
+    ),
+    # -- tool availability follows the conversation (_tool_dispatch.available_tool_names) --
+    "tool_removed_in_the_messages_is_not_found": Case(
+        [Reply([weather("toolu_A1")], "tool_use"), end_turn("ok")],
+        {"messages": [*PARAMS["messages"], {"role": "system", "content": [REMOVAL_OF_WEATHER]}]},
+    ),
+    "tool_removed_and_added_back_in_the_messages_runs": Case(
+        [Reply([weather("toolu_A2")], "tool_use"), end_turn("ok")],
+        {
+            "messages": [
+                *PARAMS["messages"],
+                {"role": "system", "content": [REMOVAL_OF_WEATHER]},
+                {"role": "system", "content": [ADDITION_OF_WEATHER]},
+            ]
+        },
+    ),
+    "tool_removed_by_a_compaction_in_the_turn_is_not_found": Case(
+        [
+            Reply([{"type": "compaction", "content": "Summary.", "tool_changes": [REMOVAL_OF_WEATHER]}], "compaction"),
+            Reply([weather("toolu_A3")], "tool_use"),
+            end_turn("ok"),
+        ],
+        {"betas": [COMPACT_BETA]},
+    ),
+    # -- message shapes 2.14.0's types take --
+    "system_message_with_output_config_only": Case(
+        [Reply([weather("toolu_O1")], "tool_use"), end_turn("ok")],
+        {"messages": [*PARAMS["messages"], {"role": "system", "output_config": {"effort": "low"}}]},
+    ),
+    "system_message_with_clear_at": Case(
+        [Reply([weather("toolu_O2")], "tool_use"), end_turn("ok")],
+        {
+            "messages": [
+                *PARAMS["messages"],
+                {"role": "system", "clear_at": "next_user_message", "content": "Be brief."},
+            ]
+        },
     ),
     # -- the loop body's controls (add_tools, remove_tools, set_messages_params, close, compact_before_next_turn) --
     "remove_tools_withdraws_the_replys_own_calls": Case(
@@ -877,13 +933,11 @@ CASES: dict[str, Case] = {
         [Reply([tool_use("toolu_X3", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("ok")],
         INLINE_TOOLS,
         steer=at(1, lambda r: r.add_tools(get_time), lambda run: run.add_tools(get_time)),
-        xfail=both(ADDED_TOOL_NOT_RUN),
     ),
     "add_tools_raw_definition_stops_running_the_function_tool": Case(
         [Reply([weather("toolu_X4")], "tool_use"), Reply([weather("toolu_X5")], "tool_use"), end_turn("ok")],
         INLINE_TOOLS,
         steer=at(1, lambda r: r.add_tools(SERVER_WEATHER), lambda run: run.add_tools(SERVER_WEATHER)),
-        xfail=both(RAW_ADDITION_RUNS_THE_TOOL),
     ),
     "tool_changes_wait_out_a_pause_turn": Case(
         [
@@ -893,7 +947,6 @@ CASES: dict[str, Case] = {
         ],
         INLINE_TOOLS,
         steer=REMOVE_WEATHER,
-        xfail=both(TOOL_CHANGE_BREAKS_THE_PAUSE),
     ),
     "set_messages_params_for_later_turns": Case(
         [Reply([weather("toolu_X7")], "tool_use"), end_turn("ok")],
@@ -947,7 +1000,36 @@ CASES: dict[str, Case] = {
         ],
         {"betas": [COMPACT_BETA]},
         steer=COMPACT,
-        xfail=both(EMPTY_COMPACTION_REPLACES_THE_HISTORY),
+    ),
+    "compaction_waits_out_a_pause_turn": Case(
+        [
+            Reply([server_tool_use("srvtoolu_5")], "pause_turn"),
+            Reply([weather("toolu_Y5")], "tool_use"),
+            Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
+            end_turn("ok"),
+        ],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_the_last_iteration_is_not_sent": Case(
+        [Reply([weather("toolu_Y6")], "tool_use"), Reply([{"type": "compaction", "content": "S."}], "compaction")],
+        {"max_iterations": 1, "betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_a_final_turn": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction")],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_after_a_final_turn_at_max_iterations": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction")],
+        {"max_iterations": 1, "betas": [COMPACT_BETA]},
+        steer=COMPACT,
+    ),
+    "compaction_without_a_summary_after_a_final_turn_ends_on_the_turn": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": None}], "compaction")],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
     ),
     "compaction_after_unanswered_tool_calls_is_skipped": Case(
         [Reply([weather("toolu_Y2")], "max_tokens")], {"betas": [COMPACT_BETA]}, steer=COMPACT
@@ -1212,14 +1294,6 @@ async def test_a_compaction_param_is_refused_at_start_as_the_sdk_refuses_it(
     assert fake_api.bodies() == []
 
 
-COMPACTION_EDIT_NOT_CHECKED = (
-    "workflows/agent_run.py (the compact validator): a compact edit is accepted while the run's context_management "
-    "has a compact_ edit, so the compaction request is sent and billed, and the API then rejects the next request; "
-    "the SDK refuses at once (_beta_runner.py:379-389: ValueError)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=COMPACTION_EDIT_NOT_CHECKED)
 async def test_a_compaction_is_refused_while_context_management_compacts(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI
 ) -> None:
@@ -1241,5 +1315,48 @@ async def test_a_compaction_is_refused_while_context_management_compacts(
 
     expected = await any_sdk_outcome(fake_api, script, options, thread=True, body=sdk_body)
     actual = await durable_outcome(fake_api, parity_runner, script, options, thread=True, body=durable_body)
-    assert len(refused) == 1
+    assert refused == [
+        "compact was refused: A compaction can't be asked for while `context_management` has a compaction edit "
+        "(compact_20260112): the API doesn't accept a compaction block together with one, so the compaction request "
+        "would be billed and the next request rejected. Remove the edit first "
+        "(`update_params(context_management=...)`)."
+    ]
+    assert_same(actual, expected)
+
+
+async def test_a_compaction_edit_is_refused_while_a_compaction_waits(
+    parity_runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """`set_messages_params` checks a pending compaction (`_beta_runner.py:314-315`): adding a `compact_` edit to
+    `context_management` then raises; a run refuses the `update_params` edit, and the compaction goes ahead."""
+    options = {"betas": [COMPACT_BETA]}
+    compacting = {"edits": [{"type": "compact_20260112"}]}
+    script: list[ScriptItem] = [
+        Reply([weather("toolu_J2")], "tool_use"),
+        Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction"),
+        end_turn("ok"),
+    ]
+    refused: list[str] = []
+
+    def sdk_body(runner: Any, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            runner.compact_before_next_turn()
+            with pytest.raises(ValueError, match="can't be used while `context_management` has a compaction edit"):
+                runner.set_messages_params(lambda p: {**p, "context_management": compacting})
+
+    async def durable_body(run: Run, iteration: int, _reply: Any) -> None:
+        if iteration == 1:
+            await run.compact()
+            with pytest.raises(EditRejected) as e:
+                await run.update_params(context_management=compacting)
+            refused.append(str(e.value))
+
+    expected = await any_sdk_outcome(fake_api, script, options, thread=True, body=sdk_body)
+    actual = await durable_outcome(fake_api, parity_runner, script, options, thread=True, body=durable_body)
+    assert refused == [
+        "update_params was refused: `context_management` can't get a compaction edit (compact_20260112) while a "
+        "compaction is queued: the API doesn't accept a compaction block together with one. Send it once the "
+        "compaction has applied."
+    ]
+    assert [("compaction" in body) for body in actual.bodies] == [False, True, False]
     assert_same(actual, expected)

@@ -15,9 +15,12 @@ SDK's does (``anthropic/lib/tools/_beta_runner.py``, ``_steps``), with its rules
   would fire side effects the model never confirmed.
 
 Clients steer a running run with updates (``contract/steering.py``). Edits wait for the *iteration boundary*, the
-point before the next model call, and apply there one by one in the order the run accepted them (``edits.py``). An
-edit accepted while the final reply was being written keeps the run going, as ``append_messages`` in the SDK's last
-loop body does. A reply that a pending retry will discard, or that arrived after a stop, never has its tools run.
+point before the next model call, and apply there one by one in the order the run accepted them (``edits.py``). As
+in the SDK, tool changes wait out a paused turn, a compaction waits for a resumed one and is not sent once the run
+stops, and queued tool changes count for the reply being handled (``pending_edits.py``). An edit accepted while the
+final reply was being written keeps the run going, as ``append_messages`` in the SDK's last loop body does; a
+compaction asked for with it runs after it (``compaction_checks.py``). A reply that a pending retry will discard, or
+that arrived after a stop, never has its tools run.
 
 The rest has its own module: the run's durable state (``state.py``), continue-as-new (``carry.py``), approvals and
 step mode (``approvals.py``), eager tools (``eager.py``), tool calls and their effects (``tool_calls.py``), search
@@ -90,6 +93,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
+    from agent_runner.workflows.compaction_checks import (
+        COMPACTION_AT_THE_END_PATCH,
+        EMPTY_COMPACTION_PATCH,
+        check_can_compact,
+        check_no_compaction_edit,
+        context_management_after,
+        final_reply,
+        has_summary,
+    )
     from agent_runner.workflows.conversation import (
         THREAD_UNSUPPORTED_CODE,
         THREAD_UNSUPPORTED_ERROR,
@@ -100,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.edits import (
         Edit,
         EditFailed,
+        QueuedCompact,
         QueuedEdit,
         check_add_tools,
         check_history,
@@ -112,6 +125,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
     from agent_runner.workflows.metrics import count, record_reply
+    from agent_runner.workflows.pending_edits import (
+        PAUSE_HOLDS_PATCH,
+        TOOL_ADDITIONS_PATCH,
+        replaced_by_definitions,
+        turn_is_paused,
+        waits_out_the_pause,
+    )
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
         RunSpec,
@@ -305,11 +325,12 @@ class AgentRun:
             if step == "stop" or not calls:
                 if state.message_queued:
                     continue  # a message arrived during the final turn: the conversation goes on
+                await self._compact_after_final_turn()
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
             state.version += 1
-        last = state.last_reply
+        last = final_reply(state.replies)
         return RunResult(
             status=self._status,
             iterations=state.iterations,
@@ -350,7 +371,11 @@ class AgentRun:
 
         The conversation is compacted when the last turn's input passed ``auto_compact``.
         """
-        if spec.auto_compact is not None and self._state.turn_input_tokens >= spec.auto_compact.input_tokens:
+        if (
+            spec.auto_compact is not None
+            and self._state.turn_input_tokens >= spec.auto_compact.input_tokens
+            and not self._paused(turn_is_paused)
+        ):
             workflow.logger.info(
                 "Compacting: the last turn's input was %d tokens (threshold %d)",
                 self._state.turn_input_tokens,
@@ -446,6 +471,11 @@ class AgentRun:
         state.compactions += 1
         state.usage = state.usage.add(reply.get("usage"))
         state.turn_input_tokens = 0
+        if not has_summary(reply) and workflow.patched(EMPTY_COMPACTION_PATCH):
+            workflow.logger.warning("Compaction produced no summary; keeping the conversation as it is.")
+            if edit:
+                raise EditFailed("Compaction produced no summary; the conversation was kept as it is. Ask again.")
+            return
         conversation.record_compaction(reply, keep_from)
 
     def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
@@ -466,15 +496,60 @@ class AgentRun:
     async def _boundary(self) -> None:
         """Apply every queued edit, in the order accepted, before the next model call."""
         state = self._state
+        held: list[QueuedEdit] = []
         while state.queue:
             edit = state.queue.pop(0)
-            try:
-                await self._apply(edit)
-                state.edits_applied += 1
-                state.version += 1
-                state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
-            except EditFailed as e:
-                state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+            if self._held(edit):
+                held.append(edit)
+                continue
+            await self._apply_queued(edit)
+        state.queue[:0] = held
+
+    async def _apply_queued(self, edit: QueuedEdit) -> None:
+        state = self._state
+        try:
+            await self._apply(edit)
+            state.edits_applied += 1
+            state.version += 1
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
+        except EditFailed as e:
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+
+    def _held(self, edit: QueuedEdit) -> bool:
+        """Whether ``edit`` stays queued at this boundary.
+
+        It waits out a paused turn, or it is a compaction and the run stops here: the SDK checks its stop rules before
+        a pending compaction, so none is sent then.
+        """
+        if self._paused(functools.partial(waits_out_the_pause, edit)):
+            return True
+        spec = self._spec
+        return (
+            isinstance(edit, QueuedCompact)
+            and spec is not None
+            and self._should_stop(spec) is not None
+            and workflow.patched(COMPACTION_AT_THE_END_PATCH)
+        )
+
+    async def _compact_after_final_turn(self) -> None:
+        """Apply the compactions queued when the final turn ended, as the SDK compacts after its final turn.
+
+        Skipped, as there, when the final reply has tool calls without results (``_apply`` says so).
+        """
+        state = self._state
+        compactions = [edit for edit in state.queue if isinstance(edit, QueuedCompact)]
+        if compactions and workflow.patched(COMPACTION_AT_THE_END_PATCH):
+            for edit in compactions:
+                state.queue.remove(edit)
+                await self._apply_queued(edit)
+
+    def _paused(self, holds: Callable[[str | None], bool]) -> bool:
+        """Whether ``holds`` keeps something back for the turn the last reply paused (``pending_edits.py``).
+
+        Asked of the patch only where it holds something, so runs recorded before replay as they ran.
+        """
+        last = self._state.last_reply
+        return holds(last.get("stop_reason") if last else None) and workflow.patched(PAUSE_HOLDS_PATCH)
 
     async def _apply(self, edit: QueuedEdit) -> None:
         state = self._state
@@ -514,6 +589,10 @@ class AgentRun:
                 if described.missing:
                     raise EditFailed(str(self._not_registered(described.missing)))
                 specs = {tool.name: tool for tool in described.tools}
+                replaced = replaced_by_definitions(tools, state.tools)
+                if replaced and workflow.patched(TOOL_ADDITIONS_PATCH):
+                    for name in replaced:
+                        state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
                 state.tools.update(specs)
                 definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
                 conversation.append_system_content(
@@ -630,6 +709,8 @@ class AgentRun:
         edit = parse_update(UpdateParams, raw)
         self._check_open()
         check_params(edit, self._state.conversation)
+        if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
+            check_no_compaction_edit(edit.params["context_management"])
 
     @workflow.update(name=ADD_TOOLS_UPDATE)
     def add_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -667,6 +748,10 @@ class AgentRun:
     def _validate_compact(self, raw: dict[str, Any]) -> None:
         parse_update(Compact, raw or {})
         self._check_open()
+        conversation = self._state.conversation
+        check_can_compact(
+            context_management_after(conversation.params if conversation else self._input, self._state.queue)
+        )
 
     @workflow.query(name=EDIT_OUTCOME_QUERY)
     def edit_outcome(self, seq: int) -> dict[str, Any] | None:

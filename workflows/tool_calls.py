@@ -8,6 +8,7 @@ unknown becomes what its ``on_unknown`` says. Result hooks then see the reply's 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
+    from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
     from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.subagents import SubAgents
 
@@ -55,6 +57,8 @@ class ToolCalls:
     def __init__(self, run: AgentRun) -> None:
         self._run = run
         self.agents = SubAgents(run)
+        self._added: dict[str, asyncio.Task[ToolSpec | None]] = {}
+        """Tools a queued ``add_tools`` names, looked up for the reply being handled (once per name)."""
 
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
@@ -62,7 +66,7 @@ class ToolCalls:
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
-        spec = run._state.tools.get(name) if not self.withdrawn(name) else None
+        spec = await self._runnable(name)
         iteration = iteration if iteration is not None else run._state.reply_count
         run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
@@ -96,6 +100,29 @@ class ToolCalls:
             tool_result["is_error"] = True
         run._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
+
+    async def _runnable(self, name: str) -> ToolSpec | None:
+        """The tool a call of ``name`` runs, or ``None`` if the run has none under that name now.
+
+        A queued ``add_tools`` counts already, as the SDK's does for the reply being handled: a registered tool added
+        by name runs, and a raw definition added under a tool's name stops it running.
+        """
+        state = self._run._state
+        spec = state.tools.get(name) if not self.withdrawn(name) else None
+        addition = last_addition(state.queue, name)
+        # Asked only where the queue decides otherwise, so runs recorded before replay as they ran.
+        if addition == "definition" and spec is not None and workflow.patched(TOOL_ADDITIONS_PATCH):
+            return None
+        if addition == "function" and spec is None and workflow.patched(TOOL_ADDITIONS_PATCH):
+            task = self._added.get(name)
+            if task is None:
+                task = self._added[name] = asyncio.create_task(self._describe_added(name))
+            return await task
+        return spec
+
+    async def _describe_added(self, name: str) -> ToolSpec | None:
+        described = await self._run._describe_tools([name])
+        return next((tool for tool in described.tools if tool.name == name), None)
 
     def withdrawn(self, name: str) -> bool:
         """Whether the conversation withdrew tool ``name``, so that a call to it is not run.

@@ -6,11 +6,18 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
+    python tests/histories/record.py NAME parity       # writes NAME.json (the SDK's runner methods, issue 13)
+    python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
 executions are kept: the second starts from the state the first carried), an at-most-once tool whose outcome is
 unknown and reconciled; then step mode with an advance, an approval and a review that changes the tool results.
+
+The ``parity`` scenario (step mode) holds tool changes through a ``pause_turn``, runs a tool that a queued
+``add_tools`` names for the reply being handled, stops running it once a raw definition replaces it, and keeps the
+history when a compaction brings no summary. The ``compaction_end`` scenario compacts after a final turn, and holds
+a compaction asked for when ``max_iterations`` stops the run.
 """
 
 from __future__ import annotations
@@ -86,6 +93,14 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "compaction_end":
+                await compaction_end(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "parity":
+                await parity(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -245,6 +260,90 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
 
 
+async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``parity`` scenario (see the module's docstring)."""
+    fake.script(
+        Reply([text("searching")], "pause_turn"),
+        Reply(
+            [tool_use("toolu_1", "get_time", {"city": "Paris"}), tool_use("toolu_2", "get_weather", {"city": "Paris"})],
+            "tool_use",
+        ),
+        Reply([{"type": "compaction", "content": None}], "compaction"),
+        Reply([tool_use("toolu_3", "get_time", {"city": "Rome"})], "tool_use"),
+        Reply([tool_use("toolu_4", "get_time", {"city": "Oslo"})], "tool_use"),
+        end_turn("14:05 in Paris."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Time in Paris?"}],
+        tools=[get_weather],
+        betas=["inline-tools-2026-09-15", "compact-2026-09-04"],
+        step=True,
+    )
+    await wait(run, "waiting_for_step", 1)
+    await run.remove_tools("get_weather")  # held through the pause: the resuming request sends no tool_removal
+    await run.add_tools("get_time")  # runs toolu_1 at once
+    await run.advance(iteration=1)
+    await wait(run, "waiting_for_step", 2)
+    await run.compact()  # no summary comes back: the history and its thread stay
+    await run.advance(iteration=2)
+    await wait(run, "waiting_for_step", 3)
+    await run.add_tools({"name": "get_time", "description": "The server's time.", "input_schema": {"type": "object"}})
+    await run.advance(iteration=3)  # toolu_3 and toolu_4 are not run
+    for iteration in (4, 5):
+        await wait(run, "waiting_for_step", iteration)
+        await run.advance(iteration=iteration)
+    result = await run.result()
+    assert result.status == "completed", result
+    bodies = fake.bodies()
+    assert [b["thread"]["type"] for b in bodies] == ["create", "continue", "create", *["continue"] * 3], bodies
+    assert bodies[1]["messages"] == [], bodies[1]
+    turns = [body for body in bodies if "compaction" not in body]
+    blocks = [b for body in turns for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    results = [b for b in blocks if b["type"] == "tool_result"]
+    assert [r["content"] for r in results] == [
+        "14:05 in Paris",
+        "Error: Tool 'get_weather' not found",
+        "Error: Tool 'get_time' not found",
+        "Error: Tool 'get_time' not found",
+    ], results
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
+async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``compaction_end`` scenario (see the module's docstring)."""
+    summary = {"type": "compaction", "content": "Summary: sunny in Paris."}
+    for suffix, script, max_iterations in (
+        ("", [Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny.")], None),
+        ("_held", [Reply([tool_use("toolu_2", "get_weather", {"city": "Paris"})], "tool_use")], 1),
+    ):
+        fake.reset()
+        fake.script(*script, Reply([summary], "compaction"))
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=512,
+            messages=[{"role": "user", "content": "Paris?"}],
+            tools=[get_weather],
+            betas=["compact-2026-09-04"],
+            step=True,
+            max_iterations=max_iterations,
+        )
+        last = len(script)
+        for iteration in range(1, last + 1):
+            await wait(run, "waiting_for_step", iteration)
+            if iteration == last:
+                await run.compact()
+            await run.advance(iteration=iteration)
+        result = await run.result()
+        compacted = [b for b in fake.bodies() if "compaction" in b]
+        assert len(compacted) == (0 if max_iterations else 1), fake.bodies()
+        assert result.stop_reason == ("tool_use" if max_iterations else "compaction"), result
+        history = await run.handle.fetch_history()
+        (HERE / f"{name}{suffix}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -258,10 +357,16 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"]):
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in (
+        [],
+        ["everything"],
+        ["subagents"],
+        ["parity"],
+        ["compaction_end"],
+    ):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents] (a new name: keep the recorded "
-            "histories)"
+            "usage: python tests/histories/record.py NAME [everything|subagents|parity|compaction_end] (a new name: "
+            "keep the recorded histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
