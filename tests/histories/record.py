@@ -6,6 +6,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
+    python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -86,6 +87,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "lookalikes":
+                await lookalikes(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -245,6 +250,34 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
 
 
+async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
+    placeholder escaped) in the run's input, an injected message and an approval's edited input."""
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    fake.script(
+        Reply([tool_use("toolu_2", "get_time", {"city": "Paris"})], "tool_use"),
+        end_turn("Done."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[
+            {"role": "user", "content": "x" * 5000},
+            {"role": "assistant", "content": [tool_use("toolu_1", "get_weather", {"city": lookalike})]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+        ],
+        tools=[get_weather, get_time],
+        approval={"tools": ["get_time"]},
+    )
+    await wait(run, "waiting_for_approval", 1)
+    await run.inject([{"type": "text", "text": "y" * 5000}], wait=False)
+    await run.approve("toolu_2", input={"city": lookalike})
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -258,9 +291,9 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"]):
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"], ["lookalikes"]):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents] (a new name: keep the recorded "
+            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes] (a new name: keep the recorded "
             "histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
