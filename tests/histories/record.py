@@ -293,8 +293,8 @@ async def wait(run: object, status: str, iterations: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"], ["lookalikes"]):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes] (a new name: keep the recorded "
-            "histories)"
+            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes] (a new name: keep the "
+            "recorded histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
