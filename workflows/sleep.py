@@ -90,8 +90,13 @@ def _ran_out(what: str) -> str:
     return f"Slept {what}: the time ran out."
 
 
+def _seconds(n: float) -> str:
+    shown = int(n) if float(n).is_integer() else n
+    return f"{shown} second{'' if shown == 1 else 's'}"
+
+
 def _capped(seconds: int, asked: str) -> str:
-    return f"Slept {seconds} seconds, the longest this run allows (you asked to sleep {asked}): the time ran out."
+    return f"Slept {_seconds(seconds)}, the longest this run allows (you asked to sleep {asked}): the time ran out."
 
 
 def _woken(what: str, reason: str | None) -> str:
@@ -159,7 +164,7 @@ class Sleeps:
         text = _ran_out(what)
         if seconds > limit:
             seconds, text = limit, _capped(limit, what)
-            what = f"{limit} seconds"
+            what = _seconds(limit)
         if seconds <= 0:
             return ToolResult(content=text)
         tool_use_id = str(block.get("id"))
@@ -177,9 +182,9 @@ class Sleeps:
             del self.until[tool_use_id]
             if not self.until:
                 run._set_status("waiting_for_approval" if run._approvals.pending else "running")
-        abandoned = run._abandoned()
-        if abandoned is not None:
-            return ToolResult(content=_abandoned(what, abandoned))
+        if run._abandoned() is not None:
+            why = "the run was stopped." if run._state.stop is not None else "the turn is being retried."
+            return ToolResult(content=_abandoned(what, why))
         if self._wakes != wakes:
             return ToolResult(content=_woken(what, self._reason))
         return ToolResult(content=_message(what))
@@ -200,8 +205,7 @@ def _planned(tool_input: Any, now: datetime) -> tuple[float, str] | str:
             return f"`seconds` must be a number, not {seconds!r}."
         if seconds < 0:
             return f"`seconds` must not be negative ({seconds})."
-        shown = int(seconds) if float(seconds).is_integer() else seconds
-        return float(seconds), f"{shown} second{'' if shown == 1 else 's'}"
+        return float(seconds), _seconds(seconds)
     try:
         when = datetime.fromisoformat(str(until))
     except ValueError:
