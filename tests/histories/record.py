@@ -7,6 +7,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
+    python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -87,6 +88,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "sleep":
+                await sleep(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "lookalikes":
@@ -250,6 +255,27 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
 
 
+async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``sleep`` scenario: a short sleep runs out, then a long one is woken by a person."""
+    fake.script(
+        Reply([tool_use("toolu_1", "sleep", {"seconds": 1})], "tool_use"),
+        Reply([tool_use("toolu_2", "sleep", {"seconds": 3600})], "tool_use"),
+        end_turn("Awake."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Wait for the report."}],
+        sleep={"max_seconds": 7200},
+    )
+    await wait(run, "sleeping", 2)
+    await run.wake("The report is ready.")
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
     placeholder escaped) in the run's input, an injected message and an approval's edited input."""
@@ -291,10 +317,16 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"], ["lookalikes"]):
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in (
+        [],
+        ["everything"],
+        ["subagents"],
+        ["lookalikes"],
+        ["sleep"],
+    ):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes] (a new name: keep the "
-            "recorded histories)"
+            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes|sleep] (a new name: keep "
+            "the recorded histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
