@@ -135,6 +135,40 @@ async def test_a_stop_cuts_a_sleep_short(runner: AgentRunner, worker: WorkerFact
     ]
 
 
+async def test_a_retry_cuts_a_sleep_short_and_its_result_is_discarded(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(sleeps({"seconds": 3600}), end_turn("No sleep this time."))
+    async with worker():
+        run = await runner.start(**BASE, sleep=True)
+        await wait_status(run, "sleeping", 1)
+        await run.retry()
+        result = await run.result()
+    assert result.status == "completed"
+    assert fake_api.bodies()[1]["messages"] == BASE["messages"]  # the turn sent again, the sleep's result dropped
+
+
+async def test_in_step_mode_a_run_sleeps_between_its_pauses(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(sleeps({"seconds": 3600}), end_turn("Awake."))
+    async with worker():
+        run = await runner.start(**BASE, sleep=True, step={"review_results": True})
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "sleeping", 1)
+        # An advance for the review pause to come is accepted now, and waits for the sleep to end.
+        advance = asyncio.create_task(run.advance(iteration=1))
+        await run.wake()
+        await advance
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert results_sent(fake_api) == [
+        result_block("Woken before the sleep (3600 seconds) was over: a person woke you.")
+    ]
+
+
 async def test_a_sleep_longer_than_the_run_allows_is_cut_to_the_limit(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
