@@ -8,6 +8,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
+    python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -88,6 +89,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "plain":
+                await plain(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "sleep":
@@ -255,6 +260,32 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
 
 
+async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``plain`` scenario: plain JSON without the held marker, as the stock CLI sends it, whose lookalikes
+    the run escapes (``plain-json-is-data``): in the run's input and in an approval's edited input."""
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    fake.script(Reply([tool_use("toolu_2", "get_time", {"city": "Paris"})], "tool_use"), end_turn("Done."))
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 512,
+        "messages": [
+            {"role": "user", "content": "Paris?"},
+            {"role": "assistant", "content": [tool_use("toolu_1", "get_weather", {"city": lookalike})]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+        ],
+        "tools": ["get_weather", "get_time"],
+        "approval": {"tools": ["get_time"]},
+    }
+    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+    run = runner.attach(handle.id)
+    await wait(run, "waiting_for_approval", 1)
+    await handle.execute_update("approve_tool", {"tool_use_id": "toolu_2", "input": {"city": lookalike}})
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``sleep`` scenario: a short sleep runs out, then a long one is woken by a person."""
     fake.script(
@@ -317,16 +348,11 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in (
-        [],
-        ["everything"],
-        ["subagents"],
-        ["lookalikes"],
-        ["sleep"],
-    ):
+    scenarios = ["everything", "subagents", "lookalikes", "sleep", "plain"]
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents|lookalikes|sleep] (a new name: keep "
-            "the recorded histories)"
+            f"usage: python tests/histories/record.py NAME [{'|'.join(scenarios)}] (a new name: keep the recorded "
+            "histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
