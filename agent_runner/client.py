@@ -88,6 +88,7 @@ from agent_runner.contract.steering import (
     RETRY_TURN_UPDATE,
     STOP_UPDATE,
     UPDATE_PARAMS_UPDATE,
+    WAKE_UPDATE,
     PendingApproval,
 )
 from agent_runner.contract.transcript import escape
@@ -137,7 +138,7 @@ CLOSED_STATUSES: Mapping[WorkflowExecutionStatus, RunStatusName] = {
 """How Temporal says a run ended, when the run's own state cannot say it: a run that failed its input check, or was
 cancelled before its loop began, still reports ``running``; a terminated one, whatever it was doing then."""
 
-WAITING_STATUSES = frozenset({"waiting_for_approval", "waiting_for_step", "waiting_for_review"})
+WAITING_STATUSES = frozenset({"waiting_for_approval", "waiting_for_step", "waiting_for_review", "sleeping"})
 """Statuses in which the run waits for a person before it goes on."""
 
 
@@ -231,8 +232,9 @@ class AgentRunner:
         run_input: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
-            "messages": await self.content.offload_messages([dict(m) for m in messages]),
             **params,
+            "messages": await self.content.offload_messages([dict(m) for m in messages]),
+            "held": True,  # the messages are held already: the run takes their placeholders as ours
         }
         tool_list = [_tool_param(t) for t in tools]
         if tool_list:
@@ -529,7 +531,7 @@ class Run:
         """Add user content before the next turn; it joins the tool results' message when there are any."""
         if isinstance(content, list):
             content = await self._content.offload_content(content)
-        payload = {"content": content, "expected_version": expected_version}
+        payload = {"content": content, "expected_version": expected_version, "held": True}
         return await self._edit(INJECT_MESSAGE_UPDATE, payload, wait)
 
     async def retry(self, *, expected_version: int | None = None, wait: bool | None = None) -> int | None:
@@ -540,7 +542,8 @@ class Run:
         self, messages: list[dict[str, Any]], *, expected_version: int, wait: bool | None = None
     ) -> int | None:
         """Replace the whole conversation, if it is still at ``expected_version``."""
-        payload = {"messages": await self._content.offload_messages(messages), "expected_version": expected_version}
+        messages = await self._content.offload_messages(messages)
+        payload = {"messages": messages, "expected_version": expected_version, "held": True}
         return await self._edit(REPLACE_HISTORY_UPDATE, payload, wait)
 
     async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:
@@ -585,7 +588,9 @@ class Run:
     async def approve(self, tool_use_id: str, *, input: dict[str, Any] | None = None) -> None:
         """Let a tool call that waits for approval run, optionally with edited input."""
         held = None if input is None else escape(input)  # the tool gets it as given (``transcript.escape``)
-        await self._edit(APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": held}, True)
+        await self._edit(
+            APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": held, "held": held is not None or None}, True
+        )
 
     async def deny(self, tool_use_id: str, reason: str = "The user denied this tool call.") -> None:
         """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result."""
@@ -610,7 +615,18 @@ class Run:
             status = await self.status()
             if status.status in ("waiting_for_step", "waiting_for_review"):
                 iteration = status.iterations
-        await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results, "iteration": iteration}, True)
+        held = True if tool_results is not None else None
+        await self._edit(ADVANCE_UPDATE, {"tool_results": tool_results, "iteration": iteration, "held": held}, True)
+
+    async def wake(self, reason: str | None = None) -> None:
+        """Cut short the sleep Claude asked for with the built-in ``sleep`` tool (a run started with ``sleep``).
+
+        Claude reads in the sleep's result that a person woke it, and ``reason`` if given.
+
+        Raises:
+            EditRejected: The run is not sleeping.
+        """
+        await self._edit(WAKE_UPDATE, {"reason": reason}, True)
 
     async def steps(self) -> AsyncIterator[BetaMessage]:
         """Drive a step-mode run as the SDK's loop: each reply is yielded while the run waits.

@@ -36,8 +36,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import ConfigurationError, ScheduleAlreadyExists, ScheduleNotFound
-from agent_runner.contract.transcript import escape
+from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ScheduleAlreadyExists, ScheduleNotFound
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.workflows.run_input import parse_run_input
 
@@ -122,10 +121,7 @@ async def create_schedule(
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"Unknown overlap policy {overlap!r}: use one of {', '.join(OVERLAP_POLICIES)}.")
     parse_run_input(dict(run_input))  # raises InvalidRunInput naming every problem
-    held = dict(run_input)
-    # The schedule holds the input itself (no store reference a store GC could miss): content is escaped into the
-    # held form, so plain JSON that looks like a placeholder stays plain JSON.
-    held["messages"] = escape(held["messages"])
+    held = held_input(run_input)
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(WORKFLOW_TYPE, held, id=schedule_id, task_queue=runner.task_queue),
         spec=ScheduleSpec(
@@ -146,6 +142,23 @@ async def create_schedule(
             f"(`agent-runner schedule delete {schedule_id}`)."
         ) from e
     return await describe_schedule(runner, schedule_id)
+
+
+def held_input(run_input: Mapping[str, Any]) -> dict[str, Any]:
+    """What a schedule keeps to start each run with: ``run_input`` itself, plain JSON.
+
+    The schedule holds the content (no store reference a store GC could miss), and without the ``held`` marker each
+    run escapes it (``workflows/plain_json.py``): a lookalike in it stays data.
+
+    Raises:
+        InvalidRunInput: ``run_input`` says ``"held": true``, whose references a schedule cannot keep alive.
+    """
+    if run_input.get("held"):
+        raise InvalidRunInput(
+            "A schedule keeps its run input as plain JSON: leave out `held` (it marks content whose big parts are in "
+            "the store, which a schedule does not keep alive) and give the messages themselves."
+        )
+    return dict(run_input)
 
 
 async def describe_schedule(runner: AgentRunner, schedule_id: str) -> ScheduledRun:

@@ -290,6 +290,11 @@ def test_edit_outcomes_and_params() -> None:
             id="review",
         ),
         pytest.param(
+            RunStatus(status="sleeping", iterations=3, sleeping_until="2026-12-24T09:00:00+00:00"),
+            "run r sleeps until 2026-12-24T09:00:00+00:00: the edit applies once it wakes (`agent-runner wake r`).",
+            id="sleeping",
+        ),
+        pytest.param(
             RunStatus(status="running", iterations=3),
             "run r goes on (running): the edit applies before its next turn.",
             id="went-on",

@@ -125,7 +125,7 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval(
     ]
     assert rows(approvals) == [(waiting.id, "waiting_for_approval", "approval", ["delete_file"], 1)]
     assert rows(steps) == []
-    assert (bad, refusal) == (400, {"error": "waiting must be approval, step, review or any."})
+    assert (bad, refusal) == (400, {"error": "waiting must be approval, step, review, sleep or any."})
 
 
 async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(

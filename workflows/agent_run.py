@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         RETRY_TURN_UPDATE,
         STOP_UPDATE,
         UPDATE_PARAMS_UPDATE,
+        WAKE_UPDATE,
         AddTools,
         Advance,
         ApproveTool,
@@ -69,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         RetryTurn,
         Stop,
         UpdateParams,
+        Wake,
     )
     from agent_runner.contract.transcript import Transcript, message_ref, next_head
     from agent_runner.contract.types import (
@@ -132,6 +134,7 @@ with workflow.unsafe.imports_passed_through():
         turn_is_paused,
         waits_out_the_pause,
     )
+    from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
         RunSpec,
@@ -291,7 +294,8 @@ class AgentRun:
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        state.conversation = Conversation.start(spec.params, definitions, spec.messages, threading=spec.thread)
+        messages = as_held(spec.messages, spec.held)
+        state.conversation = Conversation.start(spec.params, definitions, messages, threading=spec.thread)
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
@@ -406,7 +410,7 @@ class AgentRun:
     ) -> list[dict[str, Any]]:
         """The user content that answers the reply's tool calls (the SDK's ``generate_tool_call_response``)."""
         if advance is not None and advance.tool_results is not None:
-            return advance.tool_results  # the client built them; no tool runs
+            return as_held(advance.tool_results, advance.held)  # the client built them; no tool runs
         results = list(await asyncio.gather(*(eager.get(str(b.get("id"))) or self._tool_calls.run(b) for b in calls)))
         if spec.result_hooks:
             results = await self._tool_calls.process_results(spec, results, calls)
@@ -565,7 +569,8 @@ class AgentRun:
                 "changed. Read the transcript again and resend the edit with its version."
             )
         match edit.payload:
-            case InjectMessage(content=content):
+            case InjectMessage(content=content, held=held):
+                content = as_held(content, held)
                 conversation.join_user_content(
                     [{"type": "text", "text": content}] if isinstance(content, str) else content
                 )
@@ -576,8 +581,8 @@ class AgentRun:
                     raise EditFailed(f"Cannot retry: {e}. Replace the history instead.") from None
                 if not dropped:
                     raise EditFailed("There is no reply to retry.")
-            case ReplaceHistory(messages=messages):
-                conversation.replace_messages(messages)
+            case ReplaceHistory(messages=messages, held=held):
+                conversation.replace_messages(as_held(messages, held))
             case UpdateParams(params=params):
                 for key, value in params.items():
                     if value is None:
@@ -816,6 +821,20 @@ class AgentRun:
     def _validate_advance(self, raw: dict[str, Any]) -> None:
         self._steps.check(parse_update(Advance, raw or {}))
 
+    @workflow.update(name=WAKE_UPDATE)
+    def wake(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Cut short the sleep Claude asked for (the built-in ``sleep`` tool, ``sleep.py``)."""
+        edit = parse_update(Wake, raw or {})
+        self._updates += 1
+        self._tool_calls.sleeps.wake(edit)
+        return {"version": self._state.version}
+
+    @wake.validator
+    @_refusing
+    def _validate_wake(self, raw: dict[str, Any]) -> None:
+        parse_update(Wake, raw or {})
+        self._tool_calls.sleeps.check_wake()
+
     # --- Live events, eager tools, search attributes -------------------------------------------------------------
 
     def _event(self, event_type: str, **fields: Any) -> None:
@@ -993,6 +1012,7 @@ class AgentRun:
             reply_offset=state.reply_offset,
             continuations=state.continuations,
             agents=[child.model_dump() for child in state.children],
+            sleeping_until=self._tool_calls.sleeps.sleeping_until(),
         )
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)

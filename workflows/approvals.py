@@ -83,7 +83,7 @@ class Approvals:
             del self.pending[tool_use_id]
             self.decisions.pop(tool_use_id, None)
             if not self.pending:
-                run._set_status("running")
+                run._set_status("sleeping" if run._tool_calls.sleeps.sleeping else "running")
         count(
             "agent_runner_approvals_decided",
             "Approvals decided, by outcome (waiting = requested - decided)",
@@ -187,7 +187,7 @@ class StepMode:
             spec is not None
             and spec.step is not None
             and spec.step.review_results
-            and run._status == "running"
+            and run._status in ("running", "sleeping")
             and edit.iteration == run._state.iterations
         )
         if edit.iteration is not None and not run._ended and (reply_coming or review_coming):

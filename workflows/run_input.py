@@ -25,6 +25,7 @@ from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.workflows.params import param_problems
+from agent_runner.workflows.sleep import SleepPolicy, parse_sleep
 from agent_runner.workflows.subagents import AgentLimits, AgentSpec, parse_agents
 
 API_PARAMS: frozenset[str] = frozenset(
@@ -77,6 +78,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "eager_tools",
         "agents",
         "agent_limits",
+        "sleep",
+        "held",
     }
 )
 
@@ -149,6 +152,13 @@ class RunSpec(BaseModel):
 
     agent_limits: AgentLimits = AgentLimits()
     """How deep and wide the tree of agents may grow, and this run's depth in it."""
+
+    sleep: SleepPolicy | None = None
+    """The built-in ``sleep`` tool, offered after ``tools`` and ``agents`` (``sleep.py``); ``None``: not offered."""
+
+    held: bool = False
+    """Whether ``messages`` came in the held form (the Python client's marker); plain JSON is escaped by the run
+    (``plain_json.py``)."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -226,12 +236,19 @@ def parse_run_input(raw: object) -> RunSpec:
     )
     tool_names = [n for n in names if isinstance(n, str)]
     agents, agent_limits = parse_agents(raw, tool_names, problems)
+    sleep = parse_sleep(raw, [*tool_names, *(agent.name for agent in agents)], problems)
+    held = raw.get("held", False)
+    if not isinstance(held, bool):
+        problems.append(
+            "`held` must be true (the content is in the held form, as the Python client sends it) or false."
+        )
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
         params={k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS},
         messages=list(messages),  # type: ignore[arg-type]  # checked by message_problems
-        tools=[*tools, *(agent.definition() for agent in agents)],  # Claude sees an agent as a tool
+        # Claude sees an agent, and the built-in sleep, as tools.
+        tools=[*tools, *(agent.definition() for agent in agents), *([sleep.definition()] if sleep else [])],
         max_iterations=max_iterations,
         thread=thread,
         model_activity=model_activity,
@@ -244,6 +261,8 @@ def parse_run_input(raw: object) -> RunSpec:
         eager_tools=eager_tools,
         agents=agents,
         agent_limits=agent_limits,
+        sleep=sleep,
+        held=held,
     )
 
 

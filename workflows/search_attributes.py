@@ -18,7 +18,12 @@ _KEYS: dict[str, Any] = {
     for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
 }
 
-_WAITING = {"waiting_for_approval": "approval", "waiting_for_step": "step", "waiting_for_review": "review"}
+_WAITING = {
+    "waiting_for_approval": "approval",
+    "waiting_for_step": "step",
+    "waiting_for_review": "review",
+    "sleeping": "sleep",
+}
 
 
 def publish(state: RunState, status: RunStatusName) -> None:

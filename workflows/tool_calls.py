@@ -36,7 +36,9 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
+    from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.workflows.sleep import SLEEP_TOOL, Sleeps
     from agent_runner.workflows.subagents import SubAgents
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class ToolCalls:
         self.agents = SubAgents(run)
         self._added: dict[str, asyncio.Task[ToolSpec | None]] = {}
         """Tools a queued ``add_tools`` names, looked up for the reply being handled (once per name)."""
+        self.sleeps = Sleeps(run)
 
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
@@ -73,6 +76,8 @@ class ToolCalls:
         agent = self.agents.find(name) if spec is None else None
         if agent is not None:
             result = await self.agents.call(agent, block)  # an agent is a tool: a child run answers the call
+        elif spec is None and name == SLEEP_TOOL and run._spec is not None and run._spec.sleep is not None:
+            result = await self.sleeps.call(block)  # the built-in sleep: a durable timer in the workflow
         elif spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
             workflow.logger.warning(
@@ -93,7 +98,7 @@ class ToolCalls:
                 result = ToolResult(content=abandoned, is_error=True)
             else:
                 if decision is not None and decision.input is not None:
-                    tool_input = decision.input
+                    tool_input = as_held(decision.input, decision.held)
                 result = await self._execute(spec, block, tool_input, iteration)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:

@@ -27,6 +27,7 @@ Steering a live run (each edit is accepted at once and applies before the run's 
     agent-runner approve RUN_ID TOOL_USE_ID [--input JSON]
     agent-runner deny RUN_ID TOOL_USE_ID [--reason TEXT]
     agent-runner advance RUN_ID [--tool-results RESULTS.json]              # step mode: let the run go on
+    agent-runner wake RUN_ID [--reason TEXT]                               # cut Claude's sleep short
 
 An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
 produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced; ``--wait``

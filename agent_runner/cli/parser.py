@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advance.set_defaults(handler=("steering", "cmd_advance"))
 
+    wake = steering("wake", "Cut short the sleep Claude asked for (a run started with `sleep`).")
+    wake.add_argument("--reason", help="why, passed on to Claude")
+    wake.set_defaults(handler=("steering", "cmd_wake"))
+
     demo = command("demo", "Run the example weather-and-time agent end to end (no API key needed).")
     demo.add_argument(
         "--model", help=f"the model when ANTHROPIC_API_KEY is set (default ${MODEL_ENV}, else {DEFAULT_MODEL})"

@@ -269,6 +269,8 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         lines.append(
             f"approvals    {len(status.pending_approvals)} waiting (agent-runner approvals {shlex.quote(run_id)})"
         )
+    if status.sleeping_until:
+        lines.append(f"sleeping     until {status.sleeping_until} (agent-runner wake {shlex.quote(run_id)})")
     if status.cost_usd is not None:
         lines.append(f"cost         ${status.cost_usd:.4f}")
     if status.stop_reason_detail:
@@ -394,6 +396,11 @@ def render_wait_for_people(run_id: str, status: RunStatus) -> str:
     pending = status.pending_approvals
     if status.status == "waiting_for_step":
         return f"run {run_id} is paused after turn {status.iterations}: {advance}"
+    if status.status == "sleeping":
+        return (
+            f"run {run_id} sleeps until {status.sleeping_until}: the edit applies once it wakes (`agent-runner wake "
+            f"{run}`)."
+        )
     if status.status == "waiting_for_review":
         return f"run {run_id} waits for review of turn {status.iterations}'s tool results: {advance}"
     if status.status == "waiting_for_approval" and len(pending) == 1:

@@ -164,6 +164,14 @@ async def cmd_deny(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_wake(args: argparse.Namespace) -> int:
+    """``wake``: cut short the sleep Claude asked for with the built-in ``sleep`` tool."""
+    async with connected(args.task_queue) as runner:
+        await runner.attach(args.run_id).wake(args.reason)
+    print("woken: Claude is told that a person cut its sleep short", flush=True)
+    return EXIT_OK
+
+
 async def cmd_advance(args: argparse.Namespace) -> int:
     """``advance``: let a step-mode run go on past the reply it paused after."""
     tool_results = (

@@ -46,7 +46,12 @@ STATIC = Path(__file__).resolve().parent / "static"
 RUNNER = web.AppKey("runner", AgentRunner)
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("streams")
 
-WAITING_FOR = {"waiting_for_approval": "approval", "waiting_for_step": "step", "waiting_for_review": "review"}
+WAITING_FOR = {
+    "waiting_for_approval": "approval",
+    "waiting_for_step": "step",
+    "waiting_for_review": "review",
+    "sleeping": "sleep",
+}
 """What a run in each waiting status waits for, as the list shows and filters it."""
 
 STATUS_TIMEOUT = 5.0
@@ -166,7 +171,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     """``GET /api/runs``: runs, newest first, with what each waits for."""
     waiting = request.query.get("waiting") or None
     if waiting not in (None, "any", *WAITING_FOR.values()):
-        raise _BadRequest("waiting must be approval, step, review or any.")
+        raise _BadRequest("waiting must be approval, step, review, sleep or any.")
     try:
         limit = int(request.query.get("limit", "50"))
     except ValueError:

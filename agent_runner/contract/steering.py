@@ -31,6 +31,7 @@ COMPACT_UPDATE = "compact"
 APPROVE_TOOL_UPDATE = "approve_tool"
 DENY_TOOL_UPDATE = "deny_tool"
 ADVANCE_UPDATE = "advance"
+WAKE_UPDATE = "wake"
 PENDING_APPROVALS_QUERY = "pending_approvals"
 EDIT_OUTCOME_QUERY = "edit_outcome"
 
@@ -52,6 +53,10 @@ class InjectMessage(_Strict):
     expected_version: int | None = None
     """The transcript version the sender saw; if the run has moved on since, the edit is rejected."""
 
+    held: bool = False
+    """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
+    Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
+
 
 class RetryTurn(_Strict):
     """Discard Claude's last reply (and what followed it) and send the turn again. Its tools never run."""
@@ -66,6 +71,10 @@ class ReplaceHistory(_Strict):
     expected_version: int
     """Required: the version of the transcript the new history was made from, so a concurrent change is rejected
     instead of silently lost."""
+
+    held: bool = False
+    """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
+    Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
 
 
 class UpdateParams(_Strict):
@@ -113,6 +122,10 @@ class ApproveTool(_Strict):
     input: dict[str, Any] | None = None
     """Input to run the tool with instead of Claude's; ``None`` keeps Claude's."""
 
+    held: bool = False
+    """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
+    Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
+
 
 class DenyTool(_Strict):
     """Refuse a tool call that waits for approval: it never runs, and Claude sees the reason as an error result."""
@@ -132,6 +145,17 @@ class Advance(_Strict):
     """The iteration the client saw the run paused after (``status().iterations``). With it, an ``advance`` that
     reaches the run together with the reply it pauses on (as a worker replaying the run can hand it over) waits for
     that pause instead of being refused; a stale one (the run moved on) is refused."""
+
+    held: bool = False
+    """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
+    Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
+
+
+class Wake(_Strict):
+    """Cut short the sleep Claude asked for with the built-in ``sleep`` tool; Claude reads that a person woke it."""
+
+    reason: str | None = None
+    """Why, passed on to Claude in the sleep's result."""
 
 
 class ApprovalPolicy(_Strict):

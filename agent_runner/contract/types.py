@@ -81,6 +81,7 @@ RunStatusName = Literal[
     "waiting_for_approval",
     "waiting_for_step",
     "waiting_for_review",
+    "sleeping",
     "completed",
     "max_iterations",
     "budget_exhausted",
@@ -90,7 +91,7 @@ RunStatusName = Literal[
     "terminated",
     "timed_out",
 ]
-"""Where a run is, or how it ended. The run itself reports the first ten; ``terminated`` and ``timed_out`` (and
+"""Where a run is, or how it ended. The run itself reports the first eleven; ``terminated`` and ``timed_out`` (and
 ``failed`` or ``cancelled`` before the loop began) only Temporal knows, and the client reports them from it."""
 
 
@@ -351,6 +352,10 @@ class RunStatus(BaseModel):
 
     continuations: int = 0
     """How many times the run continued as new."""
+
+    sleeping_until: str | None = None
+    """While ``sleeping``: when the sleep Claude asked for ends (ISO 8601), unless a ``wake`` or a message ends it
+    first."""
 
     agents: list[dict[str, Any]] = []
     """The child runs its agent calls started, in order: ``{"id", "name", "tool_use_id", "status"}``, the status

@@ -8,6 +8,9 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
     python tests/histories/record.py NAME parity       # writes NAME.json (the SDK's runner methods, issue 13)
     python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
+    python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
+    python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
+    python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -101,6 +104,18 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "parity":
                 await parity(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "plain":
+                await plain(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "sleep":
+                await sleep(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "lookalikes":
+                await lookalikes(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -312,6 +327,32 @@ async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``plain`` scenario: plain JSON without the held marker, as the stock CLI sends it, whose lookalikes
+    the run escapes (``plain-json-is-data``): in the run's input and in an approval's edited input."""
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    fake.script(Reply([tool_use("toolu_2", "get_time", {"city": "Paris"})], "tool_use"), end_turn("Done."))
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 512,
+        "messages": [
+            {"role": "user", "content": "Paris?"},
+            {"role": "assistant", "content": [tool_use("toolu_1", "get_weather", {"city": lookalike})]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+        ],
+        "tools": ["get_weather", "get_time"],
+        "approval": {"tools": ["get_time"]},
+    }
+    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+    run = runner.attach(handle.id)
+    await wait(run, "waiting_for_approval", 1)
+    await handle.execute_update("approve_tool", {"tool_use_id": "toolu_2", "input": {"city": lookalike}})
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``compaction_end`` scenario (see the module's docstring)."""
     summary = {"type": "compaction", "content": "Summary: sunny in Paris."}
@@ -344,6 +385,55 @@ async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) 
         (HERE / f"{name}{suffix}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``sleep`` scenario: a short sleep runs out, then a long one is woken by a person."""
+    fake.script(
+        Reply([tool_use("toolu_1", "sleep", {"seconds": 1})], "tool_use"),
+        Reply([tool_use("toolu_2", "sleep", {"seconds": 3600})], "tool_use"),
+        end_turn("Awake."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Wait for the report."}],
+        sleep={"max_seconds": 7200},
+    )
+    await wait(run, "sleeping", 2)
+    await run.wake("The report is ready.")
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
+async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
+    placeholder escaped) in the run's input, an injected message and an approval's edited input."""
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    fake.script(
+        Reply([tool_use("toolu_2", "get_time", {"city": "Paris"})], "tool_use"),
+        end_turn("Done."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[
+            {"role": "user", "content": "x" * 5000},
+            {"role": "assistant", "content": [tool_use("toolu_1", "get_weather", {"city": lookalike})]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+        ],
+        tools=[get_weather, get_time],
+        approval={"tools": ["get_time"]},
+    )
+    await wait(run, "waiting_for_approval", 1)
+    await run.inject([{"type": "text", "text": "y" * 5000}], wait=False)
+    await run.approve("toolu_2", input={"city": lookalike})
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -357,16 +447,11 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in (
-        [],
-        ["everything"],
-        ["subagents"],
-        ["parity"],
-        ["compaction_end"],
-    ):
+    scenarios = ["everything", "subagents", "parity", "compaction_end", "lookalikes", "sleep", "plain"]
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents|parity|compaction_end] (a new name: "
-            "keep the recorded histories)"
+            f"usage: python tests/histories/record.py NAME [{'|'.join(scenarios)}] (a new name: keep the recorded "
+            "histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()

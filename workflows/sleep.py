@@ -1,0 +1,215 @@
+"""The built-in ``sleep`` tool: Claude waits on a durable timer, which a person or a new message can cut short.
+
+A run started with ``sleep`` (``true``, or ``{"max_seconds": N}``) offers Claude a tool named ``sleep``: wait a
+number of ``seconds``, or ``until`` a time. The wait is a Temporal timer: it holds no worker, and a worker that dies
+during it changes nothing (another one picks the run up when the timer fires). While it lasts the run's status is
+``sleeping``, with ``sleeping_until``. It ends when the time runs out; or early, when a person sends ``wake`` (with
+an optional reason), when a message is injected (Claude reads it beside the result), or when the run is stopped or
+its turn retried. The ``tool_result`` says which.
+
+A sleep is a tool call, so it happens between a reply and the next request, never at the iteration boundary, and a
+continue-as-new never finds one under way. The models here are imported by ``run_input.py`` (no I/O); ``Sleeps``
+acts for the workflow.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio import workflow
+
+from agent_runner.contract.steering import InjectMessage, ReplaceHistory, Wake
+from agent_runner.contract.types import ToolResult
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.agent_run import AgentRun
+
+SLEEP_TOOL = "sleep"
+"""The built-in tool's name, as Claude calls it."""
+
+
+class SleepPolicy(BaseModel):
+    """The run's ``sleep`` option: Claude may sleep, up to ``max_seconds`` at a time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_seconds: int = Field(default=86_400, ge=1, strict=True)
+    """The longest one sleep may last; a longer one is cut to this, and the result says so. A day by default."""
+
+    def definition(self) -> dict[str, Any]:
+        """The tool definition Claude sees."""
+        return {
+            "name": SLEEP_TOOL,
+            "description": (
+                "Wait before going on: for a number of `seconds`, or `until` a time. Nothing runs while you sleep; "
+                "a person or a new message may wake you early, and the result says whether the time ran out or what "
+                f"woke you. One sleep lasts at most {self.max_seconds} seconds."
+            ),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "seconds": {"type": "number", "minimum": 0, "description": "How long to wait, in seconds."},
+                    "until": {
+                        "type": "string",
+                        "description": "When to wake: an ISO 8601 date and time with its time zone, such as "
+                        "2026-12-24T09:00:00Z.",
+                    },
+                },
+            },
+        }
+
+
+def parse_sleep(raw: dict[str, Any], tool_names: list[str], problems: list[str]) -> SleepPolicy | None:
+    """The run's ``sleep`` option (``None``: no sleep tool), with what is wrong with it added to ``problems``."""
+    value = raw.get("sleep")
+    if value is None or value is False:
+        return None
+    try:
+        policy = SleepPolicy() if value is True else SleepPolicy.model_validate(value)
+    except ValidationError as e:
+        problems.append(
+            '`sleep` must be true, or an object such as {"max_seconds": 3600} (a positive whole number of '
+            f"seconds): {'; '.join(err['msg'] for err in e.errors())}."
+        )
+        return None
+    if SLEEP_TOOL in tool_names:
+        problems.append(
+            f"`sleep` offers Claude a built-in tool named `{SLEEP_TOOL}`, and the run has a tool or agent of that "
+            "name: rename it, or leave `sleep` out."
+        )
+    return policy
+
+
+# What Claude reads when a sleep ends (``what`` is ``30 seconds`` or ``until 2026-12-24T09:00:00+00:00``).
+
+
+def _ran_out(what: str) -> str:
+    return f"Slept {what}: the time ran out."
+
+
+def _seconds(n: float) -> str:
+    shown = int(n) if float(n).is_integer() else n
+    return f"{shown} second{'' if shown == 1 else 's'}"
+
+
+def _capped(seconds: int, asked: str) -> str:
+    return f"Slept {_seconds(seconds)}, the longest this run allows (you asked to sleep {asked}): the time ran out."
+
+
+def _woken(what: str, reason: str | None) -> str:
+    said = f" They said: {reason}" if reason else ""
+    return f"Woken before the sleep ({what}) was over: a person woke you.{said}"
+
+
+def _message(what: str) -> str:
+    return f"Woken before the sleep ({what}) was over: a new message came, and follows."
+
+
+def _abandoned(what: str, why: str) -> str:
+    return f"Woken before the sleep ({what}) was over: {why}"
+
+
+def _bad_input(problem: str) -> str:
+    return (
+        f"Error: {problem} Call `{SLEEP_TOOL}` with `seconds` (a number of seconds) or `until` (an ISO 8601 date and "
+        "time with its time zone), one of the two."
+    )
+
+
+class Sleeps:
+    """The run's sleeps under way, and the ``wake`` updates that cut them short."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self._run = run
+        self.until: dict[str, datetime] = {}
+        """When each sleep under way ends, by ``tool_use_id``."""
+        self._wakes = 0
+        self._reason: str | None = None
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether a sleep is under way."""
+        return bool(self.until)
+
+    def sleeping_until(self) -> str | None:
+        """When the last sleep under way ends (ISO 8601), or ``None``."""
+        return max(self.until.values()).isoformat() if self.until else None
+
+    def check_wake(self) -> None:
+        """The ``wake`` validator: refuse a wake when nothing sleeps."""
+        if not self.until:
+            raise ValueError(
+                f"The run is not sleeping (it is {self._run._status}): `wake` cuts short a sleep Claude started with "
+                f"the `{SLEEP_TOOL}` tool."
+            )
+
+    def wake(self, edit: Wake) -> None:
+        """Cut every sleep under way short (the ``wake`` update)."""
+        self._wakes += 1
+        self._reason = edit.reason
+
+    async def call(self, block: dict[str, Any]) -> ToolResult:
+        """Sleep as the ``tool_use`` ``block`` asks; the result says how the sleep ended."""
+        run = self._run
+        assert run._spec is not None and run._spec.sleep is not None
+        now = workflow.now()
+        planned = _planned(block.get("input"), now)
+        if isinstance(planned, str):
+            return ToolResult(content=_bad_input(planned), is_error=True)
+        seconds, what = planned
+        limit = run._spec.sleep.max_seconds
+        text = _ran_out(what)
+        if seconds > limit:
+            seconds, text = limit, _capped(limit, what)
+            what = _seconds(limit)
+        if seconds <= 0:
+            return ToolResult(content=text)
+        tool_use_id = str(block.get("id"))
+        wakes = self._wakes
+        self.until[tool_use_id] = now + timedelta(seconds=seconds)
+        run._set_status("sleeping")
+        try:
+            await workflow.wait_condition(
+                lambda: self._wakes != wakes or run._abandoned() is not None or self._message_queued(),
+                timeout=timedelta(seconds=seconds),
+            )
+        except TimeoutError:
+            return ToolResult(content=text)
+        finally:
+            del self.until[tool_use_id]
+            if not self.until:
+                run._set_status("waiting_for_approval" if run._approvals.pending else "running")
+        if run._abandoned() is not None:
+            why = "the run was stopped." if run._state.stop is not None else "the turn is being retried."
+            return ToolResult(content=_abandoned(what, why))
+        if self._wakes != wakes:
+            return ToolResult(content=_woken(what, self._reason))
+        return ToolResult(content=_message(what))
+
+    def _message_queued(self) -> bool:
+        return any(isinstance(edit.payload, InjectMessage | ReplaceHistory) for edit in self._run._state.queue)
+
+
+def _planned(tool_input: Any, now: datetime) -> tuple[float, str] | str:
+    """How long to sleep and how to say so, from the tool's input; or what is wrong with the input."""
+    if not isinstance(tool_input, dict):
+        return "The input must be an object."
+    seconds, until = tool_input.get("seconds"), tool_input.get("until")
+    if (seconds is None) == (until is None):
+        return "Give `seconds` or `until`, not both and not neither."
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+            return f"`seconds` must be a number, not {seconds!r}."
+        if seconds < 0:
+            return f"`seconds` must not be negative ({seconds})."
+        return float(seconds), _seconds(seconds)
+    try:
+        when = datetime.fromisoformat(str(until))
+    except ValueError:
+        return f"`until` must be an ISO 8601 date and time, not {until!r}."
+    if when.tzinfo is None:
+        return f"`until` must say its time zone (such as {until}Z or {until}+01:00)."
+    return max(0.0, (when - now).total_seconds()), f"until {when.isoformat()}"
