@@ -77,6 +77,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "eager_tools",
         "agents",
         "agent_limits",
+        "mcp",
     }
 )
 
@@ -149,6 +150,10 @@ class RunSpec(BaseModel):
 
     agent_limits: AgentLimits = AgentLimits()
     """How deep and wide the tree of agents may grow, and this run's depth in it."""
+
+    mcp: list[str] = []
+    """MCP servers the workers are configured with whose tools the run uses (``workflows/mcp.py``); their
+    definitions follow the agents'."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -226,6 +231,11 @@ def parse_run_input(raw: object) -> RunSpec:
     )
     tool_names = [n for n in names if isinstance(n, str)]
     agents, agent_limits = parse_agents(raw, tool_names, problems)
+    mcp = raw.get("mcp", [])
+    if not isinstance(mcp, list) or not all(isinstance(s, str) and s for s in mcp) or len(set(mcp)) != len(mcp):
+        problems.append(
+            '`mcp` must be a list of distinct names of MCP servers the workers are configured with, such as ["files"].'
+        )
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -244,6 +254,7 @@ def parse_run_input(raw: object) -> RunSpec:
         eager_tools=eager_tools,
         agents=agents,
         agent_limits=agent_limits,
+        mcp=mcp,
     )
 
 
