@@ -292,8 +292,8 @@ class McpActivities:
             if client is not None:
                 await connection.lost(client)
             raise ApplicationError(
-                f"MCP server {input.server!r} failed during the call of '{input.tool}': {e}. The call is retried "
-                "under the tool's policy, on a new connection.",
+                f"MCP server {input.server!r} failed during the call of '{input.tool}': {e}. The next attempt "
+                "opens a new connection.",
                 type=SERVER_LOST_ERROR,
             ) from None
         # The same conversion as a registered tool's: ToolError (isError) content, exceptions as the SDK's text.

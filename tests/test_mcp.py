@@ -1,0 +1,302 @@
+"""MCP servers as tools: a real MCP server process (``tests/mcp_server.py``, stdio) behind the workers.
+
+Each test gives its worker a configuration naming that server (``agent_runner.mcp_config``), so the worker starts
+it as a child process; the server notes every call it gets in ``calls`` under the test's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic import beta_tool
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ToolNotRegistered
+from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.run_input import parse_run_input
+from tests.conftest import WorkerFactory
+
+SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
+BASE = {"model": "claude-fake-1", "max_tokens": 1024, "thread": False}
+USER = {"role": "user", "content": "Weather in Paris?"}
+SECRET = "s3cret-token-4242"
+
+
+def definition(name: str, description: str, properties: dict[str, Any], title: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if properties:
+        schema["required"] = list(properties)
+    return {"name": name, "description": description, "input_schema": {**schema, "title": title}}
+
+
+def server_tools(prefix: str = "") -> list[dict[str, Any]]:
+    """The test server's tools as Claude is offered them (the SDK's ``mcp_tool`` definitions)."""
+    return [
+        definition(
+            f"{prefix}lookup",
+            "Look up a city's weather.",
+            {"city": {"title": "City", "type": "string"}},
+            "lookupArguments",
+        ),
+        definition(
+            f"{prefix}fail", "Always fails.", {"reason": {"title": "Reason", "type": "string"}}, "failArguments"
+        ),
+        definition(f"{prefix}change_tools", "Withdraw lookup and offer late instead.", {}, "change_toolsArguments"),
+        definition(
+            f"{prefix}authorized",
+            "Whether the worker gave this server the expected credential.",
+            {},
+            "authorizedArguments",
+        ),
+        definition(
+            f"{prefix}die_once",
+            "The first call kills the server mid-call; later ones (a new process) answer.",
+            {"what": {"title": "What", "type": "string"}},
+            "die_onceArguments",
+        ),
+    ]
+
+
+def config(folder: Path, *names: str, **policy: Any) -> McpConfig:
+    """A worker configuration: the test server under each of ``names``, its token read from the environment."""
+    folder.mkdir(exist_ok=True)
+    (folder / "expected_token.txt").write_text(SECRET)
+    server = {
+        "command": sys.executable,
+        "args": [SERVER],
+        "env": {"MCP_TEST_DIR": str(folder), "MCP_TEST_TOKEN": "${TEST_MCP_TOKEN}"},
+        **policy,
+    }
+    return parse_mcp_config({"mcpServers": dict.fromkeys(names or ("files",), server)}, {"TEST_MCP_TOKEN": SECRET})
+
+
+def calls(folder: Path) -> list[str]:
+    path = folder / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def result(tool_use_id: str, content: Any, is_error: bool = False) -> dict[str, Any]:
+    block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+    return {**block, "is_error": True} if is_error else block
+
+
+def results_sent(fake: FakeMessagesAPI, request: int = 1) -> list[dict[str, Any]]:
+    """The tool results the ``request``-th request (from 0) sent, in its last message."""
+    content: list[dict[str, Any]] = fake.bodies()[request]["messages"][-1]["content"]
+    return content
+
+
+async def test_a_servers_tools_are_offered_and_called_with_the_sdks_results(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[
+                tool_use("toolu_1", "lookup", {"city": "Paris"}),
+                tool_use("toolu_2", "fail", {"reason": "disk full"}),
+                tool_use("toolu_3", "authorized", {}),
+            ],
+            stop_reason="tool_use",
+        ),
+        end_turn("Sunny."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools(), server_tools()]
+    assert results_sent(fake_api) == [
+        result("toolu_1", [{"type": "text", "text": "Paris: 21C"}]),
+        # isError: the server's content, with is_error, as the SDK's mcp_tool gives it
+        result("toolu_2", [{"type": "text", "text": "Error executing tool fail: disk full"}], is_error=True),
+        result("toolu_3", [{"type": "text", "text": "authorized"}]),
+    ]
+    assert calls(tmp_path) == ["lookup Paris", "fail disk full"]
+    # The server got its token from the worker's configuration; the run's history never holds it.
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    assert SECRET not in history.to_json()
+    assert "MCP_TEST_TOKEN" not in history.to_json()
+
+
+async def test_the_list_a_run_sees_is_pinned_when_it_starts(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The server withdraws ``lookup`` and adds ``late`` mid-run: the run is offered its first list to the end."""
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "change_tools", {})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_2", "lookup", {"city": "Paris"})], stop_reason="tool_use"),
+        end_turn("Done."),
+        end_turn("Later."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+        later = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await later.until_done()
+    bodies = fake_api.bodies()
+    assert [body["tools"] for body in bodies[:3]] == [server_tools()] * 3
+    assert results_sent(fake_api, 1) == [result("toolu_1", [{"type": "text", "text": "changed"}])]
+    # The call goes to the server, which no longer has the tool: its own error, as a result.
+    assert results_sent(fake_api, 2) == [
+        result("toolu_2", [{"type": "text", "text": "Unknown tool: lookup"}], is_error=True)
+    ]
+    # A run started after the change sees the server's new list.
+    late = {"name": "late", "description": "A tool the server offers only after change_tools.", "input_schema": {}}
+    late["input_schema"] = {"type": "object", "properties": {}, "title": "lateArguments"}
+    assert bodies[3]["tools"] == [*server_tools()[1:], late]
+    # The run's history replays on the current code, the pinned list included.
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+@beta_tool
+def lookup(city: str) -> str:
+    """A registered tool whose name an MCP server's tool has too.
+
+    Args:
+        city: The city.
+    """
+    return f"registered lookup of {city}"
+
+
+async def test_colliding_names_get_their_servers_name_before_them(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[
+                tool_use("toolu_1", "lookup", {"city": "Paris"}),
+                tool_use("toolu_2", "b__lookup", {"city": "Rome"}),
+            ],
+            stop_reason="tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(lookup, mcp=config(tmp_path, "a", "b")):
+        run = await runner.start(**BASE, messages=[USER], tools=["lookup"], mcp=["a", "b"])
+        await run.until_done()
+    registered = {
+        "name": "lookup",
+        "description": "A registered tool whose name an MCP server's tool has too.",
+        "input_schema": {
+            "additionalProperties": False,
+            "properties": {"city": {"description": "The city.", "title": "City", "type": "string"}},
+            "required": ["city"],
+            "type": "object",
+        },
+    }
+    assert fake_api.bodies()[0]["tools"] == [registered, *server_tools("a__"), *server_tools("b__")]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "registered lookup of Paris"),
+        result("toolu_2", [{"type": "text", "text": "Rome: 21C"}]),
+    ]
+
+
+async def test_a_server_no_worker_is_configured_with_fails_the_run_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files", "github"])
+        with pytest.raises(ToolNotRegistered) as raised:
+            await run.until_done()
+    assert str(raised.value) == (
+        f"No worker on task queue {runner.task_queue!r} is configured with MCP server 'github' (they have 'files'). "
+        "Add it to the file the workers get as --mcp-config (or AGENT_RUNNER_MCP_CONFIG), or leave it out of the "
+        "run's `mcp`."
+    )
+    assert fake_api.bodies() == []  # nothing was sent to Claude
+
+
+def test_the_runs_mcp_is_a_list_of_server_names() -> None:
+    with pytest.raises(InvalidRunInput) as raised:
+        parse_run_input({**BASE, "messages": [USER], "mcp": "files"})
+    assert str(raised.value) == (
+        "The run's input was rejected:\n- `mcp` must be a list of distinct names of MCP servers the workers are "
+        'configured with, such as ["files"].'
+    )
+    assert parse_run_input({**BASE, "messages": [USER], "mcp": ["files"]}).mcp == ["files"]
+
+
+def test_a_configuration_is_checked_when_the_worker_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse_mcp_config(
+            {
+                "mcpServers": {
+                    "both": {"command": "x", "url": "https://mcp.example.test/mcp"},
+                    "secret": {"url": "https://mcp.example.test/mcp", "headers": {"Authorization": "Bearer ${TOK}"}},
+                    "policy": {"command": "x", "maximum_attempts": -1, "effects": "twice"},
+                }
+            },
+            {},
+        )
+    assert str(raised.value) == (
+        "MCP configuration was rejected:\n"
+        "- server 'both': Value error, give either `command` (a stdio server) or `url` (a streamable HTTP server), "
+        "not both\n"
+        "- server 'secret' reads TOK from the environment, which is not set: set it in the worker's environment\n"
+        "- server 'policy' `maximum_attempts`: Input should be greater than or equal to 0\n"
+        "- server 'policy' `effects`: Input should be 'idempotent' or 'at_most_once'"
+    )
+    toml = tmp_path / "mcp.toml"
+    toml.write_text(
+        '[mcp_servers.files]\ncommand = "python"\nargs = ["server.py"]\nmaximum_attempts = 3\n'
+        '[mcp_servers.files.tools.delete]\neffects = "at_most_once"\nrequires_approval = true\n'
+    )
+    loaded = load_mcp_config(toml)
+    options, approval, effects, on_unknown = loaded.servers["files"].policy("delete")
+    assert (options.maximum_attempts, approval, effects, on_unknown) == (3, True, "at_most_once", "tell")
+    assert loaded.servers["files"].policy("read")[1:] == (False, "idempotent", "tell")
+    with pytest.raises(ConfigurationError, match="is not valid JSON"):
+        (tmp_path / "mcp.json").write_text("{")
+        load_mcp_config(tmp_path / "mcp.json")
+
+
+@pytest.mark.slow
+async def test_a_server_that_dies_mid_call_is_called_again_on_a_new_process(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "die_once", {"what": "x"})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker(mcp=config(tmp_path, initial_interval=0.5)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert results_sent(fake_api) == [result("toolu_1", [{"type": "text", "text": "survived x"}])]
+    assert calls(tmp_path) == ["die_once x", "die_once x"]  # the first process died in it; a new one answered
+
+
+@pytest.mark.slow
+async def test_an_at_most_once_tool_whose_server_dies_mid_call_is_not_called_again(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "die_once", {"what": "x"})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker(mcp=config(tmp_path, tools={"die_once": {"effects": "at_most_once"}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert results_sent(fake_api) == [
+        result(
+            "toolu_1",
+            "Error: The outcome of this call of 'die_once' is unknown: MCP server 'files' failed during the call of "
+            "'die_once': the connection closed. The next attempt opens a new connection. It may or may not have "
+            "taken effect, and it was not run again. Check before calling it again.",
+            is_error=True,
+        )
+    ]
+    assert calls(tmp_path) == ["die_once x"]
+
+
+def test_the_worker_reads_its_configuration_file(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"files": {"url": "http://127.0.0.1:1/mcp"}}}))
+    assert load_mcp_config(path).servers["files"].url == "http://127.0.0.1:1/mcp"
