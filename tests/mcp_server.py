@@ -1,16 +1,18 @@
-"""A tiny MCP server for the tests (``mcp``'s ``MCPServer``, FastMCP in mcp 1), over stdio.
+"""A tiny MCP server for the tests (``mcp``'s ``MCPServer``, FastMCP in mcp 1).
 
-Run as ``python tests/mcp_server.py``. ``MCP_TEST_DIR`` names a folder where it notes what happened (``calls``: one
-line per call) and where ``die_once`` leaves its mark; ``MCP_TEST_TOKEN`` is the credential the worker's
+Run as ``python tests/mcp_server.py`` (stdio), or ``python tests/mcp_server.py http PORT`` (streamable HTTP).
+``MCP_TEST_DIR`` names a folder where it notes what happened (``calls``: one line per call) and where ``die_once``
+leaves its mark; ``MCP_TEST_TOKEN`` (or, over HTTP, the ``Authorization`` header) is the credential the worker's
 configuration gives it, which ``authorized`` checks against ``expected_token.txt`` without ever returning it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("test-tools")
@@ -48,9 +50,12 @@ def late() -> str:
 
 
 @server.tool(description="Whether the worker gave this server the expected credential.")
-def authorized() -> str:
+def authorized(ctx: Context) -> str:
     expected = (state / "expected_token.txt").read_text().strip()
-    return "authorized" if os.environ.get("MCP_TEST_TOKEN") == expected else "unauthorized"
+    given = os.environ.get("MCP_TEST_TOKEN")
+    if ctx.headers and "authorization" in ctx.headers:  # over HTTP, the worker sends it as a header
+        given = ctx.headers["authorization"].removeprefix("Bearer ")
+    return "authorized" if given == expected else "unauthorized"
 
 
 @server.tool(description="The first call kills the server mid-call; later ones (a new process) answer.")
@@ -64,4 +69,7 @@ def die_once(what: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["http"]:  # python tests/mcp_server.py http PORT: streamable HTTP on 127.0.0.1:PORT/mcp
+        server.run("streamable-http", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

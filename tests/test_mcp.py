@@ -6,7 +6,11 @@ it as a child process; the server notes every call it gets in ``calls`` under th
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,6 +160,51 @@ async def test_the_list_a_run_sees_is_pinned_when_it_starts(
     history = await client.get_workflow_handle(run.id).fetch_history()
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_a_streamable_http_server_gets_its_token_as_a_header_from_the_workers_configuration(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    (tmp_path / "expected_token.txt").write_text(SECRET)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, SERVER, "http", str(port)], env={**os.environ, "MCP_TEST_DIR": str(tmp_path)}
+    )
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await asyncio.sleep(0.05)
+        http = {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer ${TEST_MCP_TOKEN}"}}
+        mcp = parse_mcp_config({"mcpServers": {"remote": http}}, {"TEST_MCP_TOKEN": SECRET})
+        fake_api.script(
+            Reply(
+                content=[tool_use("toolu_1", "lookup", {"city": "Oslo"}), tool_use("toolu_2", "authorized", {})],
+                stop_reason="tool_use",
+            ),
+            end_turn("Cold."),
+        )
+        async with worker(mcp=mcp):
+            run = await runner.start(**BASE, messages=[USER], mcp=["remote"])
+            await run.until_done()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert fake_api.bodies()[0]["tools"] == server_tools()
+    assert results_sent(fake_api) == [
+        result("toolu_1", [{"type": "text", "text": "Oslo: 21C"}]),
+        result("toolu_2", [{"type": "text", "text": "authorized"}]),
+    ]
+    history = (await client.get_workflow_handle(run.id).fetch_history()).to_json()
+    assert SECRET not in history
 
 
 @beta_tool
