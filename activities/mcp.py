@@ -173,7 +173,7 @@ class McpActivities:
         heartbeat_every: Seconds between heartbeats while a call runs.
     """
 
-    def __init__(self, config: McpConfig, *, content: Content | None = None, heartbeat_every: float = 5.0) -> None:
+    def __init__(self, config: McpConfig, *, content: Content | None = None, heartbeat_every: float = 1.0) -> None:
         self._config = config
         self._content = content or Content()
         self._heartbeat_every = heartbeat_every

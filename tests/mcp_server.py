@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -66,6 +67,13 @@ def die_once(what: str) -> str:
         mark.write_text("1")
         os._exit(1)
     return f"survived {what}"
+
+
+@server.tool(description="Takes two seconds.")
+async def slow(what: str) -> str:
+    _note(f"slow {what}")
+    await anyio.sleep(2)
+    return f"slow {what}"
 
 
 if __name__ == "__main__":

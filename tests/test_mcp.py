@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
+from tests.test_durability import wait_for, worker_process
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "thread": False}
@@ -66,6 +68,9 @@ def server_tools(prefix: str = "") -> list[dict[str, Any]]:
             "The first call kills the server mid-call; later ones (a new process) answer.",
             {"what": {"title": "What", "type": "string"}},
             "die_onceArguments",
+        ),
+        definition(
+            f"{prefix}slow", "Takes two seconds.", {"what": {"title": "What", "type": "string"}}, "slowArguments"
         ),
     ]
 
@@ -349,3 +354,33 @@ def test_the_worker_reads_its_configuration_file(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps({"mcpServers": {"files": {"url": "http://127.0.0.1:1/mcp"}}}))
     assert load_mcp_config(path).servers["files"].url == "http://127.0.0.1:1/mcp"
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_call_leaves_the_call_to_another_worker_and_its_own_server(
+    runner: AgentRunner, temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """``python worker.py --mcp-config``, killed with ``-9`` while its server runs a call: the next worker starts its
+    own server process and makes the call again, and Claude gets what an uninterrupted run would have sent."""
+    config_file = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": [SERVER], "env": {"MCP_TEST_DIR": str(tmp_path)}}
+    config_file.write_text(json.dumps({"mcpServers": {"files": {**server, "heartbeat_timeout": 2}}}))
+    fake_api.script(Reply(content=[tool_use("toolu_1", "slow", {"what": "x"})], stop_reason="tool_use"), end_turn("ok"))
+    log = tmp_path / "worker.log"
+    args = ("--mcp-config", str(config_file))
+    with worker_process(temporal_address, runner.task_queue, fake_api, tmp_path / "marks", log, *args) as first:
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await wait_for(lambda: calls(tmp_path) == ["slow x"], "the call reaching the server")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with worker_process(temporal_address, runner.task_queue, fake_api, tmp_path / "marks", log, *args):
+        final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "ok"
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "slow", "input": {"what": "x"}}],
+    }
+    answer = {"role": "user", "content": [result("toolu_1", [{"type": "text", "text": "slow x"}])]}
+    body = {"model": "claude-fake-1", "max_tokens": 1024, "tools": server_tools(), "stream": True}
+    assert fake_api.bodies() == [{**body, "messages": [USER]}, {**body, "messages": [USER, call, answer]}]
+    assert calls(tmp_path) == ["slow x", "slow x"]  # idempotent: made again by the second worker's server
