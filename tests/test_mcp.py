@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from agent_runner.cli import build_parser, build_run_input
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ToolNotRegistered
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
@@ -384,3 +385,14 @@ async def test_a_worker_killed_mid_call_leaves_the_call_to_another_worker_and_it
     body = {"model": "claude-fake-1", "max_tokens": 1024, "tools": server_tools(), "stream": True}
     assert fake_api.bodies() == [{**body, "messages": [USER]}, {**body, "messages": [USER, call, answer]}]
     assert calls(tmp_path) == ["slow x", "slow x"]  # idempotent: made again by the second worker's server
+
+
+def test_agent_runner_run_names_the_servers_with_mcp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_RUNNER_MODEL", raising=False)
+    args = build_parser().parse_args(["run", "Hi", "--mcp", "files", "linear"])
+    assert build_run_input(args) == {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "mcp": ["files", "linear"],
+    }
