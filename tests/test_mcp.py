@@ -396,3 +396,53 @@ def test_agent_runner_run_names_the_servers_with_mcp(monkeypatch: pytest.MonkeyP
         "messages": [{"role": "user", "content": "Hi"}],
         "mcp": ["files", "linear"],
     }
+
+
+async def test_the_pinned_list_and_its_calls_survive_continue_as_new(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "change_tools", {})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_2", "fail", {"reason": "after"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"], continue_as_new={"events": 10})
+        await run.until_done()
+        status = await run.status()
+    assert status.continuations >= 1
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools()] * 3  # not the server's new list
+    assert results_sent(fake_api, 2) == [
+        result("toolu_2", [{"type": "text", "text": "Error executing tool fail: after"}], is_error=True)
+    ]
+    assert calls(tmp_path) == ["change_tools", "fail after"]
+
+
+async def test_each_call_is_an_activity_under_the_policy_the_configuration_gives_its_tool(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[tool_use("toolu_1", "lookup", {"city": "Paris"}), tool_use("toolu_2", "fail", {"reason": "x"})],
+            stop_reason="tool_use",
+        ),
+        end_turn("Done."),
+    )
+    policy = {"maximum_attempts": 4, "tools": {"fail": {"start_to_close_timeout": "PT7S", "heartbeat_timeout": 3}}}
+    async with worker(mcp=config(tmp_path, **policy)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    scheduled = {
+        event.activity_task_scheduled_event_attributes.activity_id: event.activity_task_scheduled_event_attributes
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    }
+    calls_scheduled = [a for a in scheduled.values() if a.activity_type.name == "agent_runner.call_mcp_tool"]
+    # (timeout in seconds, heartbeat timeout, attempts): the tool's own timeout plus the 10 s the worker is given to
+    # report it (TOOL_TIMEOUT_GRACE), as for a registered tool.
+    assert sorted(
+        (a.start_to_close_timeout.seconds, a.heartbeat_timeout.seconds, a.retry_policy.maximum_attempts)
+        for a in calls_scheduled
+    ) == [(17, 3, 4), (310, 30, 4)]
+    assert [a.activity_type.name for a in scheduled.values()].count("agent_runner.list_mcp_tools") == 1
