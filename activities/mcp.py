@@ -40,6 +40,7 @@ from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, Lis
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     LIST_MCP_TOOLS_ACTIVITY,
+    TOOL_NOT_STARTED_ERROR,
     McpToolRef,
     ToolResult,
     ToolSpec,
@@ -250,11 +251,14 @@ class McpActivities:
         except Exception as e:
             if client is not None:
                 await connection.lost(client)
+            # A command that cannot be run will not run on a retry either: the run fails at once, saying so.
+            unrunnable = isinstance(e, _ServerLost) and isinstance(e.__cause__, FileNotFoundError | PermissionError)
             raise ApplicationError(
                 f"Could not list the tools of MCP server {server!r}: "
                 f"{str(e) if isinstance(e, _ServerLost) else connection.scrub(e)}. Check the server and the workers' "
                 "MCP configuration (the worker's log has the server's own output).",
                 type=SERVER_LOST_ERROR,
+                non_retryable=unrunnable,
             ) from None
 
     @activity.defn(name=CALL_MCP_TOOL_ACTIVITY)
@@ -279,18 +283,27 @@ class McpActivities:
             call.tool_use_id,
             activity.info().attempt,
         )
-        arguments = await self._content.resolve(call.input)
-        client: Client | None = None
+        # Until the request leaves for the server, the tool has not started: even an at-most-once call may be
+        # tried again (TOOL_NOT_STARTED_ERROR).
         try:
+            arguments = await self._content.resolve(call.input)
             client = await connection.client()
+        except ApplicationError:
+            raise  # a missing or corrupted blob: final, and says so
+        except Exception as e:
+            raise ApplicationError(
+                f"Could not call MCP tool '{input.tool}' of server {input.server!r}: "
+                f"{e if isinstance(e, _ServerLost) else _error_text(e)}; the call did not start.",
+                type=TOOL_NOT_STARTED_ERROR,
+            ) from None
+        try:
             tool = async_mcp_tool(Tool(name=input.tool, input_schema={"type": "object"}), cast(Any, _Session(client)))
             task = asyncio.ensure_future(tool.call(arguments))
             await self._wait(task, call.run_id, input)
             if isinstance(task.exception(), _ServerLost):
                 raise cast(_ServerLost, task.exception())
         except _ServerLost as e:
-            if client is not None:
-                await connection.lost(client)
+            await connection.lost(client)
             raise ApplicationError(
                 f"MCP server {input.server!r} failed during the call of '{input.tool}': {e}. The next attempt "
                 "opens a new connection.",

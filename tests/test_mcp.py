@@ -24,7 +24,7 @@ from temporalio.worker import Replayer
 
 from agent_runner.cli import build_parser, build_run_input
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ToolNotRegistered
+from agent_runner.contract.errors import AgentRunError, ConfigurationError, InvalidRunInput, ToolNotRegistered
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
@@ -446,3 +446,19 @@ async def test_each_call_is_an_activity_under_the_policy_the_configuration_gives
         for a in calls_scheduled
     ) == [(17, 3, 4), (310, 30, 4)]
     assert [a.activity_type.name for a in scheduled.values()].count("agent_runner.list_mcp_tools") == 1
+
+
+async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-such-server")
+    async with worker(mcp=parse_mcp_config({"mcpServers": {"files": {"command": missing}}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        with pytest.raises(AgentRunError) as raised:
+            await run.until_done()
+    assert str(raised.value) == (
+        "Could not list the tools of MCP server 'files': could not connect: FileNotFoundError(2, 'No such file or "
+        "directory'). Check the server and the workers' MCP configuration (the worker's log has the server's own "
+        "output)."
+    )
+    assert fake_api.bodies() == []
