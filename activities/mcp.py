@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
-from typing import Any, cast
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar, cast
 
 import anyio
 import httpx2
@@ -48,6 +48,8 @@ from agent_runner.contract.types import (
 from agent_runner.mcp_config import McpConfig, McpServer
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 CONNECT_TIMEOUT = 60.0
 """Seconds a server may take to start and answer the handshake."""
@@ -237,12 +239,12 @@ class McpActivities:
         connection = self._connections[server]
         client: Client | None = None
         try:
-            client = await connection.client()
+            client = await self._heartbeating(connection.client())
             tools: list[Tool] = []
             cursor: str | None = None
             for _ in range(LIST_PAGES):
                 activity.heartbeat()
-                page = await client.list_tools(cursor=cursor)
+                page = await self._heartbeating(client.list_tools(cursor=cursor))
                 tools += page.tools
                 cursor = page.next_cursor
                 if cursor is None:
@@ -287,7 +289,7 @@ class McpActivities:
         # tried again (TOOL_NOT_STARTED_ERROR).
         try:
             arguments = await self._content.resolve(call.input)
-            client = await connection.client()
+            client = await self._heartbeating(connection.client())
         except ApplicationError:
             raise  # a missing or corrupted blob: final, and says so
         except Exception as e:
@@ -315,6 +317,18 @@ class McpActivities:
             1, {"tool": call.name, "outcome": "error" if result.is_error else "ok"}
         )
         return await self._offloaded(call.name, result)
+
+    async def _heartbeating(self, step: Awaitable[_T]) -> _T:
+        """``step``'s result, heartbeating meanwhile: starting a server can take longer than a heartbeat timeout."""
+        task = asyncio.ensure_future(step)
+        try:
+            while not task.done():
+                activity.heartbeat()
+                await asyncio.wait({task}, timeout=self._heartbeat_every)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        return task.result()
 
     async def _wait(self, task: asyncio.Future[Any], run_id: str, input: McpCallInput) -> None:
         """Heartbeat until the call ends; past the tool's own timeout it is cancelled, and the attempt fails."""

@@ -365,7 +365,7 @@ async def test_a_worker_killed_mid_call_leaves_the_call_to_another_worker_and_it
     own server process and makes the call again, and Claude gets what an uninterrupted run would have sent."""
     config_file = tmp_path / "mcp.json"
     server = {"command": sys.executable, "args": [SERVER], "env": {"MCP_TEST_DIR": str(tmp_path)}}
-    config_file.write_text(json.dumps({"mcpServers": {"files": {**server, "heartbeat_timeout": 2}}}))
+    config_file.write_text(json.dumps({"mcpServers": {"files": {**server, "heartbeat_timeout": 5}}}))
     fake_api.script(Reply(content=[tool_use("toolu_1", "slow", {"what": "x"})], stop_reason="tool_use"), end_turn("ok"))
     log = tmp_path / "worker.log"
     args = ("--mcp-config", str(config_file))
