@@ -115,7 +115,8 @@ async def run_worker(
         modules: Tool modules to register.
         task_queue: The task queue to poll.
         metrics_port: Serve Prometheus metrics on this port.
-        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``.
+        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``, and
+            ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
     """
     from agent_runner.connection import connect
 
