@@ -462,3 +462,27 @@ async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so
         "output)."
     )
     assert fake_api.bodies() == []
+
+
+async def test_an_agent_uses_the_mcp_servers_it_names(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("system") == "You lead.":
+            if len(body["messages"]) == 1:
+                return Reply(content=[tool_use("toolu_P", "researcher", {"task": "Paris"})], stop_reason="tool_use")
+            return end_turn("Done.")
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C", "lookup", {"city": "Paris"})], stop_reason="tool_use")
+        return end_turn("Paris: 21C, says the server.")
+
+    fake_api.responder = respond
+    researcher = {"name": "researcher", "description": "Researches.", "system": "You research.", "mcp": ["files"]}
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, system="You lead.", messages=[USER], agents=[researcher])
+        await run.until_done()
+    child = [b for b in fake_api.bodies() if b.get("system") == "You research."]
+    assert [b["tools"] for b in child] == [server_tools(), server_tools()]
+    assert child[1]["messages"][-1]["content"] == [result("toolu_C", [{"type": "text", "text": "Paris: 21C"}])]
+    assert results_sent(fake_api, -1) == [result("toolu_P", "Paris: 21C, says the server.")]
+    assert calls(tmp_path) == ["lookup Paris"]
