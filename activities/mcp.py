@@ -22,6 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar, cast
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx2
@@ -159,9 +160,11 @@ class McpConnection:
                 await holder
 
     def scrub(self, error: BaseException) -> str:
-        """``error`` as text, without the secrets of the server's configuration (env values, headers)."""
+        """``error`` as text, without the secrets of the server's configuration (env, headers, the URL's query)."""
         text = _error_text(error)
-        for secret in [*self._server.env.values(), *self._server.headers.values()]:
+        url = urlsplit(self._server.url or "")
+        in_url = [url.password or "", *(value for _, value in parse_qsl(url.query))]
+        for secret in [*self._server.env.values(), *self._server.headers.values(), *in_url]:
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
         return text

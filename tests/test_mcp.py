@@ -486,3 +486,12 @@ async def test_an_agent_uses_the_mcp_servers_it_names(
     assert child[1]["messages"][-1]["content"] == [result("toolu_C", [{"type": "text", "text": "Paris: 21C"}])]
     assert results_sent(fake_api, -1) == [result("toolu_P", "Paris: 21C, says the server.")]
     assert calls(tmp_path) == ["lookup Paris"]
+
+
+def test_failure_messages_never_carry_the_configurations_secrets() -> None:
+    from agent_runner.activities.mcp import McpConnection
+
+    server = {"url": "https://u:pw1234@mcp.example.test/mcp?key=abcd1234", "headers": {"Authorization": "Bearer zz99"}}
+    connection = McpConnection("x", parse_mcp_config({"mcpServers": {"x": server}}).servers["x"])
+    error = RuntimeError("401 from https://u:pw1234@mcp.example.test/mcp?key=abcd1234 with Bearer zz99")
+    assert connection.scrub(error) == "RuntimeError('401 from https://u:***@mcp.example.test/mcp?key=*** with ***')"
