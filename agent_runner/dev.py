@@ -478,6 +478,7 @@ async def serve(
     """
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.connection import connect
+    from agent_runner.mcp_config import MCP_CONFIG_ENV, load_mcp_config
     from agent_runner.store import open_store
     from agent_runner.temporal_server import configured_address
     from agent_runner.worker import build_registry, build_worker, configure_logging
@@ -513,6 +514,7 @@ async def serve(
                 claude=ClaudeActivities(claude_factory),
                 store=store,
                 graceful_shutdown_timeout=DRAIN,
+                mcp=load_mcp_config(os.environ[MCP_CONFIG_ENV]) if os.environ.get(MCP_CONFIG_ENV) else None,
             )
             async with worker:
                 await _wait_for_poller(client, task_queue, started)

@@ -18,7 +18,7 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
@@ -29,8 +29,12 @@ from agent_runner.activities.tools import Tool, ToolActivities, ToolRegistry
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from agent_runner.mcp_config import McpConfig
 from agent_runner.store import ContentStore
 from agent_runner.workflows.agent_run import AgentRun
+
+if TYPE_CHECKING:
+    from agent_runner.activities.mcp import McpActivities
 
 ROLES = ("workflows", "model", "tools")
 """What a worker can serve; a fleet may split them across processes and task queues."""
@@ -69,6 +73,7 @@ class AgentRunnerPlugin(SimplePlugin):
         store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names.
         model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
         search_attributes: Runs keep the ``AgentRun*`` search attributes current.
+        mcp: MCP servers whose tools runs may use (``agent_runner.mcp_config``); served with the tools.
 
     Raises:
         ConfigurationError: An unknown role.
@@ -85,6 +90,7 @@ class AgentRunnerPlugin(SimplePlugin):
         store: ContentStore | None = None,
         model_task_queue: str | None = None,
         search_attributes: bool = False,
+        mcp: McpConfig | None = None,
     ) -> None:
         unknown = set(serve) - set(ROLES)
         if unknown or not serve:
@@ -111,6 +117,9 @@ class AgentRunnerPlugin(SimplePlugin):
             activities.append(claude.create_message)
         if "tools" in serve:
             activities += [tool_activities.run_tool, tool_activities.reconcile_tool]
+        mcp_activities = _mcp_activities(mcp, content) if mcp is not None and "tools" in serve else None
+        if mcp_activities is not None:
+            activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]
         self.registry = registry
         """The tools this plugin's workers run."""
         super().__init__(
@@ -118,7 +127,19 @@ class AgentRunnerPlugin(SimplePlugin):
             data_converter=_converter,
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
+            run_context=mcp_activities.running if mcp_activities is not None else None,
         )
+
+
+def _mcp_activities(config: McpConfig, content: Content) -> McpActivities:
+    """The MCP activities over ``config``'s servers; the ``mcp`` package is needed only then."""
+    try:
+        from agent_runner.activities.mcp import McpActivities
+    except ImportError as e:
+        raise ConfigurationError(
+            f"MCP servers need the `mcp` package ({e}): pip install 'agent-runner[mcp]'."
+        ) from None
+    return McpActivities(config, content=content)
 
 
 def _converter(existing: DataConverter | None) -> DataConverter:

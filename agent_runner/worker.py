@@ -35,6 +35,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.contract.errors import AgentRunnerError
 from agent_runner.contract.types import TASK_QUEUE
+from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
 from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
 from agent_runner.store import ContentStore, open_store
 
@@ -65,6 +66,7 @@ def build_worker(
     max_activities_per_second: float | None = None,
     search_attributes: bool = False,
     store: ContentStore | None = None,
+    mcp: McpConfig | None = None,
 ) -> Worker:
     """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
 
@@ -84,8 +86,10 @@ def build_worker(
         store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names, else a
             SQLite file of this machine's (``agent_runner/store.py``). Every worker of a fleet and every client that
             reads transcripts must use the same store.
+        mcp: MCP servers whose tools runs may use (``agent_runner.mcp_config``).
     """
     plugin = AgentRunnerPlugin(
+        mcp=mcp,
         registry=registry,
         serve=serve,
         claude=claude,
@@ -111,7 +115,8 @@ async def run_worker(
         modules: Tool modules to register.
         task_queue: The task queue to poll.
         metrics_port: Serve Prometheus metrics on this port.
-        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``.
+        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``, and
+            ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
     """
     from agent_runner.connection import connect
 
@@ -123,6 +128,9 @@ async def run_worker(
             telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
         )
     store = open_store()  # at start, so a wrong AGENT_RUNNER_STORE stops the worker with its reason
+    mcp_path = options.pop("mcp_config", None) or os.environ.get(MCP_CONFIG_ENV)
+    if mcp_path:
+        options["mcp"] = load_mcp_config(mcp_path)  # at start too: a wrong file stops the worker with its reason
     client, server = await connect(**connect_options)
     worker = build_worker(client, registry=registry, task_queue=task_queue, store=store, **options)
     stop = asyncio.Event()
@@ -213,6 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="serve Prometheus metrics on this port (also $AGENT_RUNNER_METRICS_PORT)",
     )
     parser.add_argument(
+        "--mcp-config",
+        default=None,
+        metavar="FILE",
+        help=f"MCP servers whose tools runs may use (JSON, or TOML; also ${MCP_CONFIG_ENV})",
+    )
+    parser.add_argument(
         "--log-format",
         choices=("text", "json"),
         default=os.environ.get("AGENT_RUNNER_LOG_FORMAT", "text"),
@@ -231,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_activities_per_second=args.max_activities_per_second,
                 metrics_port=args.metrics_port,
                 search_attributes=args.search_attributes,
+                mcp_config=args.mcp_config,
             )
         )
     except AgentRunnerError as e:  # a configuration the worker cannot start with: say why, without a traceback

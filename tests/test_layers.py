@@ -33,7 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "contract": ("agent_runner/contract/",),
     "workflows": ("workflows/",),
     "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py"),
-    "activities": ("activities/",),
+    "activities": ("activities/", "agent_runner/mcp_config.py"),
     "client": ("agent_runner/client.py", "agent_runner/connection.py", "agent_runner/temporal_server.py"),
     "worker": ("agent_runner/plugin.py", "agent_runner/worker.py"),
     "testing": ("agent_runner/testing/",),

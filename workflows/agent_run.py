@@ -126,6 +126,7 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
+    from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.pending_edits import (
         PAUSE_HOLDS_PATCH,
@@ -295,6 +296,10 @@ class AgentRun:
         spec = self._route_model_calls(spec, described.model_task_queue)
         definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         messages = as_held(spec.messages, spec.held)
+        if spec.mcp:  # the tools of the MCP servers the run names, listed once: the run's list for good
+            mcp_tools = await pin_mcp_tools(spec.mcp, [str(d.get("name")) for d in definitions])
+            state.tools.update({tool.name: tool for tool in mcp_tools})
+            definitions += [tool.definition for tool in mcp_tools]
         state.conversation = Conversation.start(spec.params, definitions, messages, threading=spec.thread)
         return spec
 

@@ -80,6 +80,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "agent_limits",
         "sleep",
         "held",
+        "mcp",
     }
 )
 
@@ -159,6 +160,10 @@ class RunSpec(BaseModel):
     held: bool = False
     """Whether ``messages`` came in the held form (the Python client's marker); plain JSON is escaped by the run
     (``plain_json.py``)."""
+
+    mcp: list[str] = []
+    """MCP servers the workers are configured with whose tools the run uses (``workflows/mcp.py``); their
+    definitions follow the agents'."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -242,6 +247,11 @@ def parse_run_input(raw: object) -> RunSpec:
         problems.append(
             "`held` must be true (the content is in the held form, as the Python client sends it) or false."
         )
+    mcp = raw.get("mcp", [])
+    if not isinstance(mcp, list) or not all(isinstance(s, str) and s for s in mcp) or len(set(mcp)) != len(mcp):
+        problems.append(
+            '`mcp` must be a list of distinct names of MCP servers the workers are configured with, such as ["files"].'
+        )
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -263,6 +273,7 @@ def parse_run_input(raw: object) -> RunSpec:
         agent_limits=agent_limits,
         sleep=sleep,
         held=held,
+        mcp=mcp,
     )
 
 

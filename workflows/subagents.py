@@ -101,6 +101,8 @@ class AgentSpec(BaseModel):
     """The child's system prompt; none by default (the parent's is not inherited)."""
     tools: list[str | dict[str, Any]] = []
     """The child's tools: registered names and raw definitions, as a run's ``tools``."""
+    mcp: list[str] = []
+    """MCP servers whose tools the child uses, as a run's ``mcp``."""
     agents: list[AgentSpec] = []
     """The child's own agents."""
     max_iterations: int | None = Field(default=None, ge=1)
@@ -263,6 +265,8 @@ class SubAgents:
             child["system"] = agent.system
         if agent.tools:
             child["tools"] = list(agent.tools)
+        if agent.mcp:
+            child["mcp"] = list(agent.mcp)
         if agent.agents:
             child["agents"] = [a.model_dump(exclude_defaults=True) for a in agent.agents]
         limits = [n for n in (agent.max_iterations, _left(spec.max_iterations, state.iterations)) if n is not None]

@@ -19,8 +19,10 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
+    from agent_runner.contract.mcp import McpCallInput
     from agent_runner.contract.steering import DenyTool
     from agent_runner.contract.types import (
+        CALL_MCP_TOOL_ACTIVITY,
         PROCESS_RESULTS_ACTIVITY,
         RECONCILE_TOOL_ACTIVITY,
         RUN_TOOL_ACTIVITY,
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
+    from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.run_input import RunSpec
@@ -280,9 +283,12 @@ class ToolCalls:
         self, activity_name: str, spec: ToolSpec, call: RunToolInput, retry: RetryPolicy, result_type: type[_ResultT]
     ) -> _ResultT:
         options = spec.options
+        payload: RunToolInput | McpCallInput = call
+        if spec.mcp is not None and activity_name == RUN_TOOL_ACTIVITY:
+            activity_name, payload = CALL_MCP_TOOL_ACTIVITY, mcp_call(spec, call)  # a tool of an MCP server
         result: _ResultT = await workflow.execute_activity(
             activity_name,
-            call,
+            payload,
             result_type=result_type,
             # The worker enforces the tool's own timeout and reports it; Temporal's fires only for a silent worker.
             start_to_close_timeout=options.start_to_close_timeout + TOOL_TIMEOUT_GRACE,

@@ -172,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="registered tools Claude may call (replaces the file's tools)",
     )
+    run.add_argument(
+        "--mcp",
+        nargs="+",
+        action="extend",
+        metavar="SERVER",
+        help="MCP servers the workers are configured with whose tools Claude may call (replaces the file's mcp)",
+    )
     run.add_argument("--max-iterations", type=_positive_int, help="the most replies to ask for (default: no limit)")
     run.add_argument(
         "--no-thread", action="store_true", help="resend the full history every turn instead of using a thread"

@@ -54,6 +54,8 @@ def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
         data["system"] = args.system
     if args.tools:
         data["tools"] = list(args.tools)
+    if getattr(args, "mcp", None):
+        data["mcp"] = list(args.mcp)
     if args.max_iterations is not None:
         data["max_iterations"] = args.max_iterations
     if args.no_thread:

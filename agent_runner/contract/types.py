@@ -26,6 +26,10 @@ DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
 PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
 RECONCILE_TOOL_ACTIVITY = "agent_runner.reconcile_tool"
 """Asks an ``at_most_once`` tool's ``reconcile`` function whether a call whose outcome is unknown took effect."""
+LIST_MCP_TOOLS_ACTIVITY = "agent_runner.list_mcp_tools"
+"""Lists the tools of the MCP servers a run names, once, so the run's list is pinned in its history."""
+CALL_MCP_TOOL_ACTIVITY = "agent_runner.call_mcp_tool"
+"""Calls one tool of an MCP server the workers connect to (``activities/mcp.py``)."""
 
 TOOL_NOT_STARTED_ERROR = "ToolNotStarted"
 """The ``ApplicationError.type`` of a tool attempt that failed before the tool's own code ran (its stored input could
@@ -146,6 +150,19 @@ class ActivityOptions(BaseModel):
         return self
 
 
+class McpToolRef(BaseModel):
+    """Where a tool of an MCP server lives.
+
+    The server as the workers' configuration names it, and the tool's name there (the run may call it otherwise, when
+    its name collides with another tool's).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: str
+    tool: str
+
+
 class ToolSpec(BaseModel):
     """A tool as a worker registered it: the definition sent to Claude and how its activity is scheduled."""
 
@@ -160,6 +177,9 @@ class ToolSpec(BaseModel):
     """``at_most_once``: a call is never run again after an attempt that may have started it (see ``on_unknown``)."""
     on_unknown: OnUnknown = "tell"
     """For ``at_most_once``: what a call whose outcome is unknown becomes."""
+    # Left out of the JSON while unset, so the specs of registered tools carry what they carried before.
+    mcp: McpToolRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
+    """Set for a tool of an MCP server: its calls go to ``CALL_MCP_TOOL_ACTIVITY``."""
 
 
 class DescribeToolsInput(BaseModel):

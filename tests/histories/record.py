@@ -11,6 +11,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
+    python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -29,6 +30,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
+from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
 from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
@@ -87,6 +90,17 @@ async def record(name: str, scenario: str = "steered") -> None:
             registry=ToolRegistry([get_weather, get_time, send_once]),
             task_queue=queue,
             claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="k", max_retries=0)),
+            mcp=parse_mcp_config(
+                {
+                    "mcpServers": {
+                        "files": {
+                            "command": sys.executable,
+                            "args": [str(ROOT / "tests" / "mcp_server.py")],
+                            "env": {"MCP_TEST_DIR": tempfile.mkdtemp()},
+                        }
+                    }
+                }
+            ),
         )
         runner = AgentRunner(env.client, task_queue=queue)
         async with worker:
@@ -116,6 +130,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "lookalikes":
                 await lookalikes(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "mcp":
+                await mcp(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -434,6 +452,29 @@ async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def mcp(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``mcp`` scenario: the server's tools, listed once; two calls at once, one of which changes the
+    server's list; then a call of the withdrawn tool (an ``is_error`` result) beside one that fails (``isError``)."""
+    fake.script(
+        Reply([tool_use("toolu_1", "change_tools", {}), tool_use("toolu_2", "lookup", {"city": "Paris"})], "tool_use"),
+        Reply(
+            [tool_use("toolu_3", "lookup", {"city": "Rome"}), tool_use("toolu_4", "fail", {"reason": "no"})], "tool_use"
+        ),
+        end_turn("Paris: 21C."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris and Rome?"}],
+        tools=[get_weather],
+        mcp=["files"],
+    )
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -447,7 +488,7 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    scenarios = ["everything", "subagents", "parity", "compaction_end", "lookalikes", "sleep", "plain"]
+    scenarios = ["everything", "subagents", "parity", "compaction_end", "lookalikes", "sleep", "plain", "mcp"]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
             f"usage: python tests/histories/record.py NAME [{'|'.join(scenarios)}] (a new name: keep the recorded "

@@ -1,0 +1,497 @@
+"""MCP servers as tools: a real MCP server process (``tests/mcp_server.py``, stdio) behind the workers.
+
+Each test gives its worker a configuration naming that server (``agent_runner.mcp_config``), so the worker starts
+it as a child process; the server notes every call it gets in ``calls`` under the test's folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic import beta_tool
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agent_runner.cli import build_parser, build_run_input
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import AgentRunError, ConfigurationError, InvalidRunInput, ToolNotRegistered
+from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.run_input import parse_run_input
+from tests.conftest import WorkerFactory
+from tests.test_durability import wait_for, worker_process
+
+SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
+BASE = {"model": "claude-fake-1", "max_tokens": 1024, "thread": False}
+USER = {"role": "user", "content": "Weather in Paris?"}
+SECRET = "s3cret-token-4242"
+
+
+def definition(name: str, description: str, properties: dict[str, Any], title: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if properties:
+        schema["required"] = list(properties)
+    return {"name": name, "description": description, "input_schema": {**schema, "title": title}}
+
+
+def server_tools(prefix: str = "") -> list[dict[str, Any]]:
+    """The test server's tools as Claude is offered them (the SDK's ``mcp_tool`` definitions)."""
+    return [
+        definition(
+            f"{prefix}lookup",
+            "Look up a city's weather.",
+            {"city": {"title": "City", "type": "string"}},
+            "lookupArguments",
+        ),
+        definition(
+            f"{prefix}fail", "Always fails.", {"reason": {"title": "Reason", "type": "string"}}, "failArguments"
+        ),
+        definition(f"{prefix}change_tools", "Withdraw lookup and offer late instead.", {}, "change_toolsArguments"),
+        definition(
+            f"{prefix}authorized",
+            "Whether the worker gave this server the expected credential.",
+            {},
+            "authorizedArguments",
+        ),
+        definition(
+            f"{prefix}die_once",
+            "The first call kills the server mid-call; later ones (a new process) answer.",
+            {"what": {"title": "What", "type": "string"}},
+            "die_onceArguments",
+        ),
+        definition(
+            f"{prefix}slow", "Takes two seconds.", {"what": {"title": "What", "type": "string"}}, "slowArguments"
+        ),
+    ]
+
+
+def config(folder: Path, *names: str, **policy: Any) -> McpConfig:
+    """A worker configuration: the test server under each of ``names``, its token read from the environment."""
+    folder.mkdir(exist_ok=True)
+    (folder / "expected_token.txt").write_text(SECRET)
+    server = {
+        "command": sys.executable,
+        "args": [SERVER],
+        "env": {"MCP_TEST_DIR": str(folder), "MCP_TEST_TOKEN": "${TEST_MCP_TOKEN}"},
+        **policy,
+    }
+    return parse_mcp_config({"mcpServers": dict.fromkeys(names or ("files",), server)}, {"TEST_MCP_TOKEN": SECRET})
+
+
+def calls(folder: Path) -> list[str]:
+    path = folder / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def result(tool_use_id: str, content: Any, is_error: bool = False) -> dict[str, Any]:
+    block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+    return {**block, "is_error": True} if is_error else block
+
+
+def results_sent(fake: FakeMessagesAPI, request: int = 1) -> list[dict[str, Any]]:
+    """The tool results the ``request``-th request (from 0) sent, in its last message."""
+    content: list[dict[str, Any]] = fake.bodies()[request]["messages"][-1]["content"]
+    return content
+
+
+async def test_a_servers_tools_are_offered_and_called_with_the_sdks_results(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[
+                tool_use("toolu_1", "lookup", {"city": "Paris"}),
+                tool_use("toolu_2", "fail", {"reason": "disk full"}),
+                tool_use("toolu_3", "authorized", {}),
+            ],
+            stop_reason="tool_use",
+        ),
+        end_turn("Sunny."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools(), server_tools()]
+    assert results_sent(fake_api) == [
+        result("toolu_1", [{"type": "text", "text": "Paris: 21C"}]),
+        # isError: the server's content, with is_error, as the SDK's mcp_tool gives it
+        result("toolu_2", [{"type": "text", "text": "Error executing tool fail: disk full"}], is_error=True),
+        result("toolu_3", [{"type": "text", "text": "authorized"}]),
+    ]
+    assert calls(tmp_path) == ["lookup Paris", "fail disk full"]
+    # The server got its token from the worker's configuration; the run's history never holds it.
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    assert SECRET not in history.to_json()
+    assert "MCP_TEST_TOKEN" not in history.to_json()
+
+
+async def test_the_list_a_run_sees_is_pinned_when_it_starts(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The server withdraws ``lookup`` and adds ``late`` mid-run: the run is offered its first list to the end."""
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "change_tools", {})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_2", "lookup", {"city": "Paris"})], stop_reason="tool_use"),
+        end_turn("Done."),
+        end_turn("Later."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+        later = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await later.until_done()
+    bodies = fake_api.bodies()
+    assert [body["tools"] for body in bodies[:3]] == [server_tools()] * 3
+    assert results_sent(fake_api, 1) == [result("toolu_1", [{"type": "text", "text": "changed"}])]
+    # The call goes to the server, which no longer has the tool: its own error, as a result.
+    assert results_sent(fake_api, 2) == [
+        result("toolu_2", [{"type": "text", "text": "Unknown tool: lookup"}], is_error=True)
+    ]
+    # A run started after the change sees the server's new list.
+    late = {"name": "late", "description": "A tool the server offers only after change_tools.", "input_schema": {}}
+    late["input_schema"] = {"type": "object", "properties": {}, "title": "lateArguments"}
+    assert bodies[3]["tools"] == [*server_tools()[1:], late]
+    # The run's history replays on the current code, the pinned list included.
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_a_streamable_http_server_gets_its_token_as_a_header_from_the_workers_configuration(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    (tmp_path / "expected_token.txt").write_text(SECRET)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, SERVER, "http", str(port)], env={**os.environ, "MCP_TEST_DIR": str(tmp_path)}
+    )
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await asyncio.sleep(0.05)
+        http = {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer ${TEST_MCP_TOKEN}"}}
+        mcp = parse_mcp_config({"mcpServers": {"remote": http}}, {"TEST_MCP_TOKEN": SECRET})
+        fake_api.script(
+            Reply(
+                content=[tool_use("toolu_1", "lookup", {"city": "Oslo"}), tool_use("toolu_2", "authorized", {})],
+                stop_reason="tool_use",
+            ),
+            end_turn("Cold."),
+        )
+        async with worker(mcp=mcp):
+            run = await runner.start(**BASE, messages=[USER], mcp=["remote"])
+            await run.until_done()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert fake_api.bodies()[0]["tools"] == server_tools()
+    assert results_sent(fake_api) == [
+        result("toolu_1", [{"type": "text", "text": "Oslo: 21C"}]),
+        result("toolu_2", [{"type": "text", "text": "authorized"}]),
+    ]
+    history = (await client.get_workflow_handle(run.id).fetch_history()).to_json()
+    assert SECRET not in history
+
+
+@beta_tool
+def lookup(city: str) -> str:
+    """A registered tool whose name an MCP server's tool has too.
+
+    Args:
+        city: The city.
+    """
+    return f"registered lookup of {city}"
+
+
+async def test_colliding_names_get_their_servers_name_before_them(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[
+                tool_use("toolu_1", "lookup", {"city": "Paris"}),
+                tool_use("toolu_2", "b__lookup", {"city": "Rome"}),
+            ],
+            stop_reason="tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(lookup, mcp=config(tmp_path, "a", "b")):
+        run = await runner.start(**BASE, messages=[USER], tools=["lookup"], mcp=["a", "b"])
+        await run.until_done()
+    registered = {
+        "name": "lookup",
+        "description": "A registered tool whose name an MCP server's tool has too.",
+        "input_schema": {
+            "additionalProperties": False,
+            "properties": {"city": {"description": "The city.", "title": "City", "type": "string"}},
+            "required": ["city"],
+            "type": "object",
+        },
+    }
+    assert fake_api.bodies()[0]["tools"] == [registered, *server_tools("a__"), *server_tools("b__")]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "registered lookup of Paris"),
+        result("toolu_2", [{"type": "text", "text": "Rome: 21C"}]),
+    ]
+
+
+async def test_a_server_no_worker_is_configured_with_fails_the_run_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files", "github"])
+        with pytest.raises(ToolNotRegistered) as raised:
+            await run.until_done()
+    assert str(raised.value) == (
+        f"No worker on task queue {runner.task_queue!r} is configured with MCP server 'github' (they have 'files'). "
+        "Add it to the file the workers get as --mcp-config (or AGENT_RUNNER_MCP_CONFIG), or leave it out of the "
+        "run's `mcp`."
+    )
+    assert fake_api.bodies() == []  # nothing was sent to Claude
+
+
+def test_the_runs_mcp_is_a_list_of_server_names() -> None:
+    with pytest.raises(InvalidRunInput) as raised:
+        parse_run_input({**BASE, "messages": [USER], "mcp": "files"})
+    assert str(raised.value) == (
+        "The run's input was rejected:\n- `mcp` must be a list of distinct names of MCP servers the workers are "
+        'configured with, such as ["files"].'
+    )
+    assert parse_run_input({**BASE, "messages": [USER], "mcp": ["files"]}).mcp == ["files"]
+
+
+def test_a_configuration_is_checked_when_the_worker_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse_mcp_config(
+            {
+                "mcpServers": {
+                    "both": {"command": "x", "url": "https://mcp.example.test/mcp"},
+                    "secret": {"url": "https://mcp.example.test/mcp", "headers": {"Authorization": "Bearer ${TOK}"}},
+                    "policy": {"command": "x", "maximum_attempts": -1, "effects": "twice"},
+                }
+            },
+            {},
+        )
+    assert str(raised.value) == (
+        "MCP configuration was rejected:\n"
+        "- server 'both': Value error, give either `command` (a stdio server) or `url` (a streamable HTTP server), "
+        "not both\n"
+        "- server 'secret' reads TOK from the environment, which is not set: set it in the worker's environment\n"
+        "- server 'policy' `maximum_attempts`: Input should be greater than or equal to 0\n"
+        "- server 'policy' `effects`: Input should be 'idempotent' or 'at_most_once'"
+    )
+    toml = tmp_path / "mcp.toml"
+    toml.write_text(
+        '[mcp_servers.files]\ncommand = "python"\nargs = ["server.py"]\nmaximum_attempts = 3\n'
+        '[mcp_servers.files.tools.delete]\neffects = "at_most_once"\nrequires_approval = true\n'
+    )
+    loaded = load_mcp_config(toml)
+    options, approval, effects, on_unknown = loaded.servers["files"].policy("delete")
+    assert (options.maximum_attempts, approval, effects, on_unknown) == (3, True, "at_most_once", "tell")
+    assert loaded.servers["files"].policy("read")[1:] == (False, "idempotent", "tell")
+    with pytest.raises(ConfigurationError, match="is not valid JSON"):
+        (tmp_path / "mcp.json").write_text("{")
+        load_mcp_config(tmp_path / "mcp.json")
+
+
+@pytest.mark.slow
+async def test_a_server_that_dies_mid_call_is_called_again_on_a_new_process(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "die_once", {"what": "x"})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker(mcp=config(tmp_path, initial_interval=0.5)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert results_sent(fake_api) == [result("toolu_1", [{"type": "text", "text": "survived x"}])]
+    assert calls(tmp_path) == ["die_once x", "die_once x"]  # the first process died in it; a new one answered
+
+
+@pytest.mark.slow
+async def test_an_at_most_once_tool_whose_server_dies_mid_call_is_not_called_again(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "die_once", {"what": "x"})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker(mcp=config(tmp_path, tools={"die_once": {"effects": "at_most_once"}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    assert results_sent(fake_api) == [
+        result(
+            "toolu_1",
+            "Error: The outcome of this call of 'die_once' is unknown: MCP server 'files' failed during the call of "
+            "'die_once': the connection closed. The next attempt opens a new connection. It may or may not have "
+            "taken effect, and it was not run again. Check before calling it again.",
+            is_error=True,
+        )
+    ]
+    assert calls(tmp_path) == ["die_once x"]
+
+
+def test_the_worker_reads_its_configuration_file(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"files": {"url": "http://127.0.0.1:1/mcp"}}}))
+    assert load_mcp_config(path).servers["files"].url == "http://127.0.0.1:1/mcp"
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_call_leaves_the_call_to_another_worker_and_its_own_server(
+    runner: AgentRunner, temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """``python worker.py --mcp-config``, killed with ``-9`` while its server runs a call: the next worker starts its
+    own server process and makes the call again, and Claude gets what an uninterrupted run would have sent."""
+    config_file = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": [SERVER], "env": {"MCP_TEST_DIR": str(tmp_path)}}
+    config_file.write_text(json.dumps({"mcpServers": {"files": {**server, "heartbeat_timeout": 5}}}))
+    fake_api.script(Reply(content=[tool_use("toolu_1", "slow", {"what": "x"})], stop_reason="tool_use"), end_turn("ok"))
+    log = tmp_path / "worker.log"
+    args = ("--mcp-config", str(config_file))
+    with worker_process(temporal_address, runner.task_queue, fake_api, tmp_path / "marks", log, *args) as first:
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await wait_for(lambda: calls(tmp_path) == ["slow x"], "the call reaching the server")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with worker_process(temporal_address, runner.task_queue, fake_api, tmp_path / "marks", log, *args):
+        final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "ok"
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "slow", "input": {"what": "x"}}],
+    }
+    answer = {"role": "user", "content": [result("toolu_1", [{"type": "text", "text": "slow x"}])]}
+    body = {"model": "claude-fake-1", "max_tokens": 1024, "tools": server_tools(), "stream": True}
+    assert fake_api.bodies() == [{**body, "messages": [USER]}, {**body, "messages": [USER, call, answer]}]
+    assert calls(tmp_path) == ["slow x", "slow x"]  # idempotent: made again by the second worker's server
+
+
+def test_agent_runner_run_names_the_servers_with_mcp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_RUNNER_MODEL", raising=False)
+    args = build_parser().parse_args(["run", "Hi", "--mcp", "files", "linear"])
+    assert build_run_input(args) == {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "mcp": ["files", "linear"],
+    }
+
+
+async def test_the_pinned_list_and_its_calls_survive_continue_as_new(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "change_tools", {})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_2", "fail", {"reason": "after"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"], continue_as_new={"events": 10})
+        await run.until_done()
+        status = await run.status()
+    assert status.continuations >= 1
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools()] * 3  # not the server's new list
+    assert results_sent(fake_api, 2) == [
+        result("toolu_2", [{"type": "text", "text": "Error executing tool fail: after"}], is_error=True)
+    ]
+    assert calls(tmp_path) == ["change_tools", "fail after"]
+
+
+async def test_each_call_is_an_activity_under_the_policy_the_configuration_gives_its_tool(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    fake_api.script(
+        Reply(
+            content=[tool_use("toolu_1", "lookup", {"city": "Paris"}), tool_use("toolu_2", "fail", {"reason": "x"})],
+            stop_reason="tool_use",
+        ),
+        end_turn("Done."),
+    )
+    policy = {"maximum_attempts": 4, "tools": {"fail": {"start_to_close_timeout": "PT7S", "heartbeat_timeout": 3}}}
+    async with worker(mcp=config(tmp_path, **policy)):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        await run.until_done()
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    scheduled = {
+        event.activity_task_scheduled_event_attributes.activity_id: event.activity_task_scheduled_event_attributes
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    }
+    calls_scheduled = [a for a in scheduled.values() if a.activity_type.name == "agent_runner.call_mcp_tool"]
+    # (timeout in seconds, heartbeat timeout, attempts): the tool's own timeout plus the 10 s the worker is given to
+    # report it (TOOL_TIMEOUT_GRACE), as for a registered tool.
+    assert sorted(
+        (a.start_to_close_timeout.seconds, a.heartbeat_timeout.seconds, a.retry_policy.maximum_attempts)
+        for a in calls_scheduled
+    ) == [(17, 3, 4), (310, 30, 4)]
+    assert [a.activity_type.name for a in scheduled.values()].count("agent_runner.list_mcp_tools") == 1
+
+
+async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-such-server")
+    async with worker(mcp=parse_mcp_config({"mcpServers": {"files": {"command": missing}}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        with pytest.raises(AgentRunError) as raised:
+            await run.until_done()
+    assert str(raised.value) == (
+        "Could not list the tools of MCP server 'files': could not connect: FileNotFoundError(2, 'No such file or "
+        "directory'). Check the server and the workers' MCP configuration (the worker's log has the server's own "
+        "output)."
+    )
+    assert fake_api.bodies() == []
+
+
+async def test_an_agent_uses_the_mcp_servers_it_names(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("system") == "You lead.":
+            if len(body["messages"]) == 1:
+                return Reply(content=[tool_use("toolu_P", "researcher", {"task": "Paris"})], stop_reason="tool_use")
+            return end_turn("Done.")
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C", "lookup", {"city": "Paris"})], stop_reason="tool_use")
+        return end_turn("Paris: 21C, says the server.")
+
+    fake_api.responder = respond
+    researcher = {"name": "researcher", "description": "Researches.", "system": "You research.", "mcp": ["files"]}
+    async with worker(mcp=config(tmp_path)):
+        run = await runner.start(**BASE, system="You lead.", messages=[USER], agents=[researcher])
+        await run.until_done()
+    child = [b for b in fake_api.bodies() if b.get("system") == "You research."]
+    assert [b["tools"] for b in child] == [server_tools(), server_tools()]
+    assert child[1]["messages"][-1]["content"] == [result("toolu_C", [{"type": "text", "text": "Paris: 21C"}])]
+    assert results_sent(fake_api, -1) == [result("toolu_P", "Paris: 21C, says the server.")]
+    assert calls(tmp_path) == ["lookup Paris"]
+
+
+def test_failure_messages_never_carry_the_configurations_secrets() -> None:
+    from agent_runner.activities.mcp import McpConnection
+
+    server = {"url": "https://u:pw1234@mcp.example.test/mcp?key=abcd1234", "headers": {"Authorization": "Bearer zz99"}}
+    connection = McpConnection("x", parse_mcp_config({"mcpServers": {"x": server}}).servers["x"])
+    error = RuntimeError("401 from https://u:pw1234@mcp.example.test/mcp?key=abcd1234 with Bearer zz99")
+    assert connection.scrub(error) == "RuntimeError('401 from https://u:***@mcp.example.test/mcp?key=*** with ***')"
