@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         REPLIES_QUERY,
+        SEND_POINT_QUERY,
         STATUS_QUERY,
         THREAD_LOST_ERROR,
         TOOL_USE_READY_SIGNAL,
@@ -90,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
+    from agent_runner.workflows.continuation import continued_conversation, send_point
     from agent_runner.workflows.conversation import (
         THREAD_UNSUPPORTED_CODE,
         THREAD_UNSUPPORTED_ERROR,
@@ -111,6 +113,7 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
+    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
@@ -272,6 +275,10 @@ class AgentRun:
         spec = self._route_model_calls(spec, described.model_task_queue)
         definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
         state.conversation = Conversation.start(spec.params, definitions, spec.messages, threading=spec.thread)
+        if spec.continue_from is not None:  # Run.send: the conversation of an ended run goes on
+            state.conversation = continued_conversation(spec.continue_from, spec.messages)
+            state.usage = spec.continue_from.usage
+            state.fallback_index = spec.continue_from.fallback_index
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
@@ -802,8 +809,11 @@ class AgentRun:
         reply_number = state.reply_count + 1
         eager = spec.eager_tools and spec.step is None and compaction is None
         self._event(events.ITERATION_STARTED)
+        token: str | None = None
         while True:
             turn = conversation.turn(compaction, keep_from)
+            if spec.refusal_fallbacks:
+                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -830,14 +840,19 @@ class AgentRun:
                 if problems:
                     raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
                 state.stored = output.stored
+                hop = self._falls_back(spec, output.message)
                 if output.stored:
                     state.settings_stored = turn.settings_ref
-                    state.replies_head = next_head(state.replies_head, message_ref(output.message))
+                    if not hop:  # a refused hop is not one of the run's replies
+                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
                     if keep_from is None:
                         # The call stored the turn's pending messages, which are the history's only when it sent
                         # the whole history.
                         conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
+                if hop:
+                    token = credit_token(output.message)
+                    continue
                 self._event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
                     self._take_thread_fallbacks(conversation)
@@ -875,6 +890,29 @@ class AgentRun:
             finally:
                 self._in_flight = None
                 self._eager.token = ""
+
+    def _falls_back(self, spec: RunSpec, reply: dict[str, Any]) -> bool:
+        """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
+
+        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted.
+        """
+        state = self._state
+        following = -1 if state.fallback_index is None else state.fallback_index
+        if (
+            reply.get("stop_reason") != "refusal"
+            or following + 1 >= len(spec.refusal_fallbacks)
+            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
+        ):
+            return False
+        state.fallback_index = following + 1
+        state.usage = state.usage.add(reply.get("usage"))
+        workflow.logger.info(
+            "Refused (%s): trying the turn again on fallback %d, %s",
+            reply.get("model"),
+            state.fallback_index,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
 
     @staticmethod
     def _take_thread_fallbacks(conversation: Conversation) -> None:
@@ -943,6 +981,25 @@ class AgentRun:
         # A continuation whose input left its big parameters to the carried conversation forks with those.
         params = conversation.params if conversation is not None and state.input_trimmed else {}
         return {"input": {**params, **self._input}, "head": head}
+
+    @workflow.query(name=SEND_POINT_QUERY)
+    def send_point(self) -> dict[str, Any]:
+        """What a new run that goes on with this ended run's conversation starts from (``Run.send``).
+
+        Returns:
+            ``{"input": …, "continue_from": …}``: this run's input, and its ``continue_from`` (``continuation.py``).
+        """
+        state = self._state
+        if not self._ended:
+            raise ValueError(
+                f"The run is still {self._status}: send it a message with `inject` instead, or wait for it to end."
+            )
+        if state.conversation is None:
+            raise ValueError("The run ended before it had a conversation; start a new run instead.")
+        params = state.conversation.params if state.input_trimmed else {}
+        run_input = {k: v for k, v in {**params, **self._input}.items() if k not in ("messages", "continue_from")}
+        point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
+        return {"input": run_input, "continue_from": point}
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:

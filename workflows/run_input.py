@@ -24,6 +24,8 @@ from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
+from agent_runner.workflows.continuation import ContinueFrom, continue_from_problems
+from agent_runner.workflows.fallbacks import entries, fallback_problems
 from agent_runner.workflows.params import param_problems
 from agent_runner.workflows.subagents import AgentLimits, AgentSpec, parse_agents
 
@@ -77,6 +79,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "eager_tools",
         "agents",
         "agent_limits",
+        "refusal_fallbacks",
+        "continue_from",
     }
 )
 
@@ -149,6 +153,12 @@ class RunSpec(BaseModel):
 
     agent_limits: AgentLimits = AgentLimits()
     """How deep and wide the tree of agents may grow, and this run's depth in it."""
+
+    refusal_fallbacks: list[dict[str, Any]] = []
+    """Models to retry a refused turn on, in order, as ``fallbacks`` entries (``fallbacks.py``)."""
+
+    continue_from: ContinueFrom | None = None
+    """The ended run whose conversation this run goes on with (``continuation.py``)."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -226,6 +236,9 @@ def parse_run_input(raw: object) -> RunSpec:
     )
     tool_names = [n for n in names if isinstance(n, str)]
     agents, agent_limits = parse_agents(raw, tool_names, problems)
+    refusal_fallbacks = raw.get("refusal_fallbacks")
+    problems.extend(fallback_problems(refusal_fallbacks, raw))
+    problems.extend(continue_from_problems(raw.get("continue_from"), messages))
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -244,6 +257,8 @@ def parse_run_input(raw: object) -> RunSpec:
         eager_tools=eager_tools,
         agents=agents,
         agent_limits=agent_limits,
+        refusal_fallbacks=entries(refusal_fallbacks or []),
+        continue_from=ContinueFrom.model_validate(raw["continue_from"]) if raw.get("continue_from") else None,
     )
 
 
