@@ -95,6 +95,7 @@ from agent_runner.contract.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
     REPLIES_QUERY,
+    SEND_POINT_QUERY,
     STATUS_QUERY,
     TASK_QUEUE,
     TRANSCRIPT_QUERY,
@@ -725,6 +726,38 @@ class Run:
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
             task_queue = await self.task_queue()  # where the original runs, by default
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+
+    async def send(
+        self, content: str | list[dict[str, Any]], *, id: str | None = None, task_queue: str | None = None
+    ) -> Run:
+        """Go on with this ended run's conversation: a new run that starts with ``content`` as the user's next message.
+
+        The new run carries this run's transcript (by reference), its parameters, tools and options, its place on
+        the server-side thread (so its first turn sends only ``content``), its usage and its refusal-fallback pin;
+        its input names this run in ``continue_from``. This run is left as it is, its fork points included. To add
+        to a run that is still going, use ``inject``.
+
+        Args:
+            content: The user's message: text, or content blocks.
+            id: The new run's workflow id; a new ``agent-<uuid>`` by default.
+            task_queue: Where the new run goes; this run's task queue by default.
+
+        Returns:
+            A handle on the new run.
+
+        Raises:
+            AgentRunError: The run has not ended (it answers with what to do instead).
+        """
+        point = await self._query(SEND_POINT_QUERY)
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        run_input = {
+            **point["input"],
+            "messages": [{"role": "user", "content": blocks}],
+            "continue_from": point["continue_from"],
+        }
+        if task_queue is None:
+            task_queue = await self.task_queue()
         return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
 
     async def terminate(self, reason: str) -> None:

@@ -840,7 +840,7 @@ class AgentRun:
                 if problems:
                     raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
                 state.stored = output.stored
-                hop = self._falls_back(spec, output.message)
+                hop = self._falls_back(spec, conversation, output.message)
                 if output.stored:
                     state.settings_stored = turn.settings_ref
                     if not hop:  # a refused hop is not one of the run's replies
@@ -891,10 +891,12 @@ class AgentRun:
                 self._in_flight = None
                 self._eager.token = ""
 
-    def _falls_back(self, spec: RunSpec, reply: dict[str, Any]) -> bool:
+    def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
         """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
 
-        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted.
+        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted. A
+        refused ``continue`` is sent again on a new thread, since the server may hold the refused turn (the rule
+        ``Conversation.record_reply`` follows for a refusal the run keeps).
         """
         state = self._state
         following = -1 if state.fallback_index is None else state.fallback_index
@@ -906,6 +908,8 @@ class AgentRun:
             return False
         state.fallback_index = following + 1
         state.usage = state.usage.add(reply.get("usage"))
+        if conversation.threading and conversation.previous_message_id is not None:
+            conversation.start_new_thread("refusal")
         workflow.logger.info(
             "Refused (%s): trying the turn again on fallback %d, %s",
             reply.get("model"),
