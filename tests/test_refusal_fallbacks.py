@@ -112,9 +112,7 @@ async def test_on_a_thread_a_refused_continue_is_retried_on_a_new_thread(
     keeps makes the next turn do), then the run continues that thread on the fallback model."""
     fake_api.script(weather_call(), refusal("tok_B"), end_turn("Sunny."))
     async with worker(get_weather):
-        run = await runner.start(
-            **BASE, messages=[USER], tools=[get_weather], refusal_fallbacks=["claude-fallback-2"]
-        )
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], refusal_fallbacks=["claude-fallback-2"])
         result = await run.result()
     bodies = fake_api.bodies()
     assert [(b["model"], b["thread"], b["messages"], b.get("fallback_credit_token")) for b in bodies[1:]] == [
