@@ -557,7 +557,12 @@ class Run:
         return await self._edit(REMOVE_TOOLS_UPDATE, {"names": list(names)}, wait)
 
     async def compact(
-        self, compaction: dict[str, Any] | None = None, *, keep_recent_turns: int = 0, wait: bool | None = None
+        self,
+        compaction: dict[str, Any] | None = None,
+        *,
+        keep_recent_turns: int = 0,
+        background: bool = False,
+        wait: bool | None = None,
     ) -> int | None:
         """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``).
 
@@ -566,6 +571,10 @@ class Run:
             keep_recent_turns: Keep the last this many turns verbatim after the summary, summarizing only the history
                 before them (``0``: all of it). A turn starts with a reply of Claude's that follows a user or system
                 message. The edit fails, changing nothing, while the history has no older turn.
+            background: Let the run go on while the summary is written: the history as it is now (less the kept
+                turns) is summarized, and the summary takes its place at the first boundary after it arrived, with
+                every later message kept after it. Then the version returned is the one the edit applied at, before
+                the summary is in place.
             wait: Wait for the edit to apply (the default unless the run is in step mode).
 
         Returns:
@@ -577,7 +586,10 @@ class Run:
         """
         # Left out at 0, so the update stays the one workers from before the option take.
         keep = keep_recent_turns if keep_recent_turns != 0 else None
-        return await self._edit(COMPACT_UPDATE, {"compaction": compaction, "keep_recent_turns": keep}, wait)
+        payload: dict[str, Any] = {"compaction": compaction, "keep_recent_turns": keep}
+        if background:  # left out otherwise, as `keep_recent_turns`
+            payload["background"] = True
+        return await self._edit(COMPACT_UPDATE, payload, wait)
 
     async def stop(self, reason: str = "stopped by a client") -> None:
         """End the run at its next step (the SDK's ``close``): a reply whose tools have not run yet never runs them."""

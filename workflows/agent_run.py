@@ -90,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
+    from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.continuation import continued_conversation, send_point
     from agent_runner.workflows.conversation import (
@@ -214,6 +215,7 @@ class AgentRun:
         self._steps = StepMode(self)
         self._eager = EagerTools(self)
         self._tool_calls = ToolCalls(self)
+        self._background = BackgroundCompaction(self)
 
     @workflow.run
     async def run(self, raw_input: Any = None) -> dict[str, Any]:
@@ -316,6 +318,7 @@ class AgentRun:
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
             state.version += 1
+        await self._background.settle(conversation, wait=True)
         last = state.last_reply
         return RunResult(
             status=self._status,
@@ -363,7 +366,12 @@ class AgentRun:
                 self._state.turn_input_tokens,
                 spec.auto_compact.input_tokens,
             )
-            await self._compact(conversation, spec.auto_compact.compaction, spec.auto_compact.keep_recent_turns)
+            await self._compact(
+                conversation,
+                spec.auto_compact.compaction,
+                spec.auto_compact.keep_recent_turns,
+                background=spec.auto_compact.background,
+            )
         if should_continue_as_new(spec.continue_as_new, self._updates, self._signals):
             await self._continue_as_new(spec)
 
@@ -401,6 +409,8 @@ class AgentRun:
 
         Live-event subscribers are released first and follow the run to its continuation.
         """
+        assert self._state.conversation is not None
+        await self._background.settle(self._state.conversation, wait=True)  # its task cannot go across
         self._stream.detach_pollers()
         self._draining = True  # an `advance` waiting for a pause gives up: none comes in this execution
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -424,7 +434,13 @@ class AgentRun:
         self._state.version += 2
 
     async def _compact(
-        self, conversation: Conversation, compaction: dict[str, Any], keep_recent_turns: int = 0, *, edit: bool = False
+        self,
+        conversation: Conversation,
+        compaction: dict[str, Any],
+        keep_recent_turns: int = 0,
+        *,
+        edit: bool = False,
+        background: bool = False,
     ) -> None:
         """Replace the history by Claude's summary of it (a compaction request on a new thread).
 
@@ -434,6 +450,7 @@ class AgentRun:
             keep_recent_turns: Summarize only the history before the last this many turns, which follow the summary.
             edit: Whether a client asked for it: with nothing old enough to summarize, the edit fails saying so;
                 ``auto_compact`` just waits for the history to grow.
+            background: Let the run go on meanwhile (``background.py``).
         """
         assert self._spec is not None
         state = self._state
@@ -447,6 +464,16 @@ class AgentRun:
                 workflow.logger.info("Not compacting yet: %s", reason)
                 return
             keep_from = conversation.recent_turns_start(keep_recent_turns)
+        if background:
+            if self._background.running:
+                if edit:
+                    raise EditFailed("Compaction skipped: a background compaction is under way.")
+                return
+            self._background.start(
+                conversation, compaction, len(conversation.transcript) if keep_from is None else keep_from
+            )
+            state.turn_input_tokens = 0
+            return
         reply = await self._create_message(self._spec, conversation, compaction, keep_from)
         state.replies.append(reply)
         state.fork_points.append(None)
@@ -473,6 +500,8 @@ class AgentRun:
     async def _boundary(self) -> None:
         """Apply every queued edit, in the order accepted, before the next model call."""
         state = self._state
+        if state.conversation is not None:
+            await self._background.settle(state.conversation, wait=False)
         while state.queue:
             edit = state.queue.pop(0)
             try:
@@ -529,13 +558,13 @@ class AgentRun:
                         for d in definitions
                     ]
                 )
-            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns):
+            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns, background=background):
                 transcript = conversation.transcript
                 if transcript.role(len(transcript) - 1) == "assistant":
                     last = transcript.pending[-1] if transcript.pending else (state.last_reply or {})
                     if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
                         raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-                await self._compact(conversation, compaction, keep_recent_turns, edit=True)
+                await self._compact(conversation, compaction, keep_recent_turns, edit=True, background=background)
             case RemoveTools(names=names):
                 for name in names:
                     state.tools.pop(name, None)

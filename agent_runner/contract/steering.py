@@ -99,6 +99,10 @@ class Compact(_Strict):
     Claude's that follows a user or system message, and holds everything up to the next one. While the history has no
     turn older than those, the compaction is skipped and the edit says so."""
 
+    background: bool = False
+    """Let the run go on while the summary is written; it replaces what it summarized at the first iteration boundary
+    after it arrived, every later message kept after it (``workflows/background.py``)."""
+
 
 class Stop(_Strict):
     """End the run (the SDK's ``close``): the current reply's tools do not run."""
