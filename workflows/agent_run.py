@@ -132,6 +132,10 @@ THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
 model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
 (``Conversation.thread_fallbacks``)."""
 
+REFUSED_TURN_PATCH = "refused-turn-not-kept-on-a-thread"
+"""``workflow.patched`` id of leaving a refused reply out of a threaded history, as the SDK does (issue 13); runs
+recorded before keep it in their history."""
+
 Step = Literal["run_tools", "resume", "stop"]
 
 _STOP_REASON_STEPS: dict[str, Step] = {
@@ -491,7 +495,13 @@ class AgentRun:
         state.replies.append(reply)
         state.usage = state.usage.add(reply.get("usage"))
         state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
-        conversation.record_reply(reply)
+        if self._drops_refused_turn(conversation, reply):
+            # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
+            # conversation goes on without it, on a new thread.
+            if conversation.previous_message_id is not None:
+                conversation.start_new_thread("refusal")
+        else:
+            conversation.record_reply(reply)
         if state.stored:
             transcript.store_pending()
 
@@ -919,6 +929,11 @@ class AgentRun:
             finally:
                 self._in_flight = None
                 self._eager.token = ""
+
+    @staticmethod
+    def _drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
+        """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
+        return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
 
     def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
         """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
