@@ -6,11 +6,16 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
+    python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
 executions are kept: the second starts from the state the first carried), an at-most-once tool whose outcome is
 unknown and reconciled; then step mode with an advance, an approval and a review that changes the tool results.
+
+The ``features`` scenario: on a thread, a refusal retried on a fallback model, a tool call, a compaction in the
+background beside a turn refused again with the chain exhausted (so left out of the history); then ``Run.send``
+going on with the ended run in a new run.
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "features":
+                await features(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -245,6 +254,41 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
 
 
+async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``features`` scenario (see the module's docstring)."""
+    refused = {"type": "refusal", "category": "cyber", "fallback_credit_token": "tok_1"}
+    turns = [
+        Reply([text("No.")], "refusal", stop_details=refused),
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([text("No.")], "refusal", stop_details={"type": "refusal", "category": None}),
+        end_turn("Sunny."),
+    ]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        return (
+            Reply([{"type": "compaction", "content": "Summary."}], "compaction")
+            if "compaction" in body
+            else turns.pop(0)
+        )
+
+    fake.responder = respond
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        refusal_fallbacks=["claude-fake-2"],
+        auto_compact={"input_tokens": 10, "background": True},
+    )
+    result = await run.result()
+    assert (result.status, result.stop_reason) == ("completed", "refusal"), result
+    after = await run.send("And now?", id=f"{name}-send")
+    assert (await after.result()).status == "completed"
+    (HERE / f"{name}.json").write_text(json.dumps((await run.handle.fetch_history()).to_json_dict(), indent=1) + "\n")
+    sent = await after.handle.fetch_history()
+    (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -258,10 +302,10 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"]):
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["everything"], ["subagents"], ["features"]):
         sys.exit(
-            "usage: python tests/histories/record.py NAME [everything|subagents] (a new name: keep the recorded "
-            "histories)"
+            "usage: python tests/histories/record.py NAME [everything|subagents|features] (a new name: keep the "
+            "recorded histories)"
         )
     asyncio.run(record(*sys.argv[1:]))
     sys.stdout.flush()
