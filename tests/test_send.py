@@ -80,18 +80,17 @@ async def test_send_resends_the_whole_history_without_a_thread(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     script(fake_api)
+    fake_api.script(end_turn("Cold again."))
     async with worker(get_weather):
         run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
         await run.until_done()
         after = await run.send([text("And in Oslo?")], id=f"{run.id}-next")
         await after.until_done()
+        fork = await after.fork(1)  # a run that a send started forks as any other
+        await fork.until_done()
     assert after.id == f"{run.id}-next"
-    assert fake_api.bodies()[2] == {
-        **BASE,
-        "messages": [USER, CALL, RESULT, SUNNY, AGAIN],
-        "tools": [GET_WEATHER_DEF],
-        "stream": True,
-    }
+    continued = {**BASE, "messages": [USER, CALL, RESULT, SUNNY, AGAIN], "tools": [GET_WEATHER_DEF], "stream": True}
+    assert fake_api.bodies()[2:] == [continued, continued]
 
 
 async def test_send_keeps_the_model_a_refusal_fell_back_to(

@@ -418,7 +418,9 @@ class AgentRun:
         self._stream.detach_pollers()
         self._draining = True  # an `advance` waiting for a pause gives up: none comes in this execution
         await workflow.wait_condition(workflow.all_handlers_finished)
-        run_input = continuation_input(self._state, self._stream, self._input, spec.model_activity.task_queue)
+        # A continuation goes on from the carried state: the conversation a `send` started from is in it already.
+        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
+        run_input = continuation_input(self._state, self._stream, own_input, spec.model_activity.task_queue)
         self._continuing = True
         workflow.continue_as_new(run_input)
 
@@ -1028,7 +1030,9 @@ class AgentRun:
         conversation = state.conversation
         # A continuation whose input left its big parameters to the carried conversation forks with those.
         params = conversation.params if conversation is not None and state.input_trimmed else {}
-        return {"input": {**params, **self._input}, "head": head}
+        # A fork starts from the history at `head`, which holds what a `send` continued from.
+        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
+        return {"input": {**params, **own_input}, "head": head}
 
     @workflow.query(name=SEND_POINT_QUERY)
     def send_point(self) -> dict[str, Any]:
