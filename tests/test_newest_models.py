@@ -112,3 +112,20 @@ async def test_auto_compact_in_the_background_does_not_hold_up_the_turn(
         {"role": "assistant", "content": [text("Sunny.")]},
         {"role": "user", "content": [text("And tomorrow?")]},
     ]
+
+
+async def test_a_background_compaction_without_a_summary_leaves_the_history_as_it_was(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    turns: list[ScriptItem] = [call("toolu_P", "Paris"), end_turn("Sunny.")]
+    fake_api.responder = lambda body: Reply([text("No.")], "refusal") if "compaction" in body else turns.pop(0)
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], auto_compact={"input_tokens": 10, "background": True}
+        )
+        result = await run.result()
+        transcript = await run.transcript()
+    assert len(split(fake_api.bodies())[1]) == 1
+    assert result.status == "completed"
+    sunny = {"role": "assistant", "content": [text("Sunny.")]}
+    assert transcript == [USER, asked("toolu_P", "Paris"), answered("toolu_P", "Paris"), sunny]

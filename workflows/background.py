@@ -11,7 +11,8 @@ run took meanwhile) follows it verbatim, and the next turn starts a new thread f
 - One runs at a time; a continuation (continue-as-new) and the end of the run first wait for it and apply it.
 - Its request is the model call's activity, as a compaction's, but it is not one of the run's replies: it has no
   reply number or fork point, and its live events say ``iteration`` 0. Its usage is counted when it applies.
-- A failed background compaction does not fail the run: the run goes on with its history as it was.
+- A failed background compaction, or a reply without a ``compaction`` block (a refusal), does not fail the run: the
+  run goes on with its history as it was.
 
 This module is workflow code: deterministic, no I/O.
 """
@@ -106,6 +107,11 @@ class BackgroundCompaction:
             return
         state = self._run._state
         state.usage = state.usage.add(reply.get("usage"))
+        if not any(isinstance(b, dict) and b.get("type") == "compaction" for b in reply.get("content") or []):
+            workflow.logger.warning(
+                "Discarded the background compaction: its reply (%s) holds no summary.", reply.get("stop_reason")
+            )
+            return
         if summarized_refs(conversation.transcript, self._keep_from) != self._summarized:
             workflow.logger.warning(
                 "Discarded the background compaction: the messages it summarized changed while it ran."
