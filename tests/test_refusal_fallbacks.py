@@ -7,15 +7,20 @@ chain is exhausted the last refusal is the run's reply.
 
 from __future__ import annotations
 
+import signal
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.types import RunResult
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.fallbacks import apply_hop
 from agent_runner.workflows.run_input import parse_run_input
+from tests import test_durability as durability
 from tests.conftest import WorkerFactory
 from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_weather
@@ -179,3 +184,42 @@ def test_bad_refusal_fallbacks_are_refused_at_start(extra: dict[str, Any], messa
     with pytest.raises(InvalidRunInput) as e:
         parse_run_input({**BASE, "messages": [USER], **extra})
     assert str(e.value) == f"The run's input was rejected:\n- {message}"
+
+
+@pytest.mark.slow
+async def test_the_pin_survives_a_worker_killed_during_the_fallback_call(
+    tmp_path: Path, fake_api: FakeMessagesAPI
+) -> None:
+    """The hop is a durable step: a worker ``kill -9``ed while the fallback model writes its reply leaves a run that
+    retries the hop on a new worker, never asks the model that refused again, and stays on the fallback."""
+    slow = {"first": True}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body["model"] == "claude-fake-1":
+            return refusal("tok_K")
+        answered = any(
+            isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in body["messages"]
+        )
+        if answered:
+            return end_turn("Done.")
+        delay, slow["first"] = (6.0 if slow["first"] else 0.0), False
+        return Reply([tool_use("toolu_K", "slow_step", {"step": "one"})], "tool_use", delay=delay)
+
+    fake_api.responder = respond
+    marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"
+    async with durability.server(tmp_path) as temporal:
+        runner = AgentRunner(await durability.connect(temporal.address), task_queue=f"kill-hop-{uuid.uuid4()}")
+        with durability.worker_process(temporal.address, runner.task_queue, fake_api, marks, log) as first:
+            run = await runner.start(**{**durability.RUN, "thread": False, "refusal_fallbacks": ["claude-fallback-2"]})
+            await durability.wait_for(lambda: len(fake_api.requests) >= 2, "the fallback request")
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        with durability.worker_process(temporal.address, runner.task_queue, fake_api, marks, log):
+            result = RunResult.model_validate(await run.handle.result())
+    assert (result.status, result.stop_reason) == ("completed", "end_turn")
+    assert [r.body["model"] for r in fake_api.requests] == ["claude-fake-1", *["claude-fallback-2"] * 3]
+    assert [r.body.get("fallback_credit_token") for r in fake_api.requests][1:3] == [
+        {"token": "tok_K", "mode": "best_effort"}
+    ] * 2
+    assert marks.read_text().splitlines() == ["start one"]
