@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 
 from agent_runner.client import AgentRunner
@@ -223,3 +224,25 @@ async def test_the_pin_survives_a_worker_killed_during_the_fallback_call(
         {"token": "tok_K", "mode": "best_effort"}
     ] * 2
     assert marks.read_text().splitlines() == ["start one"]
+
+
+def test_the_fake_api_answers_a_scripted_refusal_with_its_stop_details(fake_api: FakeMessagesAPI) -> None:
+    """Whole in a JSON reply; streamed, in the ``message_delta`` with the stop reason (not in ``message_start``)."""
+    client = anthropic.Anthropic(base_url=fake_api.url, api_key="k", max_retries=0)
+    fake_api.script(refusal("tok_J"), refusal("tok_S"))
+    whole = client.beta.messages.create(**BASE, messages=[USER])
+    with client.beta.messages.stream(**BASE, messages=[USER]) as stream:
+        started = None
+        for event in stream:
+            if event.type == "message_start":
+                started = event.message.stop_details
+        streamed = stream.get_final_message()
+    assert whole.stop_details is not None and whole.stop_details.fallback_credit_token == "tok_J"
+    assert started is None
+    assert streamed.stop_details is not None
+    assert streamed.stop_details.model_dump(exclude_unset=True) == {
+        "type": "refusal",
+        "category": "cyber",
+        "explanation": "Not this.",
+        "fallback_credit_token": "tok_S",
+    }
