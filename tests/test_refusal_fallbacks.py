@@ -18,7 +18,7 @@ import pytest
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.types import RunResult
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.fallbacks import apply_hop
 from agent_runner.workflows.run_input import parse_run_input
 from tests import test_durability as durability
@@ -109,6 +109,34 @@ async def test_an_exhausted_chain_leaves_the_last_refusal_as_the_reply(
         "explanation": "Not this.",
         "fallback_credit_token": "tok_C",
     }
+
+
+async def test_a_fallback_whose_request_fails_is_skipped_and_when_all_fail_the_refusal_stands(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the middleware: the failed hop's token was never redeemed, so the next entry gets it."""
+    chain = ["claude-fallback-2", "claude-fallback-3"]
+    fake_api.script(refusal("tok_A"), bad_request("no such model"), end_turn("Sunny."))
+    fake_api.script(refusal("tok_B"), bad_request("no such model"), bad_request("no such model"))
+    async with worker(get_weather):
+        served = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, refusal_fallbacks=chain)
+        served_result = await served.result()
+        refused = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], thread=False, refusal_fallbacks=chain
+        )
+        refused_result = await refused.result()
+    assert fake_api.bodies() == [
+        body("claude-fake-1", [USER]),
+        body("claude-fallback-2", [USER], token="tok_A"),
+        body("claude-fallback-3", [USER], token="tok_A"),
+        body("claude-fake-1", [USER]),
+        body("claude-fallback-2", [USER], token="tok_B"),
+        body("claude-fallback-3", [USER], token="tok_B"),
+    ]
+    assert (served_result.status, served_result.stop_reason) == ("completed", "end_turn")
+    assert (refused_result.status, refused_result.stop_reason, refused_result.iterations) == ("completed", "refusal", 1)
+    assert refused_result.final_message is not None
+    assert refused_result.final_message["stop_details"]["fallback_credit_token"] == "tok_B"
 
 
 async def test_on_a_thread_a_refused_continue_is_retried_on_a_new_thread(

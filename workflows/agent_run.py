@@ -851,6 +851,7 @@ class AgentRun:
         eager = spec.eager_tools and spec.step is None and compaction is None
         self._event(events.ITERATION_STARTED)
         token: str | None = None
+        refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
@@ -892,7 +893,7 @@ class AgentRun:
                         conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
                 if hop:
-                    token = credit_token(output.message)
+                    token, refusal = credit_token(output.message), output.message
                     continue
                 self._event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
@@ -927,6 +928,14 @@ class AgentRun:
                         ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
+                if refusal is not None:
+                    # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
+                    # to the next entry); when every entry failed, the refusal stands.
+                    if self._skips_failed_hop(spec, e):
+                        continue
+                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
+                    self._event(events.REPLY, message=refusal)
+                    return refusal
                 raise activity_failure(e) from None
             finally:
                 self._in_flight = None
@@ -960,6 +969,23 @@ class AgentRun:
             "Refused (%s): trying the turn again on fallback %d, %s",
             reply.get("model"),
             state.fallback_index,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
+
+    def _skips_failed_hop(self, spec: RunSpec, error: ActivityError) -> bool:
+        """Whether the run goes on to the next ``refusal_fallbacks`` entry after a hop's request failed."""
+        state = self._state
+        assert state.fallback_index is not None
+        failed = spec.refusal_fallbacks[state.fallback_index].get("model")
+        if state.fallback_index + 1 >= len(spec.refusal_fallbacks):
+            workflow.logger.warning("The last refusal fallback, %s, failed (%s); the refusal stands", failed, error)
+            return False
+        state.fallback_index += 1
+        workflow.logger.warning(
+            "Refusal fallback %s failed (%s); trying %s",
+            failed,
+            error,
             spec.refusal_fallbacks[state.fallback_index].get("model"),
         )
         return True

@@ -14,8 +14,11 @@ rules (``anthropic/lib/middleware/_fallbacks.py``), with each hop its own model-
 - the run is then *pinned* to the entry that was tried (``RunState.fallback_index``, the middleware's
   ``BetaFallbackState``): every later request of the run, compactions and continuations included, starts there, so
   the conversation stays on the model that accepted;
+- a hop whose request fails (a rejection, or a failure left after Temporal's retries) is skipped: its token was never
+  redeemed, so the next entry gets it;
 - when the chain is exhausted the last refusal stands: it is the run's reply, and the run stops on it as on any
-  refusal.
+  refusal. (The middleware stamps ``recommended_model`` on a refusal it replays after failed hops; a run keeps the
+  refusal as stored, since its replies are named by their content.)
 
 The middleware's streaming splice (the refused partial output resent as a prefill, ``fallback`` seam blocks in the
 reply) is not reproduced: a run takes the accepting model's reply as it came, and a refused hop is not one of the
