@@ -96,6 +96,7 @@ from agent_runner.contract.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
     REPLIES_QUERY,
+    SEND_POINT_QUERY,
     STATUS_QUERY,
     TASK_QUEUE,
     TRANSCRIPT_QUERY,
@@ -559,7 +560,12 @@ class Run:
         return await self._edit(REMOVE_TOOLS_UPDATE, {"names": list(names)}, wait)
 
     async def compact(
-        self, compaction: dict[str, Any] | None = None, *, keep_recent_turns: int = 0, wait: bool | None = None
+        self,
+        compaction: dict[str, Any] | None = None,
+        *,
+        keep_recent_turns: int = 0,
+        background: bool = False,
+        wait: bool | None = None,
     ) -> int | None:
         """Summarize the history before the next turn (the SDK's ``compact_before_next_turn``).
 
@@ -568,6 +574,10 @@ class Run:
             keep_recent_turns: Keep the last this many turns verbatim after the summary, summarizing only the history
                 before them (``0``: all of it). A turn starts with a reply of Claude's that follows a user or system
                 message. The edit fails, changing nothing, while the history has no older turn.
+            background: Let the run go on while the summary is written: the history as it is now (less the kept
+                turns) is summarized, and the summary takes its place at the first boundary after it arrived, with
+                every later message kept after it. Then the version returned is the one the edit applied at, before
+                the summary is in place.
             wait: Wait for the edit to apply (the default unless the run is in step mode).
 
         Returns:
@@ -579,7 +589,10 @@ class Run:
         """
         # Left out at 0, so the update stays the one workers from before the option take.
         keep = keep_recent_turns if keep_recent_turns != 0 else None
-        return await self._edit(COMPACT_UPDATE, {"compaction": compaction, "keep_recent_turns": keep}, wait)
+        payload: dict[str, Any] = {"compaction": compaction, "keep_recent_turns": keep}
+        if background:  # left out otherwise, as `keep_recent_turns`
+            payload["background"] = True
+        return await self._edit(COMPACT_UPDATE, payload, wait)
 
     async def stop(self, reason: str = "stopped by a client") -> None:
         """End the run at its next step (the SDK's ``close``): a reply whose tools have not run yet never runs them."""
@@ -741,6 +754,38 @@ class Run:
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
             task_queue = await self.task_queue()  # where the original runs, by default
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+
+    async def send(
+        self, content: str | list[dict[str, Any]], *, id: str | None = None, task_queue: str | None = None
+    ) -> Run:
+        """Go on with this ended run's conversation: a new run that starts with ``content`` as the user's next message.
+
+        The new run carries this run's transcript (by reference), its parameters, tools and options, its place on
+        the server-side thread (so its first turn sends only ``content``), its usage and its refusal-fallback pin;
+        its input names this run in ``continue_from``. This run is left as it is, its fork points included. To add
+        to a run that is still going, use ``inject``.
+
+        Args:
+            content: The user's message: text, or content blocks.
+            id: The new run's workflow id; a new ``agent-<uuid>`` by default.
+            task_queue: Where the new run goes; this run's task queue by default.
+
+        Returns:
+            A handle on the new run.
+
+        Raises:
+            AgentRunError: The run has not ended (it answers with what to do instead).
+        """
+        point = await self._query(SEND_POINT_QUERY)
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        run_input = {
+            **point["input"],
+            "messages": [{"role": "user", "content": blocks}],
+            "continue_from": point["continue_from"],
+        }
+        if task_queue is None:
+            task_queue = await self.task_queue()
         return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
 
     async def terminate(self, reason: str) -> None:

@@ -210,10 +210,9 @@ T:286-293       thread_unsupported_request, on a create or a continue: the turn 
                 case[thread_unsupported_on_a_continue_goes_unthreaded].
 T:294;          any other rejection ends the loop with the API's error. Pinned by:                      deliberate (note
 R:347-348       tests/test_loop.py::test_rejected_request_fails_the_run_with_the_apis_message.          18)
-T:314-317       a refused turn on a thread is not recorded; the next turn starts a new thread. Pinned   DIFFERS
+T:314-317       a refused turn on a thread is not recorded; the next turn starts a new thread. Pinned   same
                 by: case[refusal_with_tool_use],
-                test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_refused_turn
-                (strict xfail: REFUSAL_KEPT).
+                test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_refused_turn.
 T:322-327       later turns continue from the reply. Pinned by: every case (thread).                    same
 T:328-329       a reply a fallback model wrote: the next turn starts a new thread. Pinned by:           same
                 case[fallback_reply_starts_a_new_thread].
@@ -1222,14 +1221,6 @@ async def test_a_system_change_on_a_thread_is_refused(parity_runner: AgentRunner
     assert_same(actual, expected)
 
 
-REFUSAL_KEPT = (
-    "workflows/conversation.py (Conversation.record_reply): on a thread a refused reply is kept in the history, so the "
-    "new thread's `create` resends it; the SDK does not record a refused turn on a thread (_thread_state.py:314-317: "
-    "it returns before `_store_turn`), so its `create` leaves the refused reply out"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=REFUSAL_KEPT)
 async def test_after_a_refusal_on_a_thread_the_conversation_goes_on_without_the_refused_turn(
     parity_runner: AgentRunner, fake_api: FakeMessagesAPI
 ) -> None:

@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         REPLIES_QUERY,
+        SEND_POINT_QUERY,
         STATUS_QUERY,
         THREAD_LOST_ERROR,
         TOOL_USE_READY_SIGNAL,
@@ -94,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
+    from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.compaction_checks import (
         COMPACTION_AT_THE_END_PATCH,
@@ -104,6 +106,7 @@ with workflow.unsafe.imports_passed_through():
         final_reply,
         has_summary,
     )
+    from agent_runner.workflows.continuation import continued_conversation, send_point
     from agent_runner.workflows.conversation import (
         THREAD_UNSUPPORTED_CODE,
         THREAD_UNSUPPORTED_ERROR,
@@ -126,6 +129,7 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
+    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.pending_edits import (
@@ -151,6 +155,10 @@ THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
 ``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
 model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
 (``Conversation.thread_fallbacks``)."""
+
+REFUSED_TURN_PATCH = "refused-turn-not-kept-on-a-thread"
+"""``workflow.patched`` id of leaving a refused reply out of a threaded history, as the SDK does (issue 13); runs
+recorded before keep it in their history."""
 
 Step = Literal["run_tools", "resume", "stop"]
 
@@ -235,6 +243,7 @@ class AgentRun:
         self._steps = StepMode(self)
         self._eager = EagerTools(self)
         self._tool_calls = ToolCalls(self)
+        self._background = BackgroundCompaction(self)
 
     @workflow.run
     async def run(self, raw_input: Any = None) -> dict[str, Any]:
@@ -301,6 +310,10 @@ class AgentRun:
             state.tools.update({tool.name: tool for tool in mcp_tools})
             definitions += [tool.definition for tool in mcp_tools]
         state.conversation = Conversation.start(spec.params, definitions, messages, threading=spec.thread)
+        if spec.continue_from is not None:  # Run.send: the conversation of an ended run goes on
+            state.conversation = continued_conversation(spec.continue_from, messages)
+            state.usage = spec.continue_from.usage
+            state.fallback_index = spec.continue_from.fallback_index
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
@@ -339,6 +352,7 @@ class AgentRun:
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
             state.version += 1
+        await self._background.settle(conversation, wait=True)
         last = final_reply(state.replies)
         return RunResult(
             status=self._status,
@@ -390,7 +404,12 @@ class AgentRun:
                 self._state.turn_input_tokens,
                 spec.auto_compact.input_tokens,
             )
-            await self._compact(conversation, spec.auto_compact.compaction, spec.auto_compact.keep_recent_turns)
+            await self._compact(
+                conversation,
+                spec.auto_compact.compaction,
+                spec.auto_compact.keep_recent_turns,
+                background=spec.auto_compact.background,
+            )
         if should_continue_as_new(spec.continue_as_new, self._updates, self._signals):
             await self._continue_as_new(spec)
 
@@ -428,10 +447,14 @@ class AgentRun:
 
         Live-event subscribers are released first and follow the run to its continuation.
         """
+        assert self._state.conversation is not None
+        await self._background.settle(self._state.conversation, wait=True)  # its task cannot go across
         self._stream.detach_pollers()
         self._draining = True  # an `advance` waiting for a pause gives up: none comes in this execution
         await workflow.wait_condition(workflow.all_handlers_finished)
-        run_input = continuation_input(self._state, self._stream, self._input, spec.model_activity.task_queue)
+        # A continuation goes on from the carried state: the conversation a `send` started from is in it already.
+        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
+        run_input = continuation_input(self._state, self._stream, own_input, spec.model_activity.task_queue)
         self._continuing = True
         workflow.continue_as_new(run_input)
 
@@ -451,7 +474,13 @@ class AgentRun:
         self._state.version += 2
 
     async def _compact(
-        self, conversation: Conversation, compaction: dict[str, Any], keep_recent_turns: int = 0, *, edit: bool = False
+        self,
+        conversation: Conversation,
+        compaction: dict[str, Any],
+        keep_recent_turns: int = 0,
+        *,
+        edit: bool = False,
+        background: bool = False,
     ) -> None:
         """Replace the history by Claude's summary of it (a compaction request on a new thread).
 
@@ -461,6 +490,7 @@ class AgentRun:
             keep_recent_turns: Summarize only the history before the last this many turns, which follow the summary.
             edit: Whether a client asked for it: with nothing old enough to summarize, the edit fails saying so;
                 ``auto_compact`` just waits for the history to grow.
+            background: Let the run go on meanwhile (``background.py``).
         """
         assert self._spec is not None
         state = self._state
@@ -474,6 +504,16 @@ class AgentRun:
                 workflow.logger.info("Not compacting yet: %s", reason)
                 return
             keep_from = conversation.recent_turns_start(keep_recent_turns)
+        if background:
+            if self._background.running:
+                if edit:
+                    raise EditFailed("Compaction skipped: a background compaction is under way.")
+                return
+            self._background.start(
+                conversation, compaction, len(conversation.transcript) if keep_from is None else keep_from
+            )
+            state.turn_input_tokens = 0
+            return
         reply = await self._create_message(self._spec, conversation, compaction, keep_from)
         state.replies.append(reply)
         state.fork_points.append(None)
@@ -496,7 +536,13 @@ class AgentRun:
         state.replies.append(reply)
         state.usage = state.usage.add(reply.get("usage"))
         state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
-        conversation.record_reply(reply)
+        if self._drops_refused_turn(conversation, reply):
+            # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
+            # conversation goes on without it, on a new thread.
+            if conversation.previous_message_id is not None:
+                conversation.start_new_thread("refusal")
+        else:
+            conversation.record_reply(reply)
         if state.stored:
             transcript.store_pending()
 
@@ -505,6 +551,8 @@ class AgentRun:
     async def _boundary(self) -> None:
         """Apply every queued edit, in the order accepted, before the next model call."""
         state = self._state
+        if state.conversation is not None:
+            await self._background.settle(state.conversation, wait=False)
         held: list[QueuedEdit] = []
         while state.queue:
             edit = state.queue.pop(0)
@@ -611,13 +659,13 @@ class AgentRun:
                         for d in definitions
                     ]
                 )
-            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns):
+            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns, background=background):
                 transcript = conversation.transcript
                 if transcript.role(len(transcript) - 1) == "assistant":
                     last = transcript.pending[-1] if transcript.pending else (state.last_reply or {})
                     if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
                         raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-                await self._compact(conversation, compaction, keep_recent_turns, edit=True)
+                await self._compact(conversation, compaction, keep_recent_turns, edit=True, background=background)
             case RemoveTools(names=names):
                 for name in names:
                     state.tools.pop(name, None)
@@ -911,8 +959,12 @@ class AgentRun:
         reply_number = state.reply_count + 1
         eager = spec.eager_tools and spec.step is None and compaction is None
         self._event(events.ITERATION_STARTED)
+        token: str | None = None
+        refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
         while True:
             turn = conversation.turn(compaction, keep_from)
+            if spec.refusal_fallbacks:
+                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -939,14 +991,19 @@ class AgentRun:
                 if problems:
                     raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
                 state.stored = output.stored
+                hop = self._falls_back(spec, conversation, output.message)
                 if output.stored:
                     state.settings_stored = turn.settings_ref
-                    state.replies_head = next_head(state.replies_head, message_ref(output.message))
+                    if not hop:  # a refused hop is not one of the run's replies
+                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
                     if keep_from is None:
                         # The call stored the turn's pending messages, which are the history's only when it sent
                         # the whole history.
                         conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
+                if hop:
+                    token, refusal = credit_token(output.message), output.message
+                    continue
                 self._event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
                     self._take_thread_fallbacks(conversation)
@@ -980,10 +1037,67 @@ class AgentRun:
                         ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
+                if refusal is not None:
+                    # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
+                    # to the next entry); when every entry failed, the refusal stands.
+                    if self._skips_failed_hop(spec, e):
+                        continue
+                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
+                    self._event(events.REPLY, message=refusal)
+                    return refusal
                 raise activity_failure(e) from None
             finally:
                 self._in_flight = None
                 self._eager.token = ""
+
+    @staticmethod
+    def _drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
+        """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
+        return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
+
+    def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
+        """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
+
+        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted. A
+        refused ``continue`` is sent again on a new thread, since the server may hold the refused turn (the rule
+        ``Conversation.record_reply`` follows for a refusal the run keeps).
+        """
+        state = self._state
+        following = -1 if state.fallback_index is None else state.fallback_index
+        if (
+            reply.get("stop_reason") != "refusal"
+            or following + 1 >= len(spec.refusal_fallbacks)
+            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
+        ):
+            return False
+        state.fallback_index = following + 1
+        state.usage = state.usage.add(reply.get("usage"))
+        if conversation.threading and conversation.previous_message_id is not None:
+            conversation.start_new_thread("refusal")
+        workflow.logger.info(
+            "Refused (%s): trying the turn again on fallback %d, %s",
+            reply.get("model"),
+            state.fallback_index,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
+
+    def _skips_failed_hop(self, spec: RunSpec, error: ActivityError) -> bool:
+        """Whether the run goes on to the next ``refusal_fallbacks`` entry after a hop's request failed."""
+        state = self._state
+        assert state.fallback_index is not None
+        failed = spec.refusal_fallbacks[state.fallback_index].get("model")
+        if state.fallback_index + 1 >= len(spec.refusal_fallbacks):
+            workflow.logger.warning("The last refusal fallback, %s, failed (%s); the refusal stands", failed, error)
+            return False
+        state.fallback_index += 1
+        workflow.logger.warning(
+            "Refusal fallback %s failed (%s); trying %s",
+            failed,
+            error,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
 
     @staticmethod
     def _take_thread_fallbacks(conversation: Conversation) -> None:
@@ -1052,7 +1166,28 @@ class AgentRun:
         conversation = state.conversation
         # A continuation whose input left its big parameters to the carried conversation forks with those.
         params = conversation.params if conversation is not None and state.input_trimmed else {}
-        return {"input": {**params, **self._input}, "head": head}
+        # A fork starts from the history at `head`, which holds what a `send` continued from.
+        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
+        return {"input": {**params, **own_input}, "head": head}
+
+    @workflow.query(name=SEND_POINT_QUERY)
+    def send_point(self) -> dict[str, Any]:
+        """What a new run that goes on with this ended run's conversation starts from (``Run.send``).
+
+        Returns:
+            ``{"input": …, "continue_from": …}``: this run's input, and its ``continue_from`` (``continuation.py``).
+        """
+        state = self._state
+        if not self._ended:
+            raise ValueError(
+                f"The run is still {self._status}: send it a message with `inject` instead, or wait for it to end."
+            )
+        if state.conversation is None:
+            raise ValueError("The run ended before it had a conversation; start a new run instead.")
+        params = state.conversation.params if state.input_trimmed else {}
+        run_input = {k: v for k, v in {**params, **self._input}.items() if k not in ("messages", "continue_from")}
+        point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
+        return {"input": run_input, "continue_from": point}
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:

@@ -107,3 +107,6 @@ class AutoCompact(BaseModel):
     keep_recent_turns: int = Field(default=0, ge=0, strict=True)
     """Keep the last this many turns verbatim after the summary (``Compact.keep_recent_turns``); while the history
     has no older turns, no compaction is sent."""
+    background: bool = False
+    """Let the run go on while the summary is written (``Compact.background``): the turn that passed the threshold
+    is not held up by the compaction."""

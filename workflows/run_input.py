@@ -24,6 +24,8 @@ from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
+from agent_runner.workflows.continuation import ContinueFrom, continue_from_problems
+from agent_runner.workflows.fallbacks import entries, fallback_problems
 from agent_runner.workflows.params import param_problems
 from agent_runner.workflows.sleep import SleepPolicy, parse_sleep
 from agent_runner.workflows.subagents import AgentLimits, AgentSpec, parse_agents
@@ -81,6 +83,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "sleep",
         "held",
         "mcp",
+        "refusal_fallbacks",
+        "continue_from",
     }
 )
 
@@ -164,6 +168,11 @@ class RunSpec(BaseModel):
     mcp: list[str] = []
     """MCP servers the workers are configured with whose tools the run uses (``workflows/mcp.py``); their
     definitions follow the agents'."""
+    refusal_fallbacks: list[dict[str, Any]] = []
+    """Models to retry a refused turn on, in order, as ``fallbacks`` entries (``fallbacks.py``)."""
+
+    continue_from: ContinueFrom | None = None
+    """The ended run whose conversation this run goes on with (``continuation.py``)."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -252,6 +261,9 @@ def parse_run_input(raw: object) -> RunSpec:
         problems.append(
             '`mcp` must be a list of distinct names of MCP servers the workers are configured with, such as ["files"].'
         )
+    refusal_fallbacks = raw.get("refusal_fallbacks")
+    problems.extend(fallback_problems(refusal_fallbacks, raw))
+    problems.extend(continue_from_problems(raw.get("continue_from"), messages))
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -274,6 +286,8 @@ def parse_run_input(raw: object) -> RunSpec:
         sleep=sleep,
         held=held,
         mcp=mcp,
+        refusal_fallbacks=entries(refusal_fallbacks or []),
+        continue_from=ContinueFrom.model_validate(raw["continue_from"]) if raw.get("continue_from") else None,
     )
 
 

@@ -79,6 +79,9 @@ class RunState(BaseModel):
     # Left out of the carried JSON while empty, so a run without agents carries what it carried before them.
     children: list[ChildRun] = Field(default=[], exclude_if=lambda children: not children)
     """The child runs agent calls started (``subagents.py``), in the order started."""
+    fallback_index: int | None = Field(default=None, exclude_if=lambda index: index is None)
+    """The ``refusal_fallbacks`` entry every request starts at since a refusal moved the run down the chain
+    (``fallbacks.py``); ``None`` for the run's own parameters. Left out of the carried JSON while unset."""
 
     @property
     def reply_count(self) -> int:

@@ -11,6 +11,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner cancel RUN_ID                                             # stop a run
     agent-runner terminate RUN_ID [--reason TEXT]                          # end it at once (last resort)
     agent-runner fork RUN_ID --from-iteration N [--detach]                 # a new run from turn N's request
+    agent-runner send RUN_ID TEXT [--detach]                               # go on with an ended run's conversation
     agent-runner demo                                                      # the example agent, end to end
     agent-runner store gc --retention 30d [--grace 1h] [--dry-run]         # remove content no run references
     agent-runner dev [--detach | --stop] [--tools MODULE]                  # Temporal, a worker, Claude or a fake

@@ -228,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
     fork.set_defaults(handler=("runs", "cmd_fork"), follow=True)
 
+    send = command("send", "Go on with an ended run's conversation: a new run that starts with your message.")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT", help="the user's next message")
+    send.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
+    send.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
+    send.set_defaults(handler=("runs", "cmd_send"), follow=True)
+
     terminate = command("terminate", "End a run at once (a last resort: prefer stop or cancel).")
     terminate.add_argument("run_id", metavar="RUN_ID")
     terminate.add_argument("--reason", default="terminated from the command line")

@@ -185,6 +185,13 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         return await announce_and_follow(fork, follow=args.follow)
 
 
+async def cmd_send(args: argparse.Namespace) -> int:
+    """``send``: a new run that goes on with an ended run's conversation; prints its id, then follows it."""
+    async with connected(args.task_queue) as runner:
+        run = await runner.attach(args.run_id).send(args.text, id=args.id)
+        return await announce_and_follow(run, follow=args.follow)
+
+
 async def cmd_terminate(args: argparse.Namespace) -> int:
     """``terminate``: end a run at once, without letting it finish anything."""
     async with connected(args.task_queue) as runner:

@@ -108,6 +108,11 @@ class Compact(_Strict):
     Claude's that follows a user or system message, and holds everything up to the next one. While the history has no
     turn older than those, the compaction is skipped and the edit says so."""
 
+    # Left out of the dumped (and carried) edit while off, so an edit dumps as it did before the option.
+    background: bool = Field(default=False, exclude_if=lambda background: not background)
+    """Let the run go on while the summary is written; it replaces what it summarized at the first iteration boundary
+    after it arrived, every later message kept after it (``workflows/background.py``)."""
+
 
 class Stop(_Strict):
     """End the run (the SDK's ``close``): the current reply's tools do not run."""

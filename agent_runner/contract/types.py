@@ -57,6 +57,8 @@ STATUS_QUERY = "status"
 REPLIES_QUERY = "replies"
 TRANSCRIPT_QUERY = "transcript"
 FORK_POINT_QUERY = "fork_point"
+SEND_POINT_QUERY = "send_point"
+"""What a new run continuing an ended run's conversation starts from (``Run.send``)."""
 
 MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
 """The beta a request on a server-side message thread needs, added as the SDK's tool runner adds it."""

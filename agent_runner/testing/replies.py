@@ -92,6 +92,9 @@ class Reply:
         stop_sequence: The matched stop sequence, if any.
         usage: The ``usage`` object; defaults to ``{"input_tokens": 10, "output_tokens": 5}``.
         container: A ``container`` object (``{"id": ..., "expires_at": ...}``), included only if set.
+        stop_details: A refusal's ``stop_details`` (``{"type": "refusal", "category": ...,
+            "explanation": ..., "fallback_credit_token": ...}``), included only if set; streamed in the
+            ``message_delta``, as the API does.
         id: The message id; defaults to ``msg_fake_{n:03d}`` (n-th reply since start/reset).
         model: The model; defaults to the request's ``model``.
         delay: Seconds to wait before answering (before the response headers).
@@ -103,6 +106,7 @@ class Reply:
     stop_sequence: str | None = None
     usage: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
+    stop_details: dict[str, Any] | None = None
     id: str | None = None
     model: str | None = None
     delay: float = 0.0

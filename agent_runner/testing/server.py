@@ -92,6 +92,7 @@ def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[t
         # The real API reports a provisional output count at the start and the total at the end.
         "usage": {**usage, "output_tokens": 1},
     }
+    start_message.pop("stop_details", None)  # it comes with the stop reason, in the `message_delta`
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start_message}),
         ("ping", {"type": "ping"}),
@@ -124,6 +125,8 @@ def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[t
     delta: dict[str, Any] = {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")}
     if message.get("container") is not None:
         delta["container"] = message["container"]
+    if message.get("stop_details") is not None:
+        delta["stop_details"] = message["stop_details"]
     final_usage = {**usage, "output_tokens": usage.get("output_tokens", 0)}
     events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage}))
     events.append(("message_stop", {"type": "message_stop"}))
@@ -709,6 +712,8 @@ class FakeMessagesAPI:
         }
         if reply.container is not None:
             message["container"] = copy.deepcopy(reply.container)
+        if reply.stop_details is not None:
+            message["stop_details"] = copy.deepcopy(reply.stop_details)
         return message
 
     def _commit_thread(

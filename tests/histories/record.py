@@ -11,12 +11,17 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
+    python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
 executions are kept: the second starts from the state the first carried), an at-most-once tool whose outcome is
 unknown and reconciled; then step mode with an advance, an approval and a review that changes the tool results.
+
+The ``features`` scenario: on a thread, a refusal retried on a fallback model, a tool call, a compaction in the
+background beside a turn refused again with the chain exhausted (so left out of the history); then ``Run.send``
+going on with the ended run in a new run.
 
 The ``parity`` scenario (step mode) holds tool changes through a ``pause_turn``, runs a tool that a queued
 ``add_tools`` names for the reply being handled, stops running it once a raw definition replaces it, and keeps the
@@ -134,6 +139,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "mcp":
                 await mcp(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "features":
+                await features(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -475,6 +484,41 @@ async def mcp(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``features`` scenario (see the module's docstring)."""
+    refused = {"type": "refusal", "category": "cyber", "fallback_credit_token": "tok_1"}
+    turns = [
+        Reply([text("No.")], "refusal", stop_details=refused),
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([text("No.")], "refusal", stop_details={"type": "refusal", "category": None}),
+        end_turn("Sunny."),
+    ]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        return (
+            Reply([{"type": "compaction", "content": "Summary."}], "compaction")
+            if "compaction" in body
+            else turns.pop(0)
+        )
+
+    fake.responder = respond
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        refusal_fallbacks=["claude-fake-2"],
+        auto_compact={"input_tokens": 10, "background": True},
+    )
+    result = await run.result()
+    assert (result.status, result.stop_reason) == ("completed", "refusal"), result
+    after = await run.send("And now?", id=f"{name}-send")
+    assert (await after.result()).status == "completed"
+    (HERE / f"{name}.json").write_text(json.dumps((await run.handle.fetch_history()).to_json_dict(), indent=1) + "\n")
+    sent = await after.handle.fetch_history()
+    (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -488,7 +532,17 @@ async def wait(run: object, status: str, iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    scenarios = ["everything", "subagents", "parity", "compaction_end", "lookalikes", "sleep", "plain", "mcp"]
+    scenarios = [
+        "everything",
+        "subagents",
+        "parity",
+        "compaction_end",
+        "lookalikes",
+        "sleep",
+        "plain",
+        "mcp",
+        "features",
+    ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
             f"usage: python tests/histories/record.py NAME [{'|'.join(scenarios)}] (a new name: keep the recorded "

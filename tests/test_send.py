@@ -1,0 +1,159 @@
+"""A conversation outlives its run: ``Run.send`` / ``agent-runner send`` go on with an ended run in a new run.
+
+The new run carries the old one's transcript, its place on the thread, its usage and its refusal-fallback pin, and
+names it in ``continue_from``; the old run is left as it was, its fork points included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_runner import cli
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import AgentRunError, InvalidRunInput
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows.run_input import parse_run_input
+from tests.conftest import WorkerFactory
+from tests.test_loop import GET_WEATHER_DEF
+from tests.tools_for_tests import get_weather
+
+BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
+USER = {"role": "user", "content": "What's the weather in Paris?"}
+CALL = {"role": "assistant", "content": [tool_use("toolu_S1", "get_weather", {"city": "Paris"})]}
+RESULT = {
+    "role": "user",
+    "content": [{"type": "tool_result", "tool_use_id": "toolu_S1", "content": "sunny, 21C in Paris"}],
+}
+SUNNY = {"role": "assistant", "content": [text("Sunny.")]}
+AGAIN = {"role": "user", "content": [text("And in Oslo?")]}
+
+
+def script(fake_api: FakeMessagesAPI) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        end_turn("Cold."),
+    )
+
+
+async def test_send_continues_the_thread_of_an_ended_run_in_a_new_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """On a thread the new run's first turn is a ``continue`` from the old run's last reply with only the message."""
+    script(fake_api)
+    fake_api.script(end_turn("Sunny again."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        await run.until_done()
+        before = await run.transcript()
+        after = await run.send("And in Oslo?")
+        final = await after.until_done()
+        transcript = await after.transcript()
+        status = await after.status()
+        old_status = await run.status()
+        description = await after.handle.describe()
+        fork = await run.fork(2)  # the old run's fork points stay available
+        await fork.until_done()
+    bodies = fake_api.bodies()
+    assert bodies[2] == {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "messages": [AGAIN],
+        "thread": {"type": "continue", "previous_message_id": "msg_fake_002"},
+        "stream": True,
+    }
+    # The fork starts from the old run's second request, on a thread of its own.
+    assert (bodies[3]["thread"], bodies[3]["messages"]) == ({"type": "create"}, [USER, CALL, RESULT])
+    assert final.content[0].text == "Cold."  # type: ignore[union-attr]
+    assert before == [USER, CALL, RESULT, SUNNY]
+    assert transcript == [*before, AGAIN, {"role": "assistant", "content": [text("Cold.")]}]
+    assert (old_status.status, old_status.iterations) == ("completed", 2)
+    assert (status.status, status.iterations) == ("completed", 1)
+    assert (status.usage.input_tokens, status.usage.output_tokens) == (30, 15)  # the old run's usage carried on
+    assert description.id != run.id and description.status is not None
+
+
+async def test_send_resends_the_whole_history_without_a_thread(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    script(fake_api)
+    fake_api.script(end_turn("Cold again."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
+        await run.until_done()
+        after = await run.send([text("And in Oslo?")], id=f"{run.id}-next")
+        await after.until_done()
+        fork = await after.fork(1)  # a run that a send started forks as any other
+        await fork.until_done()
+    assert after.id == f"{run.id}-next"
+    continued = {**BASE, "messages": [USER, CALL, RESULT, SUNNY, AGAIN], "tools": [GET_WEATHER_DEF], "stream": True}
+    assert fake_api.bodies()[2:] == [continued, continued]
+
+
+async def test_send_keeps_the_model_a_refusal_fell_back_to(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    refused = Reply([text("No.")], "refusal", stop_details={"type": "refusal", "category": None})
+    fake_api.script(refused, end_turn("Sunny."), end_turn("Cold."))
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, refusal_fallbacks=["claude-fallback-2"], max_iterations=3
+        )
+        await run.until_done()
+        after = await run.send("And in Oslo?")
+        await after.until_done()
+    assert [b["model"] for b in fake_api.bodies()] == ["claude-fake-1", "claude-fallback-2", "claude-fallback-2"]
+    assert fake_api.bodies()[2]["messages"] == [USER, SUNNY, AGAIN]
+
+
+async def test_send_to_a_run_still_going_says_to_inject(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([text("slow")], delay=30))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER])
+        await asyncio.to_thread(fake_api.wait_for_requests, 1)
+        with pytest.raises(AgentRunError, match="The run is still running: send it a message with `inject` instead"):
+            await run.send("And in Oslo?")
+        await run.terminate("test over")
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_send_from_the_command_line(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script(fake_api)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        await run.until_done()
+        capsys.readouterr()
+        assert await cli.amain(["send", run.id, "And in Oslo?", "--id", f"{run.id}-cli", "--detach"]) == 0
+        assert capsys.readouterr().out == f"{run.id}-cli\n"
+        assert (await runner.attach(f"{run.id}-cli").until_done()).content[0].text == "Cold."  # type: ignore[union-attr]
+    assert fake_api.bodies()[2]["messages"] == [AGAIN]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"continue_from": {"run_id": "x"}},
+            "`continue_from` is not what a run's `send_point` query answered (ValidationError); continue a run with "
+            "`Run.send` or `agent-runner send`.",
+        ),
+        (
+            {
+                "continue_from": {"run_id": "x", "conversation": {"params": BASE, "tools": []}},
+                "messages": [USER, SUNNY],
+            },
+            "With `continue_from`, `messages` are the new user messages only.",
+        ),
+    ],
+)
+def test_a_bad_continue_from_is_refused_at_start(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input({**BASE, "messages": [USER], **extra})
+    assert str(e.value) == f"The run's input was rejected:\n- {message}"

@@ -1,0 +1,74 @@
+"""A conversation that outlives its run: ``Run.send`` continues an ended run in a new run (issue 13).
+
+The ended run answers ``SEND_POINT_QUERY`` with what a continuation needs, and the client starts a new run whose
+input names it in ``continue_from``: the old run's conversation (its transcript by reference, its request parameters
+as the run last sent them, its place on the server-side thread), usage and refusal-fallback pin. The new run starts
+from that conversation with its own ``messages`` joined to it, so on a thread its first turn is a ``continue`` that
+sends only the new message. The old run is left as it is (its fork points stay available); the new one counts its
+own iterations.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agent_runner.contract.types import SEND_POINT_QUERY, Usage
+from agent_runner.workflows.conversation import Conversation
+
+
+class ContinueFrom(BaseModel):
+    """A run's ``continue_from`` input: the ended run a new run goes on from (``SEND_POINT_QUERY``'s answer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    """The run continued."""
+    conversation: Conversation
+    """Its conversation when it ended, the transcript by reference."""
+    usage: Usage = Usage()
+    """Its usage (and that of the runs it continued), which the new run adds to."""
+    fallback_index: int | None = None
+    """The refusal-fallback entry it was pinned to (``fallbacks.py``)."""
+
+
+def send_point(run_id: str, conversation: Conversation, usage: Usage, fallback_index: int | None) -> dict[str, Any]:
+    """An ended run's ``continue_from``: its conversation (by reference, as continue-as-new carries it)."""
+    carried = conversation.model_copy(update={"transcript": conversation.transcript.carry()})
+    return ContinueFrom(run_id=run_id, conversation=carried, usage=usage, fallback_index=fallback_index).model_dump(
+        mode="json"
+    )
+
+
+def continued_conversation(point: ContinueFrom, messages: list[dict[str, Any]]) -> Conversation:
+    """The conversation a new run starts from: the ended run's, with ``messages`` after it.
+
+    A user message joins the last message when that is the user's (tool results the run never sent, for instance),
+    so the history never holds two user messages in a row.
+    """
+    conversation = point.conversation.model_copy(deep=True)
+    for message in messages:
+        content: Any = copy.deepcopy(message.get("content"))
+        conversation.join_user_content([{"type": "text", "text": content}] if isinstance(content, str) else content)
+    return conversation
+
+
+def continue_from_problems(raw: object, messages: object) -> list[str]:
+    """What is wrong with a run's ``continue_from`` (empty when nothing is): its new ``messages`` are the user's."""
+    if raw is None:
+        return []
+    problems: list[str] = []
+    try:
+        ContinueFrom.model_validate(raw)
+    except ValueError as e:
+        problems.append(
+            f"`continue_from` is not what a run's `{SEND_POINT_QUERY}` query answered ({e.__class__.__name__}); "
+            "continue a run with `Run.send` or `agent-runner send`."
+        )
+    if isinstance(messages, list) and any(not isinstance(m, dict) or m.get("role") != "user" for m in messages):
+        problems.append("With `continue_from`, `messages` are the new user messages only.")
+    return problems
