@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusName,
         Usage,
     )
+    from agent_runner.workflows import live
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.conversation import (
@@ -821,7 +822,7 @@ class AgentRun:
                     ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
-                    heartbeat_timeout=options.heartbeat_timeout,
+                    heartbeat_timeout=live.model_heartbeat_timeout(options),
                     retry_policy=retry_policy(options),
                     task_queue=options.task_queue,
                     summary=f"turn {reply_number} · {conversation.params['model']}",
@@ -838,6 +839,8 @@ class AgentRun:
                         # the whole history.
                         conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
+                if live.records_calls():
+                    self._event(events.RECORDED_CALL, attempt=output.attempt)
                 self._event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
                     self._take_thread_fallbacks(conversation)
