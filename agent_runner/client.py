@@ -73,7 +73,14 @@ from agent_runner.contract.errors import (
     RunCancelled,
     RunNotFound,
 )
-from agent_runner.contract.events import EVENT_TYPES, AttemptFilter, RunEvent, RunFinished, parse_event
+from agent_runner.contract.events import (
+    EVENT_TYPES,
+    AttemptFilter,
+    RecordedCall,
+    RunEvent,
+    RunFinished,
+    parse_event,
+)
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -432,7 +439,8 @@ class Run:
                     event = parse_event(await self._content.resolve(item.data), offset=item.offset)
                     for merged in [*(await live.before(event)), event, *live.after(event)]:
                         for out in attempts.feed(merged):
-                            yield out
+                            if not isinstance(out, RecordedCall):  # the merge's mark, not news to a watcher
+                                yield out
                     if isinstance(event, RunFinished):
                         return
         except RPCError as e:

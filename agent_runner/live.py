@@ -50,6 +50,8 @@ class LiveMerge:
         """The latest turn a stream event was seen of: live events of later turns wait for its ``iteration_started``."""
         self._recorded: set[int] = set()
         """Turns whose call the run recorded: a live event of one of them comes from an attempt that lost."""
+        self._seen: set[int] = set()
+        """Turns a stream event was seen of."""
         self._held: list[dict[str, Any]] = []
         self._offset: int | None = None
         self._broken = False
@@ -78,6 +80,10 @@ class LiveMerge:
             # Any other event of a turn comes after the turn's live events: a watcher that resumed mid-turn, after
             # its `iteration_started`, learns the turn here.
             self._advance(event.iteration)
+            if event.iteration not in self._seen and not isinstance(event, RecordedCall):
+                # Resumed past the turn's recorded call: what the turn streamed came before the resume point.
+                self._recorded.add(event.iteration)
+        self._seen.add(event.iteration)
         out = await self.poll()
         if isinstance(event, (RecordedCall, ReplyReceived)):
             self._recorded.add(event.iteration)

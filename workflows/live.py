@@ -16,11 +16,9 @@ from temporalio import workflow
 
 from agent_runner.contract.types import ActivityOptions
 
-LIVE_LOG_PATCH = "live-log-recorded-call"
-"""``workflow.patched`` id of the ``recorded_call`` event (live deltas in the store, not in history)."""
-
-SHORT_MODEL_HEARTBEAT_PATCH = "short-model-heartbeat"
-"""``workflow.patched`` id of ``MODEL_HEARTBEAT_TIMEOUT`` as the model call's default heartbeat timeout."""
+LIVE_LOG_PATCH = "live-log-and-short-model-heartbeat"
+"""``workflow.patched`` id of both: the ``recorded_call`` event (live deltas in the store, not in history), and
+``MODEL_HEARTBEAT_TIMEOUT`` as the model call's default heartbeat timeout. One id, so a run records one marker."""
 
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """The model call's heartbeat timeout unless the run sets one (``model_activity.heartbeat_timeout``).
@@ -37,6 +35,6 @@ def records_calls() -> bool:
 
 def model_heartbeat_timeout(options: ActivityOptions) -> timedelta | None:
     """The model call's heartbeat timeout: the run's own, else ``MODEL_HEARTBEAT_TIMEOUT`` (before it: 30 s)."""
-    if "heartbeat_timeout" in options.model_fields_set or not workflow.patched(SHORT_MODEL_HEARTBEAT_PATCH):
+    if "heartbeat_timeout" in options.model_fields_set or not workflow.patched(LIVE_LOG_PATCH):
         return options.heartbeat_timeout
     return MODEL_HEARTBEAT_TIMEOUT

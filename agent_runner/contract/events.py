@@ -146,7 +146,7 @@ class BlockStop(ModelCallEvent):
 class RecordedCall(ModelCallEvent):
     """Published by the run when it recorded a model call's reply: ``attempt`` is the attempt it kept.
 
-    Every live event of that attempt came before it; a client yields it just before the turn's ``reply``.
+    Every live event of that attempt came before it. ``Run.events`` places live events by it and does not yield it.
     """
 
     type: Literal["recorded_call"] = RECORDED_CALL
