@@ -74,6 +74,10 @@ class EventPublisher:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write what gathered, and wait until every event queued so far is written (or failed to be)."""
         self.send()
         while self._sending is not None and not self._sending.done():
             await asyncio.shield(self._sending)

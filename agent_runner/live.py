@@ -6,6 +6,10 @@ streams to the run's live log in the content store (``activities/live_events.py`
 ``recorded_call`` (or ``reply``, for a run recorded before ``recorded_call`` existed), which the run publishes only
 once the call's every live event is in the log. A late event of a turn already recorded (a superseded attempt still
 streaming on its worker) is dropped; ``AttemptFilter`` then retracts a failed attempt's text when the next one starts.
+
+A live event has no stream offset of its own: it takes the offset of the stream event before it (its turn's
+``iteration_started``), so a watcher that resumes after that offset (``Run.events(after=offset + 1)``, a browser's
+``Last-Event-ID``) does not get the turn's streamed text again, and gets the turn's reply whole.
 """
 
 from __future__ import annotations
@@ -77,11 +81,10 @@ class LiveMerge:
     async def before(self, event: RunEvent) -> list[RunEvent]:
         """The live events to yield before the stream event ``event``."""
         if not isinstance(event, IterationStarted):
-            # Any other event of a turn comes after the turn's live events: a watcher that resumed mid-turn, after
-            # its `iteration_started`, learns the turn here.
             self._advance(event.iteration)
-            if event.iteration not in self._seen and not isinstance(event, RecordedCall):
-                # Resumed past the turn's recorded call: what the turn streamed came before the resume point.
+            if event.iteration not in self._seen:
+                # The watcher resumed after the turn's `iteration_started`: the turn's live events have that event's
+                # offset, so they are before the resume point (the reply comes whole).
                 self._recorded.add(event.iteration)
         self._seen.add(event.iteration)
         out = await self.poll()
