@@ -5,8 +5,8 @@ fake Messages API in this process and workers as real subprocesses (``python wor
 
 * ``model``: worker A takes the run's second model call, which the fake answers only after a long delay; worker B
   starts and polls the same task queue; A is killed. Measured: from the kill to the retried request reaching the fake.
-* ``tool``: worker A starts the run's ``slow_step`` tool (it sleeps); B starts; A is killed. Measured: from the kill
-  to the tool starting again (its mark on disk).
+* ``tool``: worker A starts the run's first ``slow_step`` call (it sleeps); B starts; A is killed. Measured: from the
+  kill to the tool starting again (its mark on disk).
 
 Runs use the defaults a user gets: the model call's heartbeat timeout ``MODEL_HEARTBEAT_TIMEOUT``
 (``workflows/live.py``), the retry's first interval of 1 s; ``slow_step`` declares a 2 s heartbeat timeout. What a
@@ -69,14 +69,16 @@ def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str,
 
 
 @contextmanager
-def _worker(address: str, task_queue: str, fake_url: str, marks: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _worker(
+    address: str, task_queue: str, fake_url: str, marks: Path, log: Path, tool_seconds: float
+) -> Iterator[subprocess.Popen[bytes]]:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": address,
         "ANTHROPIC_BASE_URL": fake_url,
         "ANTHROPIC_API_KEY": "bench",
         "AGENT_RUNNER_TEST_MARKS": str(marks),
-        "AGENT_RUNNER_TEST_SLOW_SECONDS": str(SLOW),
+        "AGENT_RUNNER_TEST_SLOW_SECONDS": str(tool_seconds),
         "PYTHONPATH": str(ROOT),
     }
     with log.open("ab") as out:
@@ -107,19 +109,21 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from agent_runner.client import AgentRunner, has_worker
+    from agent_runner.client import AgentRunner
 
     client = await Client.connect(address, data_converter=pydantic_data_converter)
     task_queue = f"resume-{case}-{uuid.uuid4()}"
     runner = AgentRunner(client, task_queue=task_queue)
     fake.reset()
     fake.responder = _responder(2 if case == "model" else None, set())
-    marks, log = tmp / f"{task_queue}.marks", tmp / f"{task_queue}.log"
+    marks, log = tmp / f"{task_queue}.marks", Path(os.environ.get("RESUME_LOGS", tmp)) / f"{task_queue}.log"
+
+    tool_seconds = 0.0 if case == "model" else SLOW
 
     def started_twice() -> bool:
-        return marks.exists() and marks.read_text().count("start step2") >= 2
+        return marks.exists() and marks.read_text().count("start step1") >= 2
 
-    with _worker(address, task_queue, fake.url, marks, log) as first:
+    with _worker(address, task_queue, fake.url, marks, log, tool_seconds) as first:
         run = await runner.start(
             model="claude-fake-1",
             max_tokens=256,
@@ -129,13 +133,12 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
         if case == "model":
             await _until(lambda: len(fake.requests) >= 2)
         else:
-            await _until(lambda: marks.exists() and "start step2" in marks.read_text())
-        with _worker(address, task_queue, fake.url, marks, log):
+            await _until(lambda: marks.exists() and "start step1" in marks.read_text())
+        second_log = log.with_suffix(".second.log")
+        with _worker(address, task_queue, fake.url, marks, second_log, tool_seconds):
             # B polls the queue before A dies: the measure is Temporal noticing A is gone, not B starting.
-            await asyncio.sleep(0.5)
-            while not await has_worker(client, task_queue):
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(3.0)  # both poll now: B's own start-up (imports, connect) is done
+            await _until(lambda: second_log.exists() and "Worker ready" in second_log.read_text())
+            await asyncio.sleep(1.0)  # its pollers are in, long-polling
             requests = len(fake.requests)
             killed = time.monotonic()
             first.send_signal(signal.SIGKILL)
