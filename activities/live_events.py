@@ -2,9 +2,10 @@
 
 The live log is the content store's side channel (``ContentStore.append_live``): what the reply streams reaches
 watchers without a signal, a history event or a workflow task. Deltas are merged (consecutive deltas of one block
-become one event) and what gathered is written at most every ``FLUSH_INTERVAL`` seconds, in one store write (the
-attempt's start at once, so a client retracts a failed attempt's text promptly). Leaving the publisher writes what
-is left and waits for it, so every event of an attempt is in the log before the attempt's reply reaches the run.
+become one event) and what gathered is written every ``FLUSH_INTERVAL`` seconds at most, in one store write, so a
+client retracts a failed attempt's text within that time of the next attempt's start. Leaving the publisher writes
+what is left and waits for it, so every event of an attempt is in the log before the attempt's reply reaches the
+run.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class EventPublisher:
         return self._interval
 
     async def __aenter__(self) -> EventPublisher:
+        # Written with the first deltas, within `interval`: a reply that comes at once costs one store write.
         self.publish(MODEL_CALL_STARTED)
-        self.send()
         return self
 
     async def __aexit__(

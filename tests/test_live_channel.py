@@ -128,15 +128,16 @@ async def _collect(events: AsyncIterator[RunEvent]) -> list[RunEvent]:
 async def test_the_publisher_merges_deltas_and_writes_them_in_order(store: ContentStore) -> None:
     now = [0.0]
     async with EventPublisher(store, "run-p", iteration=3, attempt=2, interval=1.0, clock=lambda: now[0]) as events:
-        await events.flush()  # the attempt's start is written at once
-        assert [json.loads(d)["type"] for _, d in await store.read_live("run-p")] == ["model_call_started"]
         events.publish("block_start", index=0, block={"type": "text", "text": ""})
         for piece in ("Sun", "ny ", "and"):
             events.delta("text", 0, piece)
-        events.tick()  # less than `interval` since the last write: nothing is written
+        events.tick()  # less than `interval` since the publisher began: nothing is written
+        await asyncio.sleep(0.01)
+        assert await store.read_live("run-p") == []
         now[0] = 1.0
         events.tick()
         await events.flush()
+        assert len(await store.read_live("run-p")) == 3  # the attempt's start, the block's start, the text so far
         events.delta("text", 0, " mild")  # after a write: a new event
         events.publish("block_stop", index=0)
     logged = [json.loads(data) for _, data in await store.read_live("run-p")]
