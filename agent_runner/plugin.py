@@ -18,10 +18,12 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from datetime import timedelta
 from typing import Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkerConfig
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
@@ -55,6 +57,12 @@ def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> T
                 "leave it out of --tools and AGENT_RUNNER_TOOLS."
             ) from e
     return registry
+
+
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""The longest a worker holds back an activity's heartbeat (Temporal's default: 80% of the heartbeat timeout, up to
+60 s). The model call's heartbeat timeout is seconds (``workflows/live.py``): a live worker's call must never look
+lost, so the plugin lowers its workers' ``max_heartbeat_throttle_interval`` to this."""
 
 
 class AgentRunnerPlugin(SimplePlugin):
@@ -119,6 +127,13 @@ class AgentRunnerPlugin(SimplePlugin):
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """The base plugin's, and heartbeats sent at least every ``HEARTBEAT_THROTTLE`` (a shorter interval stays)."""
+        config = super().configure_worker(config)
+        given = config.get("max_heartbeat_throttle_interval")
+        config["max_heartbeat_throttle_interval"] = min(given, HEARTBEAT_THROTTLE) if given else HEARTBEAT_THROTTLE
+        return config
 
 
 def _converter(existing: DataConverter | None) -> DataConverter:

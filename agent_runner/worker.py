@@ -43,11 +43,6 @@ __all__ = ["ROLES", "TOOLS_ENV", "build_registry", "build_worker", "main", "run_
 TOOLS_ENV = "AGENT_RUNNER_TOOLS"
 """Comma-separated tool modules to register, in addition to ``--tools``."""
 
-HEARTBEAT_THROTTLE = timedelta(seconds=1)
-"""The longest a worker holds back an activity's heartbeat (Temporal's default is 80% of the heartbeat timeout, up
-to 60 s): with the model call's few-second heartbeat timeout, a live worker's call is never taken for a lost one.
-A worker built without ``build_worker`` should pass it as ``max_heartbeat_throttle_interval``."""
-
 logger = logging.getLogger("agent_runner.worker")
 
 
@@ -104,8 +99,6 @@ def build_worker(
         plugins=[plugin],
         graceful_shutdown_timeout=graceful_shutdown_timeout,
         max_task_queue_activities_per_second=max_activities_per_second,
-        # A model call's heartbeat timeout is seconds (workflows/live.py): its heartbeats must reach Temporal often.
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
 

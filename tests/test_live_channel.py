@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.live_events import EventPublisher
@@ -37,6 +39,7 @@ from agent_runner.contract.events import (
     parse_event,
 )
 from agent_runner.live import LiveMerge
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import DropMidStream, FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
@@ -181,3 +184,16 @@ async def test_the_merge_holds_a_later_turn_until_it_starts_and_drops_a_recorded
         turn_two = IterationStarted(iteration=2, offset=2)
         assert await merge.before(turn_two) == []
         assert merge.after(turn_two) == [ModelCallStarted(iteration=2, attempt=1, offset=2)]
+
+
+async def test_a_worker_with_the_plugin_sends_heartbeats_at_least_every_second(client: Client) -> None:
+    # The model call's heartbeat timeout is 3 s: Temporal's default throttle (80% of it) would leave 0.6 s of slack.
+    default = build_worker(client, registry=ToolRegistry(), task_queue="throttle-default")
+    own = Worker(
+        client,
+        task_queue="throttle-own",
+        plugins=[AgentRunnerPlugin()],
+        max_heartbeat_throttle_interval=timedelta(milliseconds=200),
+    )
+    assert default.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
+    assert own.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(milliseconds=200)
