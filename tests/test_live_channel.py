@@ -197,3 +197,14 @@ async def test_a_worker_with_the_plugin_sends_heartbeats_at_least_every_second(c
     )
     assert default.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
     assert own.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(milliseconds=200)
+
+
+async def test_a_sweep_removes_live_events_written_before_its_cutoff_and_keeps_later_ones(store: ContentStore) -> None:
+    await store.append_live("run-s", [_wire("model_call_started", 1, attempt=1)])
+    cutoff = await store.clock() + 0.001
+    await asyncio.sleep(0.01)
+    await store.append_live("run-s", [_wire("model_call_started", 1, attempt=2)])
+    await store.sweep(set(), set(), written_before=cutoff, dry_run=True)
+    assert len(await store.read_live("run-s")) == 2  # a dry run changes nothing
+    await store.sweep(set(), set(), written_before=cutoff)
+    assert [json.loads(data)["attempt"] for _, data in await store.read_live("run-s")] == [2]
