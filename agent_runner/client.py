@@ -422,7 +422,7 @@ class Run:
                 while True:
                     step = step or asyncio.ensure_future(self._answered(anext(items), durable=True))
                     if not (await asyncio.wait({step}, timeout=LIVE_POLL))[0]:
-                        for event in await live.poll():
+                        for event in await live.poll() if live.streaming else []:
                             for out in attempts.feed(event):
                                 yield out
                         continue

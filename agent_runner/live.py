@@ -60,6 +60,14 @@ class LiveMerge:
         self._offset: int | None = None
         self._broken = False
 
+    @property
+    def streaming(self) -> bool:
+        """Whether a turn the watcher saw start has not been recorded yet: only then can its live log have news.
+
+        A watcher of a run that waits (for a tool, a person, a timer) reads nothing from the store meanwhile.
+        """
+        return self._turn in self._seen and self._turn not in self._recorded
+
     async def poll(self) -> list[RunEvent]:
         """The live events to yield now, in order (each with the ``offset`` of the stream event before it)."""
         out: list[RunEvent] = []

@@ -165,15 +165,18 @@ def _wire(event_type: str, iteration: int, **fields: Any) -> bytes:
 async def test_the_merge_holds_a_later_turn_until_it_starts_and_drops_a_recorded_turns_late_events() -> None:
     async with open_store("memory:") as store:
         merge = LiveMerge(store, "run-m")
+        assert not merge.streaming  # nothing to read before a turn starts: a waiting watcher leaves the store be
         started = parse_event({"type": "iteration_started", "iteration": 1}, offset=0)
         assert await merge.before(started) == []
         assert merge.after(started) == []
+        assert merge.streaming
         await store.append_live("run-m", [_wire("model_call_started", 1, attempt=1)])
         assert await merge.poll() == [ModelCallStarted(iteration=1, attempt=1, offset=0)]
         recorded = RecordedCall(iteration=1, attempt=1, offset=1)
         await store.append_live("run-m", [_wire("text", 1, attempt=1, index=0, text="Hi")])
         assert await merge.before(recorded) == [TextDelta(iteration=1, attempt=1, index=0, text="Hi", offset=0)]
         assert merge.after(recorded) == []
+        assert not merge.streaming
         # A zombie attempt of turn 1 still streaming, and turn 2's call already streaming before the watcher saw
         # turn 2 start (the stream is polled, the log too).
         await store.append_live(
