@@ -9,10 +9,10 @@ other replay codes, ``thread_unsupported_request``) is never retried as it is: t
 turn (``workflows/conversation.py``). Once the stream began, an SSE ``error`` event is
 retried when its ``error.type`` is an overload, an API error or a rate limit, and a dropped connection always is.
 
-The reply is streamed (``client.beta.messages.stream``): each event heartbeats, and the reply is published as it
-comes on the run's Workflow Stream (``activities/live_events.py``). With ``eager_tools``, each ``tool_use`` block is
-signalled to the run once the model has moved on from it (as the SDK's ``run_tools_eagerly``), so the tool starts
-before the reply ends.
+The reply is streamed (``client.beta.messages.stream``): the attempt heartbeats while it reads, and the reply is
+written as it comes to the run's live log in the content store (``activities/live_events.py``), not to its
+history. With ``eager_tools``, each ``tool_use`` block is signalled to the run once the model has moved on from it
+(as the SDK's ``run_tools_eagerly``), so the tool starts before the reply ends.
 
 The API key and base URL come only from the worker's environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``):
 nothing secret is ever part of a workflow's input or history.
@@ -35,7 +35,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from agent_runner.activities.live_events import EventPublisher, stream_client
+from agent_runner.activities.live_events import EventPublisher
 from agent_runner.content import Content
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.transcript import escape
@@ -145,11 +145,13 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        async with EventPublisher(stream_client(), iteration=input.iteration, attempt=info.attempt) as events:
+        async with EventPublisher(
+            self.content.store, input.run_id, iteration=input.iteration, attempt=info.attempt
+        ) as events:
             call = asyncio.ensure_future(self._stream(request, input, timeout, events))
             try:
-                # Heartbeat while waiting for the first byte too (each event heartbeats as well), so a slow start
-                # does not look like a dead worker and a cancellation of the run reaches the call.
+                # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
+                # like a dead worker and a cancellation of the run reaches the call.
                 while not call.done():
                     activity.heartbeat()
                     events.tick()
@@ -196,8 +198,9 @@ class ClaudeActivities:
         closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
         fallback = False
         async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
+            # No heartbeat per event: `_call` heartbeats (and writes live events) every `FLUSH_INTERVAL` while the
+            # stream is read, which is as good a sign of life and costs nothing per token.
             async for event in stream:
-                activity.heartbeat()
                 # As the SDK's `EagerToolCalls.track`: a call is ready once the model moved on from it (the next block
                 # starts, or the reply stops with `tool_use`), not at its own `content_block_stop`, which a reply cut
                 # off by `max_tokens` also sends for a call whose input may be cut short. After a `fallback` block

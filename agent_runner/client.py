@@ -73,7 +73,14 @@ from agent_runner.contract.errors import (
     RunCancelled,
     RunNotFound,
 )
-from agent_runner.contract.events import EVENT_TYPES, AttemptFilter, RunEvent, RunFinished, parse_event
+from agent_runner.contract.events import (
+    EVENT_TYPES,
+    AttemptFilter,
+    RecordedCall,
+    RunEvent,
+    RunFinished,
+    parse_event,
+)
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -105,6 +112,7 @@ from agent_runner.contract.types import (
     RunStatus,
     RunStatusName,
 )
+from agent_runner.live import LIVE_POLL, LiveMerge
 from agent_runner.store import ContentStore
 
 if TYPE_CHECKING:
@@ -386,8 +394,10 @@ class Run:
     async def events(self, after: int = 0) -> AsyncIterator[RunEvent]:
         """The run's live events (``contract/events.py``), each with its stream ``offset``, until it finishes.
 
-        Text arrives as it streams. When a model call fails mid-stream and Temporal retries it, a ``retracted``
-        event says which attempt's text to drop, and late events of that attempt are never yielded. Works for a
+        Text arrives as it streams, read from the run's live log in the content store (so this client must use the
+        workers' store), each piece with the ``offset`` of the stream event before it. When a model call fails
+        mid-stream and Temporal retries it, a ``retracted`` event says which attempt's text to drop, and late events
+        of that attempt are never yielded. Works for a
         finished run too: from offset 0 it yields the whole run.
 
         Args:
@@ -403,16 +413,25 @@ class Run:
         """
         stream = WorkflowStreamClient.create(self._client, self.id)
         attempts = AttemptFilter()
+        live = LiveMerge(self._content.store, self.id)  # what the model call streams (agent_runner/live.py)
         # An async generator, though typed as an iterator: closed here, since its steps are awaited one by one.
         items = cast(
             AsyncGenerator[Any, None],
             stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL),
         )
+        step: asyncio.Future[Any] | None = None
         try:
             async with contextlib.aclosing(items):
                 while True:
+                    step = step or asyncio.ensure_future(self._answered(anext(items), durable=True))
+                    if not (await asyncio.wait({step}, timeout=LIVE_POLL))[0]:
+                        for event in await live.poll() if live.streaming else []:
+                            for out in attempts.feed(event):
+                                yield out
+                        continue
+                    done, step = step, None
                     try:
-                        item = await self._answered(anext(items), durable=True)
+                        item = done.result()
                     except StopAsyncIteration:
                         return
                     if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
@@ -421,12 +440,18 @@ class Run:
                         continue
                     # A reply or tool result may carry big content as placeholders: put it back from the store.
                     event = parse_event(await self._content.resolve(item.data), offset=item.offset)
-                    for out in attempts.feed(event):
-                        yield out
+                    for merged in [*(await live.before(event)), event, *live.after(event)]:
+                        for out in attempts.feed(merged):
+                            if not isinstance(out, RecordedCall):  # the merge's mark, not news to a watcher
+                                yield out
                     if isinstance(event, RunFinished):
                         return
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
+        finally:
+            if step is not None and not step.done():
+                step.cancel()
+                await asyncio.wait({step})  # a step of an async generator must end before the generator is closed
 
     async def until_done(self) -> BetaMessage:
         """Wait for the run to end and return its last reply.

@@ -18,10 +18,12 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkerConfig
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
@@ -59,6 +61,12 @@ def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> T
                 "leave it out of --tools and AGENT_RUNNER_TOOLS."
             ) from e
     return registry
+
+
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""The longest a worker holds back an activity's heartbeat (Temporal's default: 80% of the heartbeat timeout, up to
+60 s). The model call's heartbeat timeout is seconds (``workflows/live.py``): a live worker's call must never look
+lost, so the plugin lowers its workers' ``max_heartbeat_throttle_interval`` to this."""
 
 
 class AgentRunnerPlugin(SimplePlugin):
@@ -129,6 +137,13 @@ class AgentRunnerPlugin(SimplePlugin):
             workflows=[AgentRun] if "workflows" in serve else [],
             run_context=mcp_activities.running if mcp_activities is not None else None,
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """The base plugin's, and heartbeats sent at least every ``HEARTBEAT_THROTTLE`` (a shorter interval stays)."""
+        config = super().configure_worker(config)
+        given = config.get("max_heartbeat_throttle_interval")
+        config["max_heartbeat_throttle_interval"] = min(given, HEARTBEAT_THROTTLE) if given else HEARTBEAT_THROTTLE
+        return config
 
 
 def _mcp_activities(config: McpConfig, content: Content) -> McpActivities:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import bisect
 import contextlib
 import hashlib
 import hmac
@@ -140,6 +141,10 @@ class Swept:
     nodes: int
 
 
+LIVE_READ_LIMIT = 1000
+"""The most live events one ``read_live`` returns."""
+
+
 class ContentStore(abc.ABC):
     """A content-addressed blob store plus the chain nodes of transcripts.
 
@@ -240,6 +245,29 @@ class ContentStore(abc.ABC):
         """
         del keep_blobs, keep_heads, written_before, dry_run  # the backends' signature: this store cannot use them
         raise StoreError(f"the store at {self.url} cannot be swept: open it with agent_runner.store.open_store()")
+
+    async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
+        """Add a run's live events (``agent_runner/activities/live_events.py``) to its live log, in order.
+
+        The live log is a side channel: what a model call streams reaches watchers through it rather than through
+        workflow history. It is not durable content: nothing references it, a write is not synced to disk, and a
+        sweep removes what is older than the retention. A store that keeps no live log ignores this (the default),
+        and its watchers then see replies whole, without their streamed text.
+
+        Args:
+            run_id: The run's workflow id.
+            entries: The events, each one JSON object's bytes.
+        """
+        del run_id, entries
+
+    async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
+        """A run's live events written after position ``after``, in order, at most ``limit`` of them.
+
+        Returns:
+            ``(position, entry)`` pairs; read on from the last position. Positions grow, but need not be consecutive.
+        """
+        del run_id, after, limit
+        return []
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -365,6 +393,8 @@ class _MemoryStore(_Backend):
         self._nodes: dict[str, tuple[str | None, str]] = {}
         self._written: dict[tuple[str, str], float] = {}
         self._meta = dict(setup(self.url, {}, False))
+        self._live: dict[str, list[tuple[int, bytes, float]]] = {}
+        self._live_seq = 0
 
     async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
         now = time.time()
@@ -403,6 +433,18 @@ class _MemoryStore(_Backend):
     async def stats(self) -> StoreStats:
         return StoreStats(len(self._blobs), sum(map(len, self._blobs.values())), len(self._nodes))
 
+    async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
+        log = self._live.setdefault(run_id, [])
+        now = time.time()
+        for entry in entries:
+            self._live_seq += 1
+            log.append((self._live_seq, bytes(entry), now))
+
+    async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
+        log = self._live.get(run_id, [])
+        start = bisect.bisect_right(log, after, key=lambda row: row[0])
+        return [(seq, data) for seq, data, _ in log[start : start + limit]]
+
     async def sweep(
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
@@ -410,6 +452,12 @@ class _MemoryStore(_Backend):
         heads = [h for h in self._nodes if h not in keep_heads and self._written["node", h] < written_before]
         swept = Swept(len(blobs), sum(len(self._blobs[k]) for k in blobs), len(heads))
         if not dry_run:
+            for run_id, log in list(self._live.items()):
+                kept = [row for row in log if row[2] >= written_before]
+                if kept:
+                    self._live[run_id] = kept
+                else:
+                    del self._live[run_id]
             for key in blobs:
                 del self._blobs[key], self._written["blob", key]
             for head in heads:
@@ -432,8 +480,13 @@ _SQLITE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS nodes (head TEXT PRIMARY KEY, parent TEXT, message TEXT NOT NULL, written_at REAL) "
     "WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+    # Live events (``append_live``): ``seq`` orders them across every process that writes the file.
+    "CREATE TABLE IF NOT EXISTS live (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
+    "data BLOB NOT NULL, written_at REAL NOT NULL)",
 )
 _SQLITE_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS live_run ON live (run_id, seq)",
+    "CREATE INDEX IF NOT EXISTS live_written_at ON live (written_at)",
     "CREATE INDEX IF NOT EXISTS blobs_written_at ON blobs (written_at)",
     "CREATE INDEX IF NOT EXISTS nodes_written_at ON nodes (written_at)",
 )
@@ -592,6 +645,32 @@ class _SqliteStore(_Backend):
 
         return await self._run(work)
 
+    async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
+        rows = [(run_id, bytes(entry)) for entry in entries]
+
+        def work(conn: sqlite3.Connection) -> None:
+            # Not synced: a live event is a preview, and the reply it previews is stored (and synced) on its own.
+            conn.execute("PRAGMA synchronous = OFF")
+            try:
+                with _sqlite_write(conn):
+                    now = time.time()
+                    conn.executemany(
+                        "INSERT INTO live (run_id, data, written_at) VALUES (?, ?, ?)",
+                        [(run_id, data, now) for run_id, data in rows],
+                    )
+            finally:
+                conn.execute("PRAGMA synchronous = FULL")
+
+        await self._run(work)
+
+    async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
+        def work(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+            return conn.execute(
+                "SELECT seq, data FROM live WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", (run_id, after, limit)
+            ).fetchall()
+
+        return await self._run(work)
+
     async def sweep(
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
@@ -617,6 +696,7 @@ class _SqliteStore(_Backend):
                 now = time.time()
                 for table in ("blobs", "nodes"):
                     conn.execute(f"UPDATE {table} SET written_at = ? WHERE written_at IS NULL", (now,))
+                conn.execute("DELETE FROM live WHERE written_at < ?", (written_before,))
             removed, removed_bytes, removed_nodes = 0, 0, 0
             # Short transactions, so workers' writes wait for one chunk at most; each deletes only what is still
             # old (an activity may have stored the same content again since the list was made).
@@ -694,6 +774,10 @@ _PG_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS blobs_written_at ON blobs (written_at)",
     "CREATE INDEX IF NOT EXISTS nodes_written_at ON nodes (written_at)",
     "CREATE TABLE IF NOT EXISTS meta (name text PRIMARY KEY, value bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS live (seq bigserial PRIMARY KEY, run_id text NOT NULL, data bytea NOT NULL, "
+    "written_at double precision NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS live_run ON live (run_id, seq)",
+    "CREATE INDEX IF NOT EXISTS live_written_at ON live (written_at)",
 )
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
 """The server's clock: workers on several machines stamp ``written_at`` by one clock."""
@@ -863,6 +947,33 @@ class _PostgresStore(_Backend):
         result: float = await self._run(work)
         return result
 
+    async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
+        rows = [(run_id, bytes(entry)) for entry in entries]
+
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            # Not waited on a disk flush: a live event is a preview, its reply is stored (and flushed) on its own.
+            # A sequence allots seq in commit order only roughly: a reader may see a later seq before an earlier one
+            # commits, so writers of one run (one attempt at a time) take a transaction-scoped lock on it.
+            await conn.execute("SET LOCAL synchronous_commit = off")
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+            async with conn.cursor() as cursor:
+                await cursor.executemany(
+                    f"INSERT INTO live (run_id, data, written_at) VALUES (%s, %s, {_PG_NOW})", rows
+                )
+
+        await self._run(work)
+
+    async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
+            cursor = await conn.execute(
+                "SELECT seq, data FROM live WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (run_id, after, limit),
+            )
+            return [(int(seq), bytes(data)) for seq, data in await cursor.fetchall()]
+
+        result: list[tuple[int, bytes]] = await self._run(work)
+        return result
+
     async def sweep(
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
@@ -878,6 +989,7 @@ class _PostgresStore(_Backend):
                 # After the list, as in SQLite: rows without a time go one window after they are first seen.
                 for table in ("blobs", "nodes"):
                     await conn.execute(f"UPDATE {table} SET written_at = {_PG_NOW} WHERE written_at IS NULL")
+                await conn.execute("DELETE FROM live WHERE written_at < %s", (written_before,))
             return blobs, heads
 
         found: tuple[list[tuple[str, int]], list[str]] = await self._run(candidates)
@@ -926,6 +1038,8 @@ _SEALED_TEXT = "AR1:"
 _NONCE_BYTES = 12
 _WRAP_AAD = b"agent-runner store address key"
 _NODE_AAD = b"agent-runner chain node"
+_LIVE_AAD = b"live:"
+"""Prefix of a run's live log: its address is the HMAC of this and the run id, each event sealed with both."""
 ADDRESS_PREFIX = "hmac:"
 """How an encrypted store's addresses start: ``hmac:`` and the hex HMAC-SHA256 of the reference."""
 
@@ -1083,6 +1197,20 @@ class _EncryptedStore(ContentStore):
                 )
             messages.append(opened.decode())
         return messages
+
+    async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
+        # Each event sealed with its run as associated data: an event filed under another run does not open.
+        aad = _LIVE_AAD + run_id.encode()
+        await self._inner.append_live(
+            self._cipher.address(_LIVE_AAD.decode() + run_id), [self._cipher.seal(entry, aad) for entry in entries]
+        )
+
+    async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
+        aad = _LIVE_AAD + run_id.encode()
+        rows = await self._inner.read_live(self._cipher.address(_LIVE_AAD.decode() + run_id), after, limit=limit)
+        what = f"a live event of run {run_id}"
+        opened = [(seq, self._cipher.open(self.url, sealed, aad, what)) for seq, sealed in rows]
+        return [(seq, data) for seq, data in opened if data is not None]  # a preview that does not open is dropped
 
     async def stats(self) -> StoreStats:
         return await self._inner.stats()

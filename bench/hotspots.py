@@ -108,7 +108,7 @@ SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
 
 
 class SilentPublisher:
-    """``EventPublisher``'s interface, sending nothing: a model call without live events (no signals to the run)."""
+    """``EventPublisher``'s interface, writing nothing: a model call without live events."""
 
     interval = 1.0
 
@@ -144,10 +144,10 @@ class Counters:
 
         activity.heartbeat = counted  # the activities call it as `activity.heartbeat()`
 
-        def publisher(stream: Any, **options: Any) -> Any:
+        def publisher(store: Any, run_id: str, **options: Any) -> Any:
             if activity.info().task_queue == NO_LIVE_EVENTS_QUEUE:
                 return SilentPublisher()
-            return EventPublisher(stream, **options)
+            return EventPublisher(store, run_id, **options)
 
         claude_activity.EventPublisher = publisher  # type: ignore[attr-defined,assignment]  # the name claude.py calls
 

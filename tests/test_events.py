@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from datetime import timedelta
@@ -33,6 +34,7 @@ from agent_runner.contract.events import (
     parse_event,
 )
 from agent_runner.contract.types import EVENTS_TOPIC
+from agent_runner.store import open_store
 from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, thinking, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file
@@ -129,7 +131,7 @@ async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
         run = await runner.start(**BASE, messages=[USER])
         await run.result()
         events = await asyncio.wait_for(collect(run), 30)
-        resumed = await asyncio.wait_for(collect(run, after=5), 30)  # reading a closed run needs a worker
+        resumed = await asyncio.wait_for(collect(run, after=2), 30)  # reading a closed run needs a worker
     assert [e.type for e in events] == [
         "iteration_started",
         "model_call_started",
@@ -139,11 +141,13 @@ async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
         "reply",
         "run_finished",
     ]
-    assert [e.offset for e in events] == list(range(7))
-    assert events[3] == TextDelta(iteration=1, attempt=1, index=0, text="Hello there.", offset=3)  # deltas merged
+    # Streamed text comes from the run's live log, not its stream: each piece takes the offset of the stream event
+    # before it (offset 1 is the run's `recorded_call`, which places them and is not yielded).
+    assert [e.offset for e in events] == [0, 0, 0, 0, 0, 2, 3]
+    assert events[3] == TextDelta(iteration=1, attempt=1, index=0, text="Hello there.", offset=0)  # deltas merged
     assert isinstance(events[5], ReplyReceived)
     assert events[5].message["content"] == [{"type": "text", "text": "Hello there."}]
-    assert events[6] == RunFinished(iteration=1, status="completed", detail=None, offset=6)
+    assert events[6] == RunFinished(iteration=1, status="completed", detail=None, offset=3)
     assert events[6].to_wire() == {"type": "run_finished", "iteration": 1, "status": "completed", "detail": None}
     assert [e.type for e in resumed] == ["reply", "run_finished"]
 
@@ -221,9 +225,11 @@ def test_the_attempt_filter_retracts_a_replaced_attempt_once_and_drops_its_late_
 
 
 async def published_events(client: Client, run_id: str) -> list[dict[str, Any]]:
-    """Every event the run published, as the JSON objects on its stream (not through the client's parsing)."""
+    """Every event the run published, as the JSON objects in its live log and on its stream (not through the client's
+    parsing): the model call's first, then the run's."""
+    async with open_store() as store:
+        published: list[dict[str, Any]] = [json.loads(data) for _, data in await store.read_live(run_id)]
     stream = WorkflowStreamClient.create(client, run_id)
-    published: list[dict[str, Any]] = []
     async for item in stream.subscribe([EVENTS_TOPIC], from_offset=0, poll_cooldown=timedelta(seconds=0.05)):
         published.append(item.data)
         if item.data["type"] == "run_finished":

@@ -8,8 +8,8 @@ workflows   ``workflows/``: deterministic code only. Imports the contract.
 store       ``agent_runner/{codec,store,content}.py``: where transcripts and big content live. Imports the contract.
 activities  ``activities/``: the model call, tools, hooks. Imports the contract, the store and the workflows' pure
             helpers (the same request-building code runs on both sides), never the workflow itself.
-client      ``agent_runner/{client,connection,temporal_server}.py``: start, steer and watch runs. Imports the contract,
-            the store and the connection; never workflows or activities.
+client      ``agent_runner/{client,connection,live,temporal_server}.py``: start, steer and watch runs. Imports the
+            contract, the store and the connection; never workflows or activities.
 worker      ``agent_runner/{plugin,worker}.py``: puts workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
@@ -34,7 +34,12 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "workflows": ("workflows/",),
     "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py"),
     "activities": ("activities/", "agent_runner/mcp_config.py"),
-    "client": ("agent_runner/client.py", "agent_runner/connection.py", "agent_runner/temporal_server.py"),
+    "client": (
+        "agent_runner/client.py",
+        "agent_runner/connection.py",
+        "agent_runner/live.py",
+        "agent_runner/temporal_server.py",
+    ),
     "worker": ("agent_runner/plugin.py", "agent_runner/worker.py"),
     "testing": ("agent_runner/testing/",),
     "commands": (

@@ -399,7 +399,7 @@ async def test_the_idempotency_key_is_stable_per_tool_use_across_continue_as_new
     async with worker(whose_key):
         # Continue as new after every event budget: each turn starts on a fresh history.
         run = await runner.start(
-            **BASE, messages=[USER], tools=[whose_key], thread=False, continue_as_new={"events": 40}
+            **BASE, messages=[USER], tools=[whose_key], thread=False, continue_as_new={"events": 20}
         )
         await run.until_done()
         status = await run.status()

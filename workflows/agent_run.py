@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusName,
         Usage,
     )
+    from agent_runner.workflows import live
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
@@ -982,7 +983,7 @@ class AgentRun:
                     ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
-                    heartbeat_timeout=options.heartbeat_timeout,
+                    heartbeat_timeout=live.model_heartbeat_timeout(options),
                     retry_policy=retry_policy(options),
                     task_queue=options.task_queue,
                     summary=f"turn {reply_number} · {conversation.params['model']}",
@@ -1004,6 +1005,8 @@ class AgentRun:
                 if hop:
                     token, refusal = credit_token(output.message), output.message
                     continue
+                if live.records_calls():
+                    self._event(events.RECORDED_CALL, attempt=output.attempt)
                 self._event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
                     self._take_thread_fallbacks(conversation)

@@ -6,17 +6,19 @@ call publishes, for each attempt (``attempt``, 1 for the first):
 - ``model_call_started``;
 - ``block_start`` (``index``, ``block`` as started: a ``tool_use``'s ``id`` and ``name``, empty text, ...);
 - ``text`` (``index``, ``text``), ``thinking`` (``index``, ``thinking``), ``tool_input`` (``index``,
-  ``partial_json``): consecutive deltas of a block merged, published at most every ``FLUSH_INTERVAL`` seconds, so a
-  long reply costs a few signals in the run's history rather than one per token;
+  ``partial_json``): consecutive deltas of a block merged, written at most every ``FLUSH_INTERVAL`` seconds;
 - ``block_stop`` (``index``).
 
-The workflow publishes (at no cost in history): ``iteration_started``, ``reply`` (``message``: the whole reply as
-recorded), ``tool_started`` (``tool_use_id``, ``name``, ``input``), ``approval_waiting`` (``approval``: the pending
-approval), ``approval_decided`` (``tool_use_id``, ``approved``, ``reason``), ``tool_finished`` (``tool_use_id``,
-``name``, ``result``: the exact ``tool_result`` block), ``tool_outcome_unknown`` (``tool_use_id``, ``name``,
-``detail``, ``on_unknown``: an ``at_most_once`` call's attempt was lost and will not be re-run blindly),
-``step_waiting`` (``status``: ``waiting_for_step`` after a
-reply, ``waiting_for_review`` before its tool results go out, in step mode), ``limit_reached`` (``limit``:
+These go to the run's live log in the content store (``ContentStore.append_live``), a side channel that costs the
+run's history nothing: no signal, no workflow task. Everything else is published by the workflow on its Workflow
+Stream (also at no cost in history: the stream is workflow state): ``iteration_started``, ``recorded_call``
+(``attempt``: the model call's attempt whose reply the run recorded, after every live event of it), ``reply``
+(``message``: the whole reply as recorded), ``tool_started`` (``tool_use_id``, ``name``, ``input``),
+``approval_waiting`` (``approval``: the pending approval), ``approval_decided`` (``tool_use_id``, ``approved``,
+``reason``), ``tool_finished`` (``tool_use_id``, ``name``, ``result``: the exact ``tool_result`` block),
+``tool_outcome_unknown`` (``tool_use_id``, ``name``, ``detail``, ``on_unknown``: an ``at_most_once`` call's attempt
+was lost and will not be re-run blindly), ``step_waiting`` (``status``: ``waiting_for_step`` after a reply,
+``waiting_for_review`` before its tool results go out, in step mode), ``limit_reached`` (``limit``:
 ``max_iterations`` or ``budget_exhausted``, ``detail``) and, last, ``run_finished`` (``status``, ``detail``).
 
 A model call that fails mid-stream is retried by Temporal: its next attempt starts again from the first token. A
@@ -24,6 +26,9 @@ client therefore reads the events through ``AttemptFilter`` (``Run.events`` does
 event (``iteration``, ``attempt``: the discarded one) when a new attempt starts after an earlier one streamed
 something, and never yields events of a superseded attempt that arrive late (an attempt Temporal gave up on may
 still be streaming on its worker).
+
+``Run.events`` merges the two: a turn's live events come after its ``iteration_started`` and before its
+``recorded_call``, and take the ``offset`` of the stream event they follow.
 
 Each event type is a pydantic model here (``TextDelta``, ``ToolFinished``, ``RunFinished``, ...), and ``RunEvent``
 their union, told apart by ``type``; ``parse_event`` reads one published event, and ``Event.to_wire`` gives back the
@@ -44,7 +49,7 @@ from agent_runner.contract.steering import PendingApproval
 from agent_runner.contract.types import OnUnknown, RunStatusName
 
 FLUSH_INTERVAL = 0.3
-"""The most often, in seconds, a model call sends its streamed deltas to the run (one signal each time)."""
+"""The most often, in seconds, a model call writes its streamed deltas to the run's live log (one store write)."""
 
 MODEL_CALL_STARTED: Final = "model_call_started"
 BLOCK_START: Final = "block_start"
@@ -62,6 +67,7 @@ APPROVAL_DECIDED: Final = "approval_decided"
 STEP_WAITING: Final = "step_waiting"
 LIMIT_REACHED: Final = "limit_reached"
 RUN_FINISHED: Final = "run_finished"
+RECORDED_CALL: Final = "recorded_call"
 RETRACTED: Final = "retracted"
 """Made by ``AttemptFilter``, never published: drop what attempt ``attempt`` of turn ``iteration`` streamed."""
 
@@ -135,6 +141,15 @@ class BlockStop(ModelCallEvent):
 
     type: Literal["block_stop"] = BLOCK_STOP
     index: int
+
+
+class RecordedCall(ModelCallEvent):
+    """Published by the run when it recorded a model call's reply: ``attempt`` is the attempt it kept.
+
+    Every live event of that attempt came before it. ``Run.events`` places live events by it and does not yield it.
+    """
+
+    type: Literal["recorded_call"] = RECORDED_CALL
 
 
 class Retracted(ModelCallEvent):
@@ -230,6 +245,7 @@ RunEvent: TypeAlias = Annotated[
     | ThinkingDelta
     | ToolInputDelta
     | BlockStop
+    | RecordedCall
     | Retracted
     | IterationStarted
     | ReplyReceived
@@ -254,6 +270,7 @@ EVENT_TYPES = frozenset(DELTA_FIELDS) | {
     MODEL_CALL_STARTED,
     BLOCK_START,
     BLOCK_STOP,
+    RECORDED_CALL,
     ITERATION_STARTED,
     REPLY,
     TOOL_STARTED,

@@ -1,0 +1,187 @@
+"""How soon a run goes on after its worker is ``kill -9``ed, when another worker is ready (issue 14.3).
+
+Two cases, each ``--repeat`` times, on one embedded Temporal server (``EmbeddedTemporal``, temp sqlite db) with the
+fake Messages API in this process and workers as real subprocesses (``python worker.py --tools tests.tools_for_tests``):
+
+* ``model``: worker A takes the run's second model call, which the fake answers only after a long delay; worker B
+  starts and polls the same task queue; A is killed. Measured: from the kill to the retried request reaching the fake.
+* ``tool``: worker A starts the run's first ``slow_step`` call (it sleeps); B starts; A is killed. Measured: from the
+  kill to the tool starting again (its mark on disk).
+
+Runs use the defaults a user gets: the model call's heartbeat timeout ``MODEL_HEARTBEAT_TIMEOUT``
+(``workflows/live.py``), the retry's first interval of 1 s; ``slow_step`` declares a 2 s heartbeat timeout. What a
+resume takes is about the heartbeat timeout, less the time since the last heartbeat, plus the first retry interval.
+
+Usage::
+
+    python bench/resume.py [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SLOW = 120.0
+"""How long the fake delays the model call that is killed, and how long the tool sleeps: far past any resume."""
+
+
+def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str, Any]], Any]:
+    from agent_runner.testing import Reply, text, tool_use
+
+    def respond(body: dict[str, Any]) -> Reply:
+        turn = 1 + sum(
+            1
+            for m in body["messages"]
+            if isinstance(m.get("content"), list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        )
+        delay = 0.0
+        if turn == slow_turn and turn not in answered:
+            answered.add(turn)
+            delay = SLOW
+        if turn <= 2:
+            return Reply(
+                id=f"msg_turn_{turn}",
+                content=[text("Next step."), tool_use(f"toolu_{turn}", "slow_step", {"step": f"step{turn}"})],
+                stop_reason="tool_use",
+                delay=delay,
+            )
+        return Reply(id=f"msg_turn_{turn}", content=[text("Done.")], delay=delay)
+
+    return respond
+
+
+@contextmanager
+def _worker(
+    address: str, task_queue: str, fake_url: str, marks: Path, log: Path, tool_seconds: float
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "ANTHROPIC_BASE_URL": fake_url,
+        "ANTHROPIC_API_KEY": "bench",
+        "AGENT_RUNNER_TEST_MARKS": str(marks),
+        "AGENT_RUNNER_TEST_SLOW_SECONDS": str(tool_seconds),
+        "PYTHONPATH": str(ROOT),
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "worker.py"), "--tools", "tests.tools_for_tests", "--task-queue", task_queue],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> float:
+    """Wait for ``predicate``, polling often; the monotonic time it first held."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+    return time.monotonic()
+
+
+async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from agent_runner.client import AgentRunner
+
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    task_queue = f"resume-{case}-{uuid.uuid4()}"
+    runner = AgentRunner(client, task_queue=task_queue)
+    fake.reset()
+    fake.responder = _responder(2 if case == "model" else None, set())
+    marks, log = tmp / f"{task_queue}.marks", Path(os.environ.get("RESUME_LOGS", tmp)) / f"{task_queue}.log"
+
+    tool_seconds = 0.0 if case == "model" else SLOW
+
+    def started_twice() -> bool:
+        return marks.exists() and marks.read_text().count("start step1") >= 2
+
+    with _worker(address, task_queue, fake.url, marks, log, tool_seconds) as first:
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=256,
+            messages=[{"role": "user", "content": "Run the two steps."}],
+            tools=["slow_step"],
+        )
+        if case == "model":
+            await _until(lambda: len(fake.requests) >= 2)
+        else:
+            await _until(lambda: marks.exists() and "start step1" in marks.read_text())
+        second_log = log.with_suffix(".second.log")
+        with _worker(address, task_queue, fake.url, marks, second_log, tool_seconds):
+            # B polls the queue before A dies: the measure is Temporal noticing A is gone, not B starting.
+            await _until(lambda: second_log.exists() and "Worker ready" in second_log.read_text())
+            await asyncio.sleep(1.0)  # its pollers are in, long-polling
+            requests = len(fake.requests)
+            killed = time.monotonic()
+            first.send_signal(signal.SIGKILL)
+            if case == "model":
+                resumed = await _until(lambda: len(fake.requests) > requests)
+            else:
+                resumed = await _until(started_twice)
+            await run.handle.terminate("benchmark done")
+    return resumed - killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=3, help="kills per case (default 3)")
+    args = parser.parse_args(argv)
+
+    from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.testing import FakeMessagesAPI
+
+    async def bench() -> dict[str, list[float]]:
+        with tempfile.TemporaryDirectory() as tmp, FakeMessagesAPI() as fake:
+            os.environ.setdefault("AGENT_RUNNER_STORE", f"sqlite:///{tmp}/store.db")
+            temporal = EmbeddedTemporal(Path(tmp) / "temporal.db")
+            await temporal.astart()
+            try:
+                found: dict[str, list[float]] = {"model": [], "tool": []}
+                for _ in range(args.repeat):
+                    for case in found:
+                        found[case].append(await _one(case, temporal.address, fake, Path(tmp)))
+                return found
+            finally:
+                await temporal.astop()
+
+    found = asyncio.run(bench())
+    print("| kill -9 mid … → next request on the second worker | median s | min s | max s |")
+    print("|---|---:|---:|---:|")
+    for case, seconds in found.items():
+        label = "model call" if case == "model" else "tool call"
+        print(f"| {label} | {statistics.median(seconds):.1f} | {min(seconds):.1f} | {max(seconds):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    from _script import run  # bench/ is this script's own directory
+
+    run(main)
