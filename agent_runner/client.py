@@ -422,36 +422,39 @@ class Run:
         step: asyncio.Future[Any] | None = None
         try:
             async with contextlib.aclosing(items):
-                while True:
-                    step = step or asyncio.ensure_future(self._answered(anext(items), durable=True))
-                    if not (await asyncio.wait({step}, timeout=LIVE_POLL))[0]:
-                        for event in await live.poll() if live.streaming else []:
-                            for out in attempts.feed(event):
-                                yield out
-                        continue
-                    done, step = step, None
-                    try:
-                        item = done.result()
-                    except StopAsyncIteration:
-                        return
-                    if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
-                        # A newer worker's event this client does not know: following goes on without it.
-                        logger.debug("Run %s: skipped an unknown live event %r", self.id, item.data)
-                        continue
-                    # A reply or tool result may carry big content as placeholders: put it back from the store.
-                    event = parse_event(await self._content.resolve(item.data), offset=item.offset)
-                    for merged in [*(await live.before(event)), event, *live.after(event)]:
-                        for out in attempts.feed(merged):
-                            if not isinstance(out, RecordedCall):  # the merge's mark, not news to a watcher
-                                yield out
-                    if isinstance(event, RunFinished):
-                        return
+                try:
+                    while True:
+                        step = step or asyncio.ensure_future(self._answered(anext(items), durable=True))
+                        if not (await asyncio.wait({step}, timeout=LIVE_POLL))[0]:
+                            for event in await live.poll() if live.streaming else []:
+                                for out in attempts.feed(event):
+                                    yield out
+                            continue
+                        done, step = step, None
+                        try:
+                            item = done.result()
+                        except StopAsyncIteration:
+                            return
+                        if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
+                            # A newer worker's event this client does not know: following goes on without it.
+                            logger.debug("Run %s: skipped an unknown live event %r", self.id, item.data)
+                            continue
+                        # A reply or tool result may carry big content as placeholders: put it back from the store.
+                        event = parse_event(await self._content.resolve(item.data), offset=item.offset)
+                        for merged in [*(await live.before(event)), event, *live.after(event)]:
+                            for out in attempts.feed(merged):
+                                if not isinstance(out, RecordedCall):  # the merge's mark, not news to a watcher
+                                    yield out
+                        if isinstance(event, RunFinished):
+                            return
+                finally:
+                    # A step of an async generator must end before the generator is closed (on leaving the
+                    # `async with`), or closing it fails with "asynchronous generator is already running".
+                    if step is not None and not step.done():
+                        step.cancel()
+                        await asyncio.wait({step})
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
-        finally:
-            if step is not None and not step.done():
-                step.cancel()
-                await asyncio.wait({step})  # a step of an async generator must end before the generator is closed
 
     async def until_done(self) -> BetaMessage:
         """Wait for the run to end and return its last reply.

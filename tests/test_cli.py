@@ -664,7 +664,7 @@ async def test_ctrl_c_stops_following_but_not_the_run(
                 lines.append(line.decode().rstrip("\n"))
             proc.send_signal(signal.SIGINT)
             out, err = await proc.communicate()
-        assert proc.returncode == 130
+        assert proc.returncode == 130, err.decode()
         assert lines == [
             "── turn 1 ──",
             '→ get_time {"city": "Paris"}',

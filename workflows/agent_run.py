@@ -269,8 +269,14 @@ class AgentRun:
         conversation = self._state.conversation
         assert conversation is not None
         failure: str | None = None
+        evicted = False
         try:
             result = await self._loop(spec, conversation)
+        except GeneratorExit:
+            # The worker evicted the run from its cache and closes the coroutine: the run goes on elsewhere, so
+            # nothing ended (and no workflow API may be called here, outside the workflow's event loop).
+            evicted = True
+            raise
         except asyncio.CancelledError:
             self._status = "cancelled"
             raise
@@ -279,7 +285,7 @@ class AgentRun:
             failure = e.message
             raise
         finally:
-            if not self._continuing:  # a continuation takes the queued edits over
+            if not self._continuing and not evicted:  # a continuation takes the queued edits over
                 self._ended = True
                 self._fail_queued_edits()
                 self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
