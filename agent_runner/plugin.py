@@ -17,11 +17,14 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
@@ -34,6 +37,22 @@ from agent_runner.workflows.agent_run import AgentRun
 
 ROLES = ("workflows", "model", "tools")
 """What a worker can serve; a fleet may split them across processes and task queues."""
+
+PASSTHROUGH_MODULES = (
+    "agent_runner.contract",
+    "agent_runner.codec",
+    "agent_runner.content",
+    "agent_runner.store",
+    "anthropic",
+    "pydantic",
+    "pydantic_core",
+)
+"""Modules the sandbox takes from the worker's own imports instead of importing again for every run.
+
+Without them, a new run (and a run evicted from the cache, replayed) pays for re-importing what the workflow imports.
+All are free of workflow state: the contract's types, the pure helpers, the SDK's and pydantic's types. The workflow
+modules (``agent_runner.workflows``) stay sandboxed; they pass their own pure imports through where they import them.
+"""
 
 
 def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
@@ -118,7 +137,17 @@ class AgentRunnerPlugin(SimplePlugin):
             data_converter=_converter,
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
+            workflow_runner=_with_passthrough,
         )
+
+
+def _with_passthrough(existing: WorkflowRunner | None) -> WorkflowRunner | None:
+    """The worker's sandbox, passing ``PASSTHROUGH_MODULES`` through; any other runner as it was."""
+    if not isinstance(existing, SandboxedWorkflowRunner):
+        return existing
+    return dataclasses.replace(
+        existing, restrictions=existing.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
 
 
 def _converter(existing: DataConverter | None) -> DataConverter:
