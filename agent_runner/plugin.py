@@ -141,12 +141,16 @@ class AgentRunnerPlugin(SimplePlugin):
         )
 
 
-def _with_passthrough(existing: WorkflowRunner | None) -> WorkflowRunner | None:
-    """The worker's sandbox, passing ``PASSTHROUGH_MODULES`` through; any other runner as it was."""
-    if not isinstance(existing, SandboxedWorkflowRunner):
-        return existing
+def _with_passthrough(existing: WorkflowRunner | None) -> WorkflowRunner:
+    """The worker's sandbox (Temporal's default one if none is set), passing ``PASSTHROUGH_MODULES`` through.
+
+    Any other runner (``UnsandboxedWorkflowRunner``, a debugging one) is kept as it is.
+    """
+    sandbox = SandboxedWorkflowRunner() if existing is None else existing
+    if not isinstance(sandbox, SandboxedWorkflowRunner):
+        return sandbox
     return dataclasses.replace(
-        existing, restrictions=existing.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+        sandbox, restrictions=sandbox.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
 
