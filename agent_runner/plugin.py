@@ -38,20 +38,15 @@ from agent_runner.workflows.agent_run import AgentRun
 ROLES = ("workflows", "model", "tools")
 """What a worker can serve; a fleet may split them across processes and task queues."""
 
-PASSTHROUGH_MODULES = (
-    "agent_runner.contract",
-    "agent_runner.codec",
-    "agent_runner.content",
-    "agent_runner.store",
-    "anthropic",
-    "pydantic",
-    "pydantic_core",
-)
-"""Modules the sandbox takes from the worker's own imports instead of importing again for every run.
+PASSTHROUGH_MODULES = ("agent_runner", "anthropic", "pydantic", "pydantic_core")
+"""Modules the sandbox takes from the worker's own imports instead of importing them again for every run.
 
-Without them, a new run (and a run evicted from the cache, replayed) pays for re-importing what the workflow imports.
-All are free of workflow state: the contract's types, the pure helpers, the SDK's and pydantic's types. The workflow
-modules (``agent_runner.workflows``) stay sandboxed; they pass their own pure imports through where they import them.
+Temporal's sandbox re-imports a workflow's module for each run it starts, each continuation and each run it replays
+after a cache eviction: 15 to 60 ms of CPU under the interpreter lock for ``AgentRun`` here (the module compiled from
+source in a container that writes no bytecode), against under 1 ms passed through; at a thousand runs starting at
+once, that alone held one process for tens of seconds while other runs' tasks waited. ``agent_runner`` includes the
+workflow module: its helpers were passed through already (``imports_passed_through``), its module state is constants,
+and its determinism is pinned by the replay tests (``tests/histories``), which is what the sandbox's checks were for.
 """
 
 
