@@ -41,7 +41,13 @@ from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
 from agent_runner.processes import CONFIGURATION_EXIT_CODE, PROCESS_INDEX_ENV, child_command, supervise
 from agent_runner.store import ContentStore, open_store
-from agent_runner.temporal_server import DEFAULT_PORT, EmbeddedTemporal, _accepts_connections, configured_address
+from agent_runner.temporal_server import (
+    DEFAULT_PORT,
+    EmbeddedTemporal,
+    TemporalServerError,
+    _accepts_connections,
+    configured_address,
+)
 
 __all__ = [
     "ROLES",
@@ -302,9 +308,19 @@ def _tuning(args: argparse.Namespace) -> WorkerTuning:
 def _run_processes(argv: Sequence[str], processes: int) -> int:
     """``--processes N``: N copies of this command, each with ``--processes 1``, on one Temporal server."""
     server = None
-    if configured_address() is None and not _accepts_connections("127.0.0.1", DEFAULT_PORT):
+    try:
+        configured = configured_address()
+    except RuntimeError:  # a config file Temporal cannot read: each process says so, in one line, as it starts
+        configured = ""
+    if configured is None and not _accepts_connections("127.0.0.1", DEFAULT_PORT):
         # Each child would otherwise try to start its own embedded server: start it once, here; they reuse it.
-        server = EmbeddedTemporal(port=DEFAULT_PORT).start()
+        try:
+            server = EmbeddedTemporal(port=DEFAULT_PORT).start()
+        except TemporalServerError as e:
+            raise ConfigurationError(
+                f"Cannot start the embedded Temporal server: {' '.join(str(e).split())}. "
+                "Or set TEMPORAL_ADDRESS to a running server."
+            ) from e
     try:
         return supervise(child_command([*argv, "--processes", "1"]), processes)
     finally:
