@@ -82,7 +82,10 @@ class WorkerTuning:
             Workflow code runs one task at a time under the interpreter lock, so more slots only queue work inside
             the process: raise ``--processes`` instead.
         max_concurrent_activities: Activities (model calls, tools) in flight at once. A model call mostly waits on
-            the network, so one process holds many: 1,000 by default (Temporal's default is 100).
+            the network, so one process holds many: 1,000 by default (Temporal's is 100), for model calls of tens
+            of seconds. About the iterations per second one process sustains × a model call's seconds: beyond
+            that, calls finish faster than the process takes their results, and runs' next workflow tasks wait on
+            its sticky queue, where they time out, instead of in the activity queue, where they do not.
         max_cached_workflows: Runs kept in memory between their tasks (sticky cache). A run evicted from it is
             replayed from its history on its next task, which costs CPU: keep it at least the number of runs this
             process has in flight.
