@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check-tests bench bench-history bench-long bench-peer bench-profile
+.PHONY: demo test lint check-tests bench bench-history bench-long bench-peer bench-profile bench-load
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -53,3 +53,7 @@ bench-peer: $(BENCH_STAMP)
 bench-profile: $(BENCH_STAMP)
 	$(PY) bench/hotspots.py
 	$(PY) bench/hotspots.py --spy
+
+# N concurrent runs with a 1 s model, the floor vs agent-runner-worker --processes 1 and 2 (a few minutes).
+bench-load: $(STAMP)
+	$(PY) bench/load.py

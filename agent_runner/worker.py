@@ -2,7 +2,7 @@
 
 Usage::
 
-    agent-runner-worker --tools my_pkg.my_tools [--tools other.tools] [--task-queue agent-runner]
+    agent-runner-worker --tools my_pkg.my_tools [--tools other.tools] [--task-queue agent-runner] [--processes N]
 
 (``python worker.py`` at the top of the repository is the same command.)
 
@@ -11,7 +11,9 @@ server named by Temporal's standard environment configuration (``TEMPORAL_ADDRES
 API key or a profile of its config file); with none configured it starts the embedded dev server. Claude's
 credentials come from ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` in this process's environment only.
 
-It is one user of ``agent_runner.plugin.AgentRunnerPlugin``, which adds the runner to any worker.
+It is one user of ``agent_runner.plugin.AgentRunnerPlugin``, which adds the runner to any worker. ``--processes N``
+runs N such workers under one command (``agent_runner.processes``), so a worker can use N cores; ``WorkerTuning``
+holds the slot and cache sizes (README, "Size a worker").
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import os
 import signal
 import sys
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -33,13 +36,30 @@ from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
-from agent_runner.contract.errors import AgentRunnerError
+from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
 from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
+from agent_runner.processes import CONFIGURATION_EXIT_CODE, PROCESS_INDEX_ENV, child_command, supervise
 from agent_runner.store import ContentStore, open_store
+from agent_runner.temporal_server import (
+    DEFAULT_PORT,
+    EmbeddedTemporal,
+    TemporalServerError,
+    _accepts_connections,
+    configured_address,
+)
 
-__all__ = ["ROLES", "TOOLS_ENV", "build_registry", "build_worker", "main", "run_worker", "tool_modules"]
+__all__ = [
+    "ROLES",
+    "TOOLS_ENV",
+    "WorkerTuning",
+    "build_registry",
+    "build_worker",
+    "main",
+    "run_worker",
+    "tool_modules",
+]
 
 TOOLS_ENV = "AGENT_RUNNER_TOOLS"
 """Comma-separated tool modules to register, in addition to ``--tools``."""
@@ -52,6 +72,58 @@ def tool_modules(cli_modules: Iterable[str], environ: dict[str, str] | None = No
     environ = dict(os.environ) if environ is None else environ
     from_env = [m.strip() for m in environ.get(TOOLS_ENV, "").split(",") if m.strip()]
     return list(dict.fromkeys([*cli_modules, *from_env]))
+
+
+@dataclass(frozen=True)
+class WorkerTuning:
+    """How much one worker process takes on at once (README, "Size a worker").
+
+    Attributes:
+        max_concurrent_workflow_tasks: Workflow tasks processed at once; ``None`` is Temporal's default (100).
+            Workflow code runs one task at a time under the interpreter lock, so more slots only queue work inside
+            the process: raise ``--processes`` instead.
+        max_concurrent_activities: Activities (model calls, tools) in flight at once. A model call mostly waits on
+            the network, so one process holds many: 1,000 by default (Temporal's is 100), for model calls of tens
+            of seconds. About the iterations per second one process sustains × a model call's seconds: beyond
+            that, calls finish faster than the process takes their results, and runs' next workflow tasks wait on
+            its sticky queue, where they time out, instead of in the activity queue, where they do not.
+        max_cached_workflows: Runs kept in memory between their tasks (sticky cache). A run evicted from it is
+            replayed from its history on its next task, which costs CPU: keep it at least the number of runs this
+            process has in flight.
+        sticky_queue_timeout: How long a run's next task waits for this process (which has the run cached) before
+            any worker may take it. A process that is alive but busier than this replays instead of waiting; one
+            that was killed delays its runs by at most this much.
+    """
+
+    max_concurrent_workflow_tasks: int | None = None
+    max_concurrent_activities: int = 1000
+    max_cached_workflows: int = 1000
+    sticky_queue_timeout: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_workflow_tasks is not None and self.max_concurrent_workflow_tasks < 2:
+            raise ConfigurationError(
+                f"--max-concurrent-workflow-tasks must be at least 2, not {self.max_concurrent_workflow_tasks}."
+            )
+        if self.max_concurrent_activities < 1:
+            raise ConfigurationError(
+                f"--max-concurrent-activities must be at least 1, not {self.max_concurrent_activities}."
+            )
+        if self.max_cached_workflows < 0:
+            raise ConfigurationError(f"--max-cached-workflows must be 0 or more, not {self.max_cached_workflows}.")
+        if self.sticky_queue_timeout <= timedelta(0):
+            raise ConfigurationError(
+                f"--sticky-queue-timeout must be more than 0 seconds, not {self.sticky_queue_timeout.total_seconds()}."
+            )
+
+    def worker_options(self) -> dict[str, Any]:
+        """These settings as ``temporalio.worker.Worker`` keyword arguments."""
+        return {
+            "max_concurrent_workflow_tasks": self.max_concurrent_workflow_tasks,
+            "max_concurrent_activities": self.max_concurrent_activities,
+            "max_cached_workflows": self.max_cached_workflows,
+            "sticky_queue_schedule_to_start_timeout": self.sticky_queue_timeout,
+        }
 
 
 def build_worker(
@@ -67,6 +139,7 @@ def build_worker(
     search_attributes: bool = False,
     store: ContentStore | None = None,
     mcp: McpConfig | None = None,
+    tuning: WorkerTuning | None = None,
 ) -> Worker:
     """A worker that runs ``AgentRun``, the model call and the registry's tools on ``task_queue``.
 
@@ -87,6 +160,7 @@ def build_worker(
             SQLite file of this machine's (``agent_runner/store.py``). Every worker of a fleet and every client that
             reads transcripts must use the same store.
         mcp: MCP servers whose tools runs may use (``agent_runner.mcp_config``).
+        tuning: Slot and cache sizes; ``WorkerTuning()``'s by default.
     """
     plugin = AgentRunnerPlugin(
         mcp=mcp,
@@ -103,6 +177,7 @@ def build_worker(
         plugins=[plugin],
         graceful_shutdown_timeout=graceful_shutdown_timeout,
         max_task_queue_activities_per_second=max_activities_per_second,
+        **(tuning or WorkerTuning()).worker_options(),
     )
 
 
@@ -115,8 +190,8 @@ async def run_worker(
         modules: Tool modules to register.
         task_queue: The task queue to poll.
         metrics_port: Serve Prometheus metrics on this port.
-        **options: ``build_worker``'s ``serve``, ``model_task_queue`` and ``max_activities_per_second``, and
-            ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
+        **options: ``build_worker``'s ``serve``, ``model_task_queue``, ``max_activities_per_second`` and ``tuning``,
+            and ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
     """
     from agent_runner.connection import connect
 
@@ -138,7 +213,8 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     logger.info(
-        "Worker ready: task_queue=%s tools=%s temporal=%s store=%s",
+        "Worker ready%s: task_queue=%s tools=%s temporal=%s store=%s",
+        f" (process {os.environ[PROCESS_INDEX_ENV]})" if os.environ.get(PROCESS_INDEX_ENV) else "",
         task_queue,
         ",".join(registry.names) or "-",
         client.service_client.config.target_host,
@@ -180,9 +256,93 @@ def configure_logging(log_format: str) -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """Bad flags in one line (``error: ...``), like the worker's other configuration errors, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(CONFIGURATION_EXIT_CODE, f"error: {message} (see --help)\n")
+
+
+def _seconds(text: str) -> timedelta:
+    try:
+        return timedelta(seconds=float(text))
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+
+
+def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    default = WorkerTuning()
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=int(os.environ.get("AGENT_RUNNER_WORKER_PROCESSES", "1")),
+        help="worker processes to run under this command, sharing the task queues: about one core each "
+        "(default 1; also $AGENT_RUNNER_WORKER_PROCESSES)",
+    )
+    parser.add_argument(
+        "--max-concurrent-workflow-tasks",
+        type=int,
+        default=default.max_concurrent_workflow_tasks,
+        help="workflow tasks one process handles at once (default: Temporal's, 100)",
+    )
+    parser.add_argument(
+        "--max-concurrent-activities",
+        type=int,
+        default=default.max_concurrent_activities,
+        help=f"model and tool calls one process runs at once (default {default.max_concurrent_activities})",
+    )
+    parser.add_argument(
+        "--max-cached-workflows",
+        type=int,
+        default=default.max_cached_workflows,
+        help=f"runs one process keeps in memory between tasks (default {default.max_cached_workflows})",
+    )
+    parser.add_argument(
+        "--sticky-queue-timeout",
+        type=_seconds,
+        default=default.sticky_queue_timeout,
+        metavar="SECONDS",
+        help="how long a run's next task waits for the process that has it cached before any worker may take it "
+        f"(default {default.sticky_queue_timeout.total_seconds():g})",
+    )
+
+
+def _tuning(args: argparse.Namespace) -> WorkerTuning:
+    return WorkerTuning(
+        max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
+        max_concurrent_activities=args.max_concurrent_activities,
+        max_cached_workflows=args.max_cached_workflows,
+        sticky_queue_timeout=args.sticky_queue_timeout,
+    )
+
+
+def _run_processes(argv: Sequence[str], processes: int) -> int:
+    """``--processes N``: N copies of this command, each with ``--processes 1``, on one Temporal server."""
+    server = None
+    try:
+        configured = configured_address()
+    except RuntimeError:  # a config file Temporal cannot read: each process says so, in one line, as it starts
+        configured = ""
+    if configured is None and not _accepts_connections("127.0.0.1", DEFAULT_PORT):
+        # Each child would otherwise try to start its own embedded server: start it once, here; they reuse it.
+        try:
+            server = EmbeddedTemporal(port=DEFAULT_PORT).start()
+        except TemporalServerError as e:
+            raise ConfigurationError(
+                f"Cannot start the embedded Temporal server: {' '.join(str(e).split())}. "
+                "Or set TEMPORAL_ADDRESS to a running server."
+            ) from e
+    try:
+        return supervise(child_command([*argv, "--processes", "1"]), processes)
+    finally:
+        if server is not None:
+            server.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The worker's command line."""
-    parser = argparse.ArgumentParser(description="Run an agent-runner worker.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _OneLineErrors(description="Run an agent-runner worker.")
     parser.add_argument(
         "--tools",
         action="append",
@@ -232,10 +392,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("AGENT_RUNNER_LOG_FORMAT", "text"),
         help="log lines as text or JSON objects (default text; also $AGENT_RUNNER_LOG_FORMAT)",
     )
+    _add_tuning_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
     sys.path.insert(0, os.getcwd())
+    metrics_port = args.metrics_port
+    index = os.environ.get(PROCESS_INDEX_ENV, "")
+    if metrics_port is not None and "/" in index:  # process i of N serves its metrics on PORT + i - 1
+        metrics_port += int(index.split("/")[0]) - 1
     try:
+        tuning = _tuning(args)
+        if args.processes != 1:
+            if args.processes < 1:
+                raise ConfigurationError(f"--processes must be at least 1, not {args.processes}.")
+            return _run_processes(argv, args.processes)
         asyncio.run(
             run_worker(
                 tool_modules(args.tools),
@@ -243,15 +413,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 serve=[role.strip() for role in args.serve.split(",") if role.strip()],
                 model_task_queue=args.model_task_queue,
                 max_activities_per_second=args.max_activities_per_second,
-                metrics_port=args.metrics_port,
+                metrics_port=metrics_port,
                 search_attributes=args.search_attributes,
                 mcp_config=args.mcp_config,
+                tuning=tuning,
             )
         )
     except AgentRunnerError as e:  # a configuration the worker cannot start with: say why, without a traceback
         # One line, even when the cause's own message has several (psycopg's, for one).
         logger.error("error: %s", " ".join(str(e).split()))
-        return 2
+        return CONFIGURATION_EXIT_CODE
     return 0
 
 

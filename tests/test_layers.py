@@ -10,7 +10,7 @@ activities  ``activities/``: the model call, tools, hooks. Imports the contract,
             helpers (the same request-building code runs on both sides), never the workflow itself.
 client      ``agent_runner/{client,connection,live,temporal_server}.py``: start, steer and watch runs. Imports the
             contract, the store and the connection; never workflows or activities.
-worker      ``agent_runner/{plugin,worker}.py``: puts workflows and activities on a Temporal worker.
+worker      ``agent_runner/{plugin,processes,worker}.py``: puts workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
 commands    ``agent_runner/cli/``, ``agent_runner/console/``, ``agent_runner/{dev,gc,schedules,example_tools}.py``:
@@ -40,7 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/live.py",
         "agent_runner/temporal_server.py",
     ),
-    "worker": ("agent_runner/plugin.py", "agent_runner/worker.py"),
+    "worker": ("agent_runner/plugin.py", "agent_runner/processes.py", "agent_runner/worker.py"),
     "testing": ("agent_runner/testing/",),
     "commands": (
         "agent_runner/cli/",

@@ -1,0 +1,226 @@
+"""``agent-runner-worker --processes N`` and the worker's tuning flags.
+
+The supervisor tests run the real command (``python worker.py``) as a subprocess against the session's Temporal server
+and fake Messages API, find its children in ``/proc``, and kill them for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agent_runner.client import AgentRunner
+from agent_runner.testing import FakeMessagesAPI, end_turn
+from agent_runner.worker import WorkerTuning, build_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_command(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "worker.py"), *args]
+
+
+def children(pid: int) -> set[int]:
+    """The living child processes of ``pid``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def wait_until(predicate: object, what: str, timeout: float = 60.0) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@contextmanager
+def supervisor(
+    address: str, fake: FakeMessagesAPI, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    full_env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(worker_command(*args), cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            for child in children(proc.pid):
+                os.kill(child, signal.SIGKILL)
+            proc.kill()
+        proc.wait()
+
+
+def ready_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if "Worker ready (process " in line]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Flags
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--processes", "0"], "error: --processes must be at least 1, not 0."),
+        (["--max-concurrent-activities", "0"], "error: --max-concurrent-activities must be at least 1, not 0."),
+        (["--max-cached-workflows", "-1"], "error: --max-cached-workflows must be 0 or more, not -1."),
+        (
+            ["--max-concurrent-workflow-tasks", "1"],
+            "error: --max-concurrent-workflow-tasks must be at least 2, not 1.",
+        ),
+        (["--sticky-queue-timeout", "0"], "error: --sticky-queue-timeout must be more than 0 seconds, not 0.0."),
+        (
+            ["--sticky-queue-timeout", "soon"],
+            "error: argument --sticky-queue-timeout: not a number of seconds: 'soon' (see --help)",
+        ),
+        (["--processes", "two"], "error: argument --processes: invalid int value: 'two' (see --help)"),
+    ],
+)
+def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(flags: list[str], message: str) -> None:
+    done = subprocess.run(
+        worker_command(*flags),
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].endswith(message)
+
+
+async def test_tuning_reaches_the_temporal_worker(client: Client) -> None:
+    tuning = WorkerTuning(
+        max_concurrent_workflow_tasks=50,
+        max_concurrent_activities=700,
+        max_cached_workflows=300,
+        sticky_queue_timeout=timedelta(seconds=4),
+    )
+    config = build_worker(client, task_queue=f"tuning-{uuid.uuid4()}", tuning=tuning).config()
+    assert (
+        config.get("max_concurrent_workflow_tasks"),
+        config.get("max_concurrent_activities"),
+        config.get("max_cached_workflows"),
+        config.get("sticky_queue_schedule_to_start_timeout"),
+    ) == (50, 700, 300, timedelta(seconds=4))
+    default = build_worker(client, task_queue=f"tuning-{uuid.uuid4()}").config()
+    assert (default.get("max_concurrent_activities"), default.get("max_cached_workflows")) == (1000, 1000)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The supervisor
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_processes_share_the_queue_a_killed_one_is_restarted_and_sigterm_stops_them_all(
+    temporal_address: str, client: Client, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    queue = f"processes-{uuid.uuid4()}"
+    log = tmp_path / "worker.log"
+    runner = AgentRunner(client, task_queue=queue)
+    fake_api.responder = lambda _body: end_turn("done")
+    with supervisor(temporal_address, fake_api, log, "--task-queue", queue, "--processes", "3") as proc:
+        await asyncio.to_thread(wait_until, lambda: len(ready_lines(log)) == 3, "three workers ready")
+        first = children(proc.pid)
+        assert len(first) == 3
+        assert sorted(line.split("Worker ready (process ")[1][:3] for line in ready_lines(log)) == ["1/3", "2/3", "3/3"]
+
+        runs = [
+            await runner.start(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) for _ in range(6)
+        ]
+        assert [(await r.result()).status for r in runs] == ["completed"] * 6
+
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+        await asyncio.to_thread(wait_until, lambda: len(ready_lines(log)) == 4, "the killed process replaced")
+        second = children(proc.pid)
+        assert len(second) == 3 and victim not in second and first - {victim} <= second
+        run = await runner.start(model="m", max_tokens=10, messages=[{"role": "user", "content": "again"}])
+        assert (await run.result()).status == "completed"
+
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    assert not any(alive(pid) for pid in second)
+    text = log.read_text()
+    assert "exited with signal SIGKILL: restarting it" in text
+    assert text.count("Shutting down: finishing in-flight work") == 3
+
+
+@pytest.mark.slow
+def test_children_that_keep_dying_stop_the_supervisor_with_a_clear_message(
+    temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    (tmp_path / "dies_on_import.py").write_text("import os\n\nos._exit(3)\n")
+    log = tmp_path / "worker.log"
+    with supervisor(
+        temporal_address,
+        fake_api,
+        log,
+        "--tools",
+        "dies_on_import",
+        "--processes",
+        "2",
+        env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+    ) as proc:
+        assert proc.wait(timeout=90) == 1
+    lines = log.read_text().splitlines()
+    assert lines[-1].endswith(
+        "error: worker processes keep dying: 5 restarts in 60 s, and process 1 just exited with code 3. "
+        "Read their errors above; fix the cause, then start the worker again."
+    ) or lines[-1].endswith(
+        "error: worker processes keep dying: 5 restarts in 60 s, and process 2 just exited with code 3. "
+        "Read their errors above; fix the cause, then start the worker again."
+    )
+    assert sum("exited with code 3: restarting it" in line for line in lines) == 5
+
+
+def test_a_child_that_cannot_start_with_its_configuration_stops_the_supervisor_at_once(
+    temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    with supervisor(temporal_address, fake_api, log, "--tools", "no_such_module_here", "--processes", "2") as proc:
+        assert proc.wait(timeout=90) == 2
+    lines = log.read_text().splitlines()
+    assert "restarting" not in log.read_text()
+    assert lines[-1].endswith("cannot start with this configuration (see its error above); stopping the others"), lines
