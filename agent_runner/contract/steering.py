@@ -53,7 +53,7 @@ class InjectMessage(_Strict):
     expected_version: int | None = None
     """The transcript version the sender saw; if the run has moved on since, the edit is rejected."""
 
-    held: bool = False
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
     """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
     Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
 
@@ -72,7 +72,7 @@ class ReplaceHistory(_Strict):
     """Required: the version of the transcript the new history was made from, so a concurrent change is rejected
     instead of silently lost."""
 
-    held: bool = False
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
     """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
     Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
 
@@ -127,7 +127,7 @@ class ApproveTool(_Strict):
     input: dict[str, Any] | None = None
     """Input to run the tool with instead of Claude's; ``None`` keeps Claude's."""
 
-    held: bool = False
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
     """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
     Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
 
@@ -151,7 +151,7 @@ class Advance(_Strict):
     reaches the run together with the reply it pauses on (as a worker replaying the run can hand it over) waits for
     that pause instead of being refused; a stale one (the run moved on) is refused."""
 
-    held: bool = False
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
     """Whether the content is already in the held form (``contract/transcript.py``), as the Python client sends it.
     Without it the content is plain JSON, and the run escapes anything in it shaped like a stored reference."""
 
