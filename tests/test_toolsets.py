@@ -6,9 +6,11 @@ which actions ran, in which order, and which did not.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from anthropic.lib.tools import ToolError
 from anthropic.lib.tools._toolsets._runnable import (
     BetaAsyncRunnableToolset,
@@ -17,9 +19,10 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetContent,
 )
 
-from agent_runner.activities.toolsets import toolset_options
 from agent_runner.activities.tools import ToolRegistry
-from agent_runner.client import AgentRunner
+from agent_runner.activities.toolsets import toolset_options
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
@@ -65,6 +68,7 @@ class RecordingComputer(BetaRunnableToolset):
         return {"type": "computer_toolset_20260801"}
 
     def call(self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]) -> str | BetaToolsetContent:
+        assert context.tool_use is not None and context.tool_use.input == input  # the SDK's context, built as it does
         self.actions.append(name)
         if name == "fail":
             raise ToolError("No display.")
@@ -218,23 +222,18 @@ async def test_a_toolset_that_requires_confirmation_waits_for_the_runs_approval(
     ]
 
 
-async def _wait_pending(run: Any, tool_use_id: str) -> None:
-    import asyncio
-
+async def _wait_pending(run: Run, tool_use_id: str) -> None:
     async with asyncio.timeout(20):
         while [a["tool_use_id"] for a in (await run.status()).pending_approvals] != [tool_use_id]:
             await asyncio.sleep(0.05)
 
 
 def test_a_worker_registers_toolsets_by_family_and_refuses_two_of_one_family() -> None:
-    import pytest
-
-    from agent_runner.contract.errors import ToolRegistrationError
-
     registry = ToolRegistry(toolsets=[RecordingBrowser()])
     assert registry.names == ["browser"]
     spec = registry.spec("browser")
     assert spec is not None
-    assert (spec.name, spec.definition, spec.requires_approval) == ("browser", {"type": "browser_toolset_20260801"}, False)
+    assert (spec.name, spec.definition) == ("browser", {"type": "browser_toolset_20260801"})
+    assert not spec.requires_approval
     with pytest.raises(ToolRegistrationError, match="Two tools or toolsets are named 'browser'"):
         registry.add(RecordingBrowser())
