@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOOLSET_OPTIONS = ActivityOptions(start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=None)
 """An action's activity options unless ``toolset_options`` says otherwise. No heartbeat: an action is one call into
 the toolset, which reports nothing while it runs."""
+
+STORE_ATTEMPTS = 5
+"""Tries at storing a big result before it is given up as an ``is_error`` result (never by running it again)."""
 
 _OPTIONS_ATTRIBUTE = "__agent_runner_toolset_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_toolset_requires_approval__"
@@ -141,4 +145,26 @@ class ToolsetActivities:
             result = await toolset.tool_result(block)
         else:
             result = await asyncio.to_thread(toolset.tool_result, block)
-        return ToolResult(content=result.get("content"), is_error=bool(result.get("is_error")))
+        return await self._held(f"{input.toolset}/{call.name}", result)
+
+    async def _held(self, name: str, result: Mapping[str, Any]) -> ToolResult:
+        """The action's result as a run holds it: escaped, a big one (a screenshot) stored apart, as a tool's is.
+
+        Never raises: the action has run, and must not run again because its result could not be stored.
+        """
+        # Imported here: activities/tools.py imports this module for the registry.
+        from agent_runner.activities.tools import _within_payload_limit
+
+        checked = _within_payload_limit(
+            name, ToolResult(content=result.get("content"), is_error=bool(result.get("is_error")))
+        )
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return checked.model_copy(update={"content": await self._content.offload(checked.content)})
+            except Exception as e:
+                logger.warning("Storing the result of action %s failed (try %d): %s", name, attempt, e)
+                await asyncio.sleep(0.5 * attempt)
+        return ToolResult(
+            content=f"Error: Action '{name}' ran, but its result could not be stored. It was not run again.",
+            is_error=True,
+        )

@@ -237,3 +237,42 @@ def test_a_worker_registers_toolsets_by_family_and_refuses_two_of_one_family() -
     assert not spec.requires_approval
     with pytest.raises(ToolRegistrationError, match="Two tools or toolsets are named 'browser'"):
         registry.add(RecordingBrowser())
+
+
+class ScreenshotComputer(BetaAsyncRunnableToolset):
+    """A computer whose screenshot is a big image block, as a real one's is."""
+
+    toolset_name = "computer"
+    image = "iVBORw0KGgo" + "A" * 200_000
+
+    def to_dict(self) -> Any:
+        return {"type": "computer_toolset_20260801"}
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        assert (context.tool_use is not None, name, dict(input)) == (True, "screenshot", {})
+        return [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": self.image}}]
+
+
+async def test_a_big_screenshot_is_stored_apart_and_sent_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([action("toolu_1", "computer", "screenshot")], "tool_use"), end_turn("I see it."))
+    async with worker(ScreenshotComputer()):
+        run = await runner.start(**BASE, tools=["computer"])
+        assert (await run.result()).status == "completed"
+        history = await run.handle.fetch_history()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ScreenshotComputer.image}}
+    assert results_sent(fake_api) == [result("toolu_1", "computer", [image])]
+    assert ScreenshotComputer.image not in history.to_json()  # the history carries a reference, not the image
+
+
+def test_a_tools_module_registers_the_toolsets_it_defines(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_browser_tools.py").write_text(
+        "from tests.test_toolsets import RecordingBrowser\n\nbrowser = RecordingBrowser()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = ToolRegistry()
+    assert registry.add_module("my_browser_tools") == ["browser"]
+    assert registry.names == ["browser"]
