@@ -276,3 +276,33 @@ def test_a_tools_module_registers_the_toolsets_it_defines(tmp_path: Any, monkeyp
     registry = ToolRegistry()
     assert registry.add_module("my_browser_tools") == ["browser"]
     assert registry.names == ["browser"]
+
+
+async def test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as_in_the_sdk(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser = RecordingBrowser()
+    fake_api.script(
+        Reply(
+            [
+                tool_use("toolu_1", "browser", {"actions": [{"action": "navigate"}, {"action": "click"}]}),
+                action("toolu_2", "browser", "click"),
+            ],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(browser):
+        run = await runner.start(**BASE, tools=["browser"])
+        assert (await run.result()).status == "completed"
+    assert browser.actions == []
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "content": "Error: the 'browser' toolset could not run this call: its actions could not be run as sent "
+            "(actions: 'navigate', 'click'); nothing in the batch was executed",
+            "is_error": True,
+        },
+        result("toolu_2", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+    ]

@@ -72,7 +72,7 @@ class ToolCalls:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
         run = self._run
         iteration = iteration if iteration is not None else run._state.reply_count
-        if block.get("toolset_name") is not None:
+        if self.toolsets.takes(block):
             return await self.toolsets.call(block, iteration)  # an action of a runnable toolset
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))

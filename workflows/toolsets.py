@@ -21,7 +21,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from anthropic.lib.tools._beta_runner import malformed_call_detail
     from anthropic.lib.tools._toolsets._runnable import HALT_TEXT, NOT_EXECUTED
+    from anthropic.lib.tools._toolsets._sanitize import quoted_name
 
     from agent_runner.contract import events
     from agent_runner.contract.steering import DenyTool
@@ -42,13 +44,23 @@ class Toolsets:
         self._last: dict[tuple[int, str], asyncio.Future[bool]] = {}
         """Per turn and family, the last action asked for: it resolves to whether that action or one before failed."""
 
+    def takes(self, block: dict[str, Any]) -> bool:
+        """Whether ``block`` is for a toolset: an action, or a call named after one (the SDK calls it malformed)."""
+        if block.get("toolset_name") is not None:
+            return True
+        spec = self._run._state.tools.get(str(block.get("name")))
+        return spec is not None and toolset_family(spec.definition) == spec.name
+
     async def call(self, block: dict[str, Any], iteration: int) -> dict[str, Any]:
         """The ``tool_result`` block for the toolset action ``block`` (of reply number ``iteration``).
 
         Called in block order (the turn's calls start in order), so each action waits for the one before it.
         """
-        family = str(block.get("toolset_name"))
+        malformed = block.get("toolset_name") is None
+        family = str(block.get("name") if malformed else block.get("toolset_name"))
         key = (iteration, family)
+        for old in [k for k in self._last if k[0] < iteration]:
+            del self._last[old]  # a turn's entries stay until the next turn: an action may end before the next starts
         previous = self._last.get(key)
         failed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._last[key] = failed
@@ -56,12 +68,14 @@ class Toolsets:
         try:
             halted = await previous if previous is not None else False
             outcome = halted
+            if malformed:
+                # The SDK's answer to a call named after a toolset with no ``toolset_name``: its input holds actions
+                # the runner cannot run; the later actions of the toolset in this turn are not run either.
+                return _malformed_result(block)
             result, counts = await self._action(block, iteration, family, halted)
             outcome = halted or (counts and result.is_error)
         finally:
-            failed.set_result(outcome)
-            if self._last.get(key) is failed:
-                del self._last[key]
+            failed.set_result(True if malformed else outcome)
         tool_result: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": str(block.get("id")),
@@ -138,3 +152,16 @@ class Toolsets:
                 raise
             raise _tool_failure(spec, e) from None
         return result
+
+
+def _malformed_result(block: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's ``malformed_toolset_call_result``, without ``toolset_name``: the call had none."""
+    tool_input = block.get("input")
+    detail = malformed_call_detail(tool_input if isinstance(tool_input, dict) else {})
+    return {
+        "type": "tool_result",
+        "tool_use_id": str(block.get("id")),
+        "content": f"Error: the '{quoted_name(str(block.get('name')))}' toolset could not run this call{detail}; "
+        "nothing in the batch was executed",
+        "is_error": True,
+    }
