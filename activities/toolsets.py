@@ -35,9 +35,11 @@ from agent_runner.contract.types import TOOL_NOT_STARTED_ERROR, ActivityOptions,
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOOLSET_OPTIONS = ActivityOptions(start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=None)
-"""An action's activity options unless ``toolset_options`` says otherwise. No heartbeat: an action is one call into
-the toolset, which reports nothing while it runs."""
+DEFAULT_TOOLSET_OPTIONS = ActivityOptions(
+    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=30)
+)
+"""An action's activity options unless ``toolset_options`` says otherwise: a tool's defaults (the worker heartbeats
+while an action runs)."""
 
 STORE_ATTEMPTS = 5
 """Tries at storing a big result before it is given up as an ``is_error`` result (never by running it again)."""
@@ -96,11 +98,18 @@ class ToolsetActivities:
     Args:
         toolsets: The toolsets this worker runs, by family.
         content: The content store an action's input stored apart is read from.
+        heartbeat_every: Seconds between heartbeats while an action runs.
     """
 
-    def __init__(self, toolsets: dict[str, BetaAnyRunnableToolset], content: Content | None = None) -> None:
+    def __init__(
+        self,
+        toolsets: dict[str, BetaAnyRunnableToolset],
+        content: Content | None = None,
+        heartbeat_every: float = 1.0,
+    ) -> None:
         self._toolsets = toolsets
         self._content = content or Content()
+        self._heartbeat_every = heartbeat_every
 
     @activity.defn(name=RUN_TOOLSET_ACTION_ACTIVITY)
     async def run_toolset_action(self, input: ToolsetActionInput) -> ToolResult:
@@ -140,11 +149,18 @@ class ToolsetActivities:
             type="tool_use",
             toolset_name=input.toolset,
         )
-        result: Any
-        if isinstance(toolset, BetaAsyncRunnableToolset):
-            result = await toolset.tool_result(block)
-        else:
-            result = await asyncio.to_thread(toolset.tool_result, block)
+        running: asyncio.Future[Any] = asyncio.ensure_future(
+            toolset.tool_result(block)
+            if isinstance(toolset, BetaAsyncRunnableToolset)
+            else asyncio.to_thread(toolset.tool_result, block)
+        )
+        try:
+            # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds.
+            while not (await asyncio.wait({running}, timeout=self._heartbeat_every))[0]:
+                activity.heartbeat()
+        finally:
+            running.cancel()  # only if the activity itself was cancelled; a sync action's thread runs on
+        result = running.result()
         return await self._held(f"{input.toolset}/{call.name}", result)
 
     async def _held(self, name: str, result: Mapping[str, Any]) -> ToolResult:

@@ -7,7 +7,9 @@ which actions ran, in which order, and which did not.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
+from tests.test_durability import wait_for, worker_process
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",
@@ -305,4 +308,31 @@ async def test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as
             "is_error": True,
         },
         result("toolu_2", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+    ]
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_action_leaves_the_action_to_another_worker(
+    runner: AgentRunner, temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """``python worker.py --tools tests.toolsets_for_tests``, killed with ``-9`` while an action runs: the next worker
+    runs that action again (it is idempotent by default), then the later one, and Claude gets an uninterrupted run's
+    results."""
+    fake_api.script(
+        Reply([action("toolu_1", "browser", "wait"), action("toolu_2", "browser", "click", {"x": 1})], "tool_use"),
+        end_turn("Done."),
+    )
+    marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"
+    args = ("--tools", "tests.toolsets_for_tests")
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args) as first:
+        run = await runner.start(**BASE, tools=["browser"])
+        await wait_for(lambda: marks.exists() and "start wait" in marks.read_text(), "the action starting")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args):
+        assert (await run.result()).status == "completed"
+    assert marks.read_text().splitlines() == ["start wait toolu_1", "start wait toolu_1", "start click toolu_2"]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "wait done {}"),
+        result("toolu_2", "browser", "click done {'x': 1}"),
     ]
