@@ -117,7 +117,12 @@ class Toolsets:
             iteration=iteration,
             tool_use_id=tool_use_id,
             name=name,
-            result={"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content},
+            result={
+                "type": "tool_result",
+                "tool_use_id": tool_use_id,
+                "toolset_name": family,
+                "content": result.content,
+            },
         )
         return result, True
 
