@@ -46,11 +46,13 @@ from anthropic.lib.tools import (
     BetaFunctionTool,
     ToolError,
 )
+from anthropic.lib.tools._toolsets._runnable import TOOLSET_CLASSES, BetaAnyRunnableToolset
 from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
+from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import (
@@ -260,22 +262,41 @@ def tool_options(
 class ToolRegistry:
     """The tools one worker can run, by name."""
 
-    def __init__(self, tools: Iterable[Tool] = (), hooks: Iterable[ResultHook] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool | BetaAnyRunnableToolset] = (),
+        hooks: Iterable[ResultHook] = (),
+        toolsets: Iterable[BetaAnyRunnableToolset] = (),
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self._origins: dict[str, str] = {}
+        self.toolsets: dict[str, BetaAnyRunnableToolset] = {}
+        """Runnable toolsets by family (``activities/toolsets.py``); a run names one by its family."""
         self.hooks: dict[str, ResultHook] = {hook.name: hook for hook in [*BUILTIN_HOOKS, *hooks]}
         """Result hooks by name: the built-in ones and those of the registered modules."""
-        for tool in tools:
+        for tool in [*tools, *toolsets]:
             self.add(tool)
 
-    def add(self, tool: Tool, *, origin: str = "") -> None:
-        """Register ``tool``. Two different tools under one name are refused, not silently overwritten."""
+    def add(self, tool: Tool | BetaAnyRunnableToolset, *, origin: str = "") -> None:
+        """Register ``tool`` or a runnable toolset. Two under one name are refused, not silently overwritten."""
+        if is_toolset(tool):
+            assert isinstance(tool, TOOLSET_CLASSES)
+            family = tool.toolset_name
+            if self.toolsets.get(family, tool) is not tool or family in self._tools:
+                raise ToolRegistrationError(
+                    f"Two tools or toolsets are named {family!r}: register one {family!r} toolset per worker, and no "
+                    "tool of that name (the API rejects a tool named like a toolset)."
+                )
+            self.toolsets[family] = tool
+            return
         if not isinstance(tool, TOOL_TYPES):
             raise ToolRegistrationError(
                 f"{tool!r} is not a tool: define it with anthropic's @beta_tool or @beta_async_tool."
             )
         name = tool.name
         existing = self._tools.get(name)
+        if name in self.toolsets:
+            raise ToolRegistrationError(f"Tool {name!r} is named like a registered toolset; rename it.")
         if existing is not None and existing is not tool:
             raise ToolRegistrationError(
                 f"Two tools are named {name!r} (from {self._origins[name] or 'an earlier registration'} and "
@@ -307,7 +328,10 @@ class ToolRegistry:
 
     def _add_tools_of(self, module: ModuleType) -> Iterable[str]:
         for value in vars(module).values():
-            if isinstance(value, TOOL_TYPES):
+            if is_toolset(value):
+                self.add(value, origin=module.__name__)
+                yield value.toolset_name
+            elif isinstance(value, TOOL_TYPES):
                 self.add(value, origin=module.__name__)
                 yield value.name
             elif isinstance(value, ResultHook):
@@ -320,14 +344,15 @@ class ToolRegistry:
 
     @property
     def names(self) -> list[str]:
-        """Every registered name."""
-        return list(self._tools)
+        """Every registered name (toolsets by family)."""
+        return [*self._tools, *self.toolsets]
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's definition and activity options, as a run needs them."""
         tool = self._tools.get(name)
         if tool is None:
-            return None
+            toolset = self.toolsets.get(name)
+            return toolset_spec(toolset) if toolset is not None else None
         effects = _effects_of(tool)
         return ToolSpec(
             name=name,

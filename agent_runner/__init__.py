@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent_runner.activities.hooks import HookContext, StopRun, result_hook
     from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
+    from agent_runner.activities.toolsets import toolset_options
     from agent_runner.client import AgentRunner, Run
     from agent_runner.contract.errors import (
         AgentRunError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "tool_options": "agent_runner.activities.tools",
+    "toolset_options": "agent_runner.activities.toolsets",
     "ToolCall": "agent_runner.activities.tools",
     "current_tool_call": "agent_runner.activities.tools",
     "result_hook": "agent_runner.activities.hooks",
@@ -91,6 +93,7 @@ __all__ = [
     "ToolNotRegistered",
     "ToolRegistrationError",
     "tool_options",
+    "toolset_options",
     "ToolCall",
     "current_tool_call",
 ]

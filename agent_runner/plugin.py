@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from anthropic.lib.tools._toolsets._runnable import BetaAnyRunnableToolset
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkerConfig, WorkflowRunner
@@ -30,6 +31,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.tools import Tool, ToolActivities, ToolRegistry
+from agent_runner.activities.toolsets import ToolsetActivities
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
@@ -55,7 +57,7 @@ and its determinism is pinned by the replay tests (``tests/histories``), which i
 """
 
 
-def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool] = ()) -> ToolRegistry:
+def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool | BetaAnyRunnableToolset] = ()) -> ToolRegistry:
     """A registry of the tools the modules define, plus ``tools``.
 
     Raises:
@@ -86,7 +88,8 @@ class AgentRunnerPlugin(SimplePlugin):
     """Adds the ``AgentRun`` workflow, its activities and data converter to a Temporal client or worker.
 
     Args:
-        tools: Tool modules to register (``"my_pkg.tools"``), and/or tools (``@beta_tool`` functions).
+        tools: Tool modules to register (``"my_pkg.tools"``), and/or tools (``@beta_tool`` functions) and runnable
+            toolsets (``activities/toolsets.py``).
         registry: A registry built already, instead of ``tools``.
         serve: What the worker runs: ``workflows`` (the loop, plus ``describe_tools`` and result hooks), ``model``
             (Claude calls), ``tools`` (tool calls). All three by default.
@@ -104,7 +107,7 @@ class AgentRunnerPlugin(SimplePlugin):
     def __init__(
         self,
         *,
-        tools: Iterable[str | Tool] = (),
+        tools: Iterable[str | Tool | BetaAnyRunnableToolset] = (),
         registry: ToolRegistry | None = None,
         serve: Collection[str] = ROLES,
         claude: ClaudeActivities | None = None,
@@ -138,6 +141,7 @@ class AgentRunnerPlugin(SimplePlugin):
             activities.append(claude.create_message)
         if "tools" in serve:
             activities += [tool_activities.run_tool, tool_activities.reconcile_tool]
+            activities.append(ToolsetActivities(registry.toolsets, content).run_toolset_action)
         mcp_activities = _mcp_activities(mcp, content) if mcp is not None and "tools" in serve else None
         if mcp_activities is not None:
             activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]

@@ -52,6 +52,8 @@ class EagerTools:
         # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
         # run: both start with the reply instead.
         spec = run._state.tools.get(str(block["name"]))
+        if run._tool_calls.toolsets.takes(block):
+            return  # a toolset's actions start with the reply, in order (``toolsets.py``), never early
         if spec is None or run._approvals.needed(spec) or run._tool_calls.withdrawn(spec.name):
             return
         if ready.attempt > self._attempt:

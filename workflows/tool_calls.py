@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.sleep import SLEEP_TOOL, Sleeps
     from agent_runner.workflows.subagents import SubAgents
+    from agent_runner.workflows.toolsets import Toolsets
 
 if TYPE_CHECKING:
     from agent_runner.workflows.agent_run import AgentRun
@@ -65,15 +66,18 @@ class ToolCalls:
         self._added: dict[str, asyncio.Task[ToolSpec | None]] = {}
         """Tools a queued ``add_tools`` names, looked up for the reply being handled (once per name)."""
         self.sleeps = Sleeps(run)
+        self.toolsets = Toolsets(run)
 
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
         run = self._run
+        iteration = iteration if iteration is not None else run._state.reply_count
+        if self.toolsets.takes(block):
+            return await self.toolsets.call(block, iteration)  # an action of a runnable toolset
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
         spec = await self._runnable(name)
-        iteration = iteration if iteration is not None else run._state.reply_count
         run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         agent = self.agents.find(name) if spec is None else None

@@ -12,6 +12,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
+    python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
@@ -51,11 +52,13 @@ sys.path.insert(0, str(ROOT))
 
 from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
+from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
 from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
+from tests.test_toolsets import RecordingBrowser, RecordingComputer, action  # noqa: E402
 from tests.tools_for_tests import get_time, get_weather  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -92,7 +95,10 @@ async def record(name: str, scenario: str = "steered") -> None:
         queue = f"record-{uuid.uuid4()}"
         worker = build_worker(
             env.client,
-            registry=ToolRegistry([get_weather, get_time, send_once]),
+            registry=ToolRegistry(
+                [get_weather, get_time, send_once],
+                toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer()],
+            ),
             task_queue=queue,
             claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="k", max_retries=0)),
             mcp=parse_mcp_config(
@@ -143,6 +149,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "features":
                 await features(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "toolsets":
+                await toolsets(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -519,6 +529,41 @@ async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
 
 
+async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
+    one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
+    fake.script(
+        Reply(
+            [
+                text("On it."),
+                action("toolu_1", "browser", "navigate", {"url": "https://a.example"}),
+                action("toolu_2", "computer", "fail"),
+                action("toolu_3", "browser", "click"),
+                action("toolu_4", "computer", "screenshot"),
+                action("toolu_5", "browser", "type"),
+            ],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Open the docs."}],
+        tools=["browser", "computer", get_time],
+    )
+    await wait(run, "waiting_for_approval", 1)
+    await run.approve("toolu_1", input={"url": "https://b.example"})
+    async with asyncio.timeout(20):
+        while [a["tool_use_id"] for a in (await run.status()).pending_approvals] != ["toolu_3"]:
+            await asyncio.sleep(0.05)
+    await run.deny("toolu_3", "Not that button.")
+    result = await run.result()
+    assert result.status == "completed", result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def wait(run: object, status: str, iterations: int) -> None:
     from agent_runner.client import Run
 
@@ -542,6 +587,7 @@ if __name__ == "__main__":
         "plain",
         "mcp",
         "features",
+        "toolsets",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(

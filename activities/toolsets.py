@@ -1,0 +1,186 @@
+"""Runnable toolsets of the SDK (``BetaRunnableToolset``, ``BetaAsyncRunnableToolset``): each action one activity.
+
+A worker registers a toolset object (``browser_toolset_20260801``, ``computer_toolset_20260801``, or one of your own
+built on the SDK's classes) like a tool: ``ToolRegistry([...], toolsets=[my_browser])``, ``AgentRunnerPlugin(
+tools=[my_browser])``, or a ``--tools`` module that defines one at its top level. A run names it in ``tools`` by its
+family (``"browser"``); its ``tools[]`` entry is the toolset's own ``to_dict()``.
+
+An action runs as the SDK's ``tool_result`` runs it: a ``ToolError`` or any other exception (the toolset's own
+``confirm`` hook refusing included) becomes an ``is_error`` result; a ``ToolsetUsageError`` (a mistake in your code)
+fails the activity. The rule that the later actions of a turn are not run after one failed is the workflow's
+(``workflows/toolsets.py``), which sees the whole turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from anthropic.lib.tools._toolsets._runnable import (
+    TOOLSET_CLASSES,
+    BetaAnyRunnableToolset,
+    BetaAsyncRunnableToolset,
+)
+from anthropic.types.beta import BetaToolUseBlock
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agent_runner.content import Content
+from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY, ToolsetActionInput
+from agent_runner.contract.types import TOOL_NOT_STARTED_ERROR, ActivityOptions, ToolResult, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TOOLSET_OPTIONS = ActivityOptions(
+    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=30)
+)
+"""An action's activity options unless ``toolset_options`` says otherwise: a tool's defaults (the worker heartbeats
+while an action runs)."""
+
+STORE_ATTEMPTS = 5
+"""Tries at storing a big result before it is given up as an ``is_error`` result (never by running it again)."""
+
+_OPTIONS_ATTRIBUTE = "__agent_runner_toolset_options__"
+_APPROVAL_ATTRIBUTE = "__agent_runner_toolset_requires_approval__"
+
+
+def is_toolset(value: object) -> bool:
+    """Whether ``value`` is a runnable toolset of the SDK (sync or async)."""
+    return isinstance(value, TOOLSET_CLASSES)
+
+
+def toolset_options(
+    toolset: BetaAnyRunnableToolset,
+    *,
+    requires_approval: bool = False,
+    options: ActivityOptions | None = None,
+) -> BetaAnyRunnableToolset:
+    """Set how the actions of ``toolset`` run in a run, and return it.
+
+    Args:
+        toolset: The toolset to register.
+        requires_approval: Each action waits for a person's approval (``Run.approve`` / ``Run.deny``) before it
+            runs: the run's durable stand-in for the SDK's ``confirm`` hook, which would block a worker. A denied
+            action is an ``is_error`` result, so the later actions of that turn are not run, as when ``confirm``
+            declines in the SDK.
+        options: The activity options of each action (timeouts, retries, task queue).
+
+    Raises:
+        ToolRegistrationError: ``toolset`` is not a runnable toolset.
+    """
+    if not is_toolset(toolset):
+        raise ToolRegistrationError(
+            f"toolset_options() applies to a runnable toolset (BetaRunnableToolset or BetaAsyncRunnableToolset), got "
+            f"{type(toolset).__name__}."
+        )
+    setattr(toolset, _OPTIONS_ATTRIBUTE, options or DEFAULT_TOOLSET_OPTIONS)
+    setattr(toolset, _APPROVAL_ATTRIBUTE, requires_approval)
+    return toolset
+
+
+def toolset_spec(toolset: BetaAnyRunnableToolset) -> ToolSpec:
+    """The toolset as a run needs it: named by its family, its ``tools[]`` entry its own ``to_dict()``."""
+    return ToolSpec(
+        name=toolset.toolset_name,
+        definition=dict(toolset.to_dict()),
+        options=getattr(toolset, _OPTIONS_ATTRIBUTE, DEFAULT_TOOLSET_OPTIONS),
+        requires_approval=getattr(toolset, _APPROVAL_ATTRIBUTE, False),
+    )
+
+
+class ToolsetActivities:
+    """The toolset activity of one worker.
+
+    Args:
+        toolsets: The toolsets this worker runs, by family.
+        content: The content store an action's input stored apart is read from.
+        heartbeat_every: Seconds between heartbeats while an action runs.
+    """
+
+    def __init__(
+        self,
+        toolsets: dict[str, BetaAnyRunnableToolset],
+        content: Content | None = None,
+        heartbeat_every: float = 1.0,
+    ) -> None:
+        self._toolsets = toolsets
+        self._content = content or Content()
+        self._heartbeat_every = heartbeat_every
+
+    @activity.defn(name=RUN_TOOLSET_ACTION_ACTIVITY)
+    async def run_toolset_action(self, input: ToolsetActionInput) -> ToolResult:
+        """Run one action of a toolset and return its result, errors included."""
+        call = input.call
+        toolset = self._toolsets.get(input.toolset)
+        if toolset is None:
+            raise ApplicationError(
+                f"No worker on task queue {activity.info().task_queue!r} registered the {input.toolset!r} toolset. "
+                "Register it on the workers that serve this run's tools (ToolRegistry(toolsets=[...]) or a --tools "
+                "module that defines it).",
+                type="ToolRegistrationError",
+                non_retryable=True,
+            )
+        logger.info(
+            "Running toolset action: run=%s iteration=%d toolset=%s action=%s tool_use_id=%s",
+            call.run_id,
+            call.iteration,
+            input.toolset,
+            call.name,
+            call.tool_use_id,
+        )
+        try:
+            tool_input = await self._content.resolve(call.input)
+        except ApplicationError:
+            raise
+        except Exception as e:
+            raise ApplicationError(
+                f"Could not read the stored input of action '{input.toolset}/{call.name}' ({type(e).__name__}: "
+                f"{e}); the action did not start.",
+                type=TOOL_NOT_STARTED_ERROR,
+            ) from e
+        block = BetaToolUseBlock(
+            id=call.tool_use_id,
+            name=call.name,
+            input=tool_input if isinstance(tool_input, dict) else {},
+            type="tool_use",
+            toolset_name=input.toolset,
+        )
+        running: asyncio.Future[Any] = asyncio.ensure_future(
+            toolset.tool_result(block)
+            if isinstance(toolset, BetaAsyncRunnableToolset)
+            else asyncio.to_thread(toolset.tool_result, block)
+        )
+        try:
+            # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds.
+            while not (await asyncio.wait({running}, timeout=self._heartbeat_every))[0]:
+                activity.heartbeat()
+        finally:
+            running.cancel()  # only if the activity itself was cancelled; a sync action's thread runs on
+        result = running.result()
+        return await self._held(f"{input.toolset}/{call.name}", result)
+
+    async def _held(self, name: str, result: Mapping[str, Any]) -> ToolResult:
+        """The action's result as a run holds it: escaped, a big one (a screenshot) stored apart, as a tool's is.
+
+        Never raises: the action has run, and must not run again because its result could not be stored.
+        """
+        # Imported here: activities/tools.py imports this module for the registry.
+        from agent_runner.activities.tools import _within_payload_limit
+
+        checked = _within_payload_limit(
+            name, ToolResult(content=result.get("content"), is_error=bool(result.get("is_error")))
+        )
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return checked.model_copy(update={"content": await self._content.offload(checked.content)})
+            except Exception as e:
+                logger.warning("Storing the result of action %s failed (try %d): %s", name, attempt, e)
+                await asyncio.sleep(0.5 * attempt)
+        return ToolResult(
+            content=f"Error: Action '{name}' ran, but its result could not be stored. It was not run again.",
+            is_error=True,
+        )

@@ -1,0 +1,338 @@
+"""The SDK's runnable toolsets in a run: registered on a worker, each action one activity, the SDK's semantics kept.
+
+The backend is a toolset of ours that records the actions it ran (``RecordingBrowser``), so a test can say exactly
+which actions ran, in which order, and which did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.lib.tools import ToolError
+from anthropic.lib.tools._toolsets._runnable import (
+    BetaAsyncRunnableToolset,
+    BetaRunnableToolset,
+    BetaToolsetCallContext,
+    BetaToolsetContent,
+)
+
+from agent_runner.activities.tools import ToolRegistry
+from agent_runner.activities.toolsets import toolset_options
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
+from tests.test_durability import wait_for, worker_process
+
+BASE: dict[str, Any] = {
+    "model": "claude-fake-1",
+    "max_tokens": 256,
+    "messages": [{"role": "user", "content": "Open the docs and take a screenshot."}],
+}
+
+
+class RecordingBrowser(BetaAsyncRunnableToolset):
+    """A browser toolset that records each action; ``fail`` raises the SDK's ``ToolError``, ``crash`` a bug."""
+
+    toolset_name = "browser"
+
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, dict[str, object], str | None]] = []
+
+    def to_dict(self) -> Any:
+        return {"type": "browser_toolset_20260801"}
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        self.actions.append((name, dict(input), context.tool_use.id if context.tool_use else None))
+        if name == "fail":
+            raise ToolError("The page did not load.")
+        if name == "crash":
+            raise KeyError("tab")
+        return f"{name} done"
+
+
+class RecordingComputer(BetaRunnableToolset):
+    """A synchronous computer toolset (runs in a thread on the worker)."""
+
+    toolset_name = "computer"
+
+    def __init__(self) -> None:
+        self.actions: list[str] = []
+
+    def to_dict(self) -> Any:
+        return {"type": "computer_toolset_20260801"}
+
+    def call(self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]) -> str | BetaToolsetContent:
+        assert context.tool_use is not None and context.tool_use.input == input  # the SDK's context, built as it does
+        self.actions.append(name)
+        if name == "fail":
+            raise ToolError("No display.")
+        return [{"type": "text", "text": f"{name} ok"}]
+
+
+def action(id: str, toolset: str, name: str, input: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: A002
+    return {**tool_use(id, name, input or {}), "toolset_name": toolset}
+
+
+def result(id: str, toolset: str, content: Any, error: bool = False) -> dict[str, Any]:  # noqa: A002
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": id, "toolset_name": toolset, "content": content}
+    if error:
+        block["is_error"] = True
+    return block
+
+
+def results_sent(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = fake.bodies()[1]["messages"][-1]["content"]
+    return content
+
+
+async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser, computer = RecordingBrowser(), RecordingComputer()
+    fake_api.script(
+        Reply(
+            [
+                text("On it."),
+                action("toolu_1", "browser", "navigate", {"url": "https://docs.example"}),
+                action("toolu_2", "computer", "screenshot"),
+                action("toolu_3", "browser", "screenshot"),
+            ],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(browser, computer):
+        run = await runner.start(**BASE, tools=["browser", "computer"])
+        assert (await run.result()).status == "completed"
+    assert fake_api.bodies()[0]["tools"] == [
+        {"type": "browser_toolset_20260801"},
+        {"type": "computer_toolset_20260801"},
+    ]
+    assert browser.actions == [
+        ("navigate", {"url": "https://docs.example"}, "toolu_1"),
+        ("screenshot", {}, "toolu_3"),
+    ]
+    assert computer.actions == ["screenshot"]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "navigate done"),
+        result("toolu_2", "computer", [{"type": "text", "text": "screenshot ok"}]),
+        result("toolu_3", "browser", "screenshot done"),
+    ]
+
+
+async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_executed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser, computer = RecordingBrowser(), RecordingComputer()
+    fake_api.script(
+        Reply(
+            [
+                action("toolu_1", "browser", "navigate"),
+                action("toolu_2", "browser", "fail"),
+                action("toolu_3", "computer", "fail"),
+                action("toolu_4", "browser", "click"),
+                action("toolu_5", "computer", "type"),
+            ],
+            "tool_use",
+        ),
+        Reply([action("toolu_6", "browser", "click")], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(browser, computer):
+        run = await runner.start(**BASE, tools=["browser", "computer"])
+        assert (await run.result()).status == "completed"
+    # The later actions never reached the toolsets; a new turn starts afresh.
+    assert [name for name, _, _ in browser.actions] == ["navigate", "fail", "click"]
+    assert computer.actions == ["fail"]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "navigate done"),
+        result("toolu_2", "browser", "The page did not load.", error=True),
+        result("toolu_3", "computer", "No display.", error=True),
+        result("toolu_4", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+        result("toolu_5", "computer", "Not executed: an earlier computer action in this turn failed.", error=True),
+    ]
+    assert fake_api.bodies()[2]["messages"][-1]["content"] == [result("toolu_6", "browser", "click done")]
+
+
+async def test_an_unexpected_exception_is_an_error_result_as_in_the_sdk(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser = RecordingBrowser()
+    fake_api.script(
+        Reply([action("toolu_1", "browser", "crash"), action("toolu_2", "browser", "click")], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(browser):
+        run = await runner.start(**BASE, tools=["browser"])
+        assert (await run.result()).status == "completed"
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "KeyError('tab')", error=True),
+        result("toolu_2", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+    ]
+
+
+async def test_a_toolset_the_run_does_not_have_is_not_found(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([action("toolu_1", "computer", "click")], "tool_use"), end_turn("Done."))
+    async with worker(RecordingBrowser()):
+        run = await runner.start(**BASE, tools=["browser"])
+        assert (await run.result()).status == "completed"
+    assert results_sent(fake_api) == [
+        result("toolu_1", "computer", "Error: Toolset 'computer' member 'click' not found", error=True)
+    ]
+
+
+async def test_a_toolset_that_requires_confirmation_waits_for_the_runs_approval(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser = toolset_options(RecordingBrowser(), requires_approval=True)
+    assert isinstance(browser, RecordingBrowser)
+    fake_api.script(
+        Reply(
+            [
+                action("toolu_1", "browser", "navigate", {"url": "https://a.example"}),
+                action("toolu_2", "browser", "click"),
+                action("toolu_3", "browser", "type"),
+            ],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(browser):
+        run = await runner.start(**BASE, tools=["browser"])
+        await wait_status(run, "waiting_for_approval")
+        assert [a["tool_use_id"] for a in (await run.status()).pending_approvals] == ["toolu_1"]
+        assert browser.actions == []
+        await run.approve("toolu_1", input={"url": "https://b.example"})
+        await _wait_pending(run, "toolu_2")
+        await run.deny("toolu_2", "Not that button.")
+        assert (await run.result()).status == "completed"
+    assert browser.actions == [("navigate", {"url": "https://b.example"}, "toolu_1")]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "navigate done"),
+        result("toolu_2", "browser", "Not that button.", error=True),
+        result("toolu_3", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+    ]
+
+
+async def _wait_pending(run: Run, tool_use_id: str) -> None:
+    async with asyncio.timeout(20):
+        while [a["tool_use_id"] for a in (await run.status()).pending_approvals] != [tool_use_id]:
+            await asyncio.sleep(0.05)
+
+
+def test_a_worker_registers_toolsets_by_family_and_refuses_two_of_one_family() -> None:
+    registry = ToolRegistry(toolsets=[RecordingBrowser()])
+    assert registry.names == ["browser"]
+    spec = registry.spec("browser")
+    assert spec is not None
+    assert (spec.name, spec.definition) == ("browser", {"type": "browser_toolset_20260801"})
+    assert not spec.requires_approval
+    with pytest.raises(ToolRegistrationError, match="Two tools or toolsets are named 'browser'"):
+        registry.add(RecordingBrowser())
+
+
+class ScreenshotComputer(BetaAsyncRunnableToolset):
+    """A computer whose screenshot is a big image block, as a real one's is."""
+
+    toolset_name = "computer"
+    image = "iVBORw0KGgo" + "A" * 200_000
+
+    def to_dict(self) -> Any:
+        return {"type": "computer_toolset_20260801"}
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        assert (context.tool_use is not None, name, dict(input)) == (True, "screenshot", {})
+        return [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": self.image}}]
+
+
+async def test_a_big_screenshot_is_stored_apart_and_sent_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([action("toolu_1", "computer", "screenshot")], "tool_use"), end_turn("I see it."))
+    async with worker(ScreenshotComputer()):
+        run = await runner.start(**BASE, tools=["computer"])
+        assert (await run.result()).status == "completed"
+        history = await run.handle.fetch_history()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ScreenshotComputer.image}}
+    assert results_sent(fake_api) == [result("toolu_1", "computer", [image])]
+    assert ScreenshotComputer.image not in history.to_json()  # the history carries a reference, not the image
+
+
+def test_a_tools_module_registers_the_toolsets_it_defines(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_browser_tools.py").write_text(
+        "from tests.test_toolsets import RecordingBrowser\n\nbrowser = RecordingBrowser()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = ToolRegistry()
+    assert registry.add_module("my_browser_tools") == ["browser"]
+    assert registry.names == ["browser"]
+
+
+async def test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as_in_the_sdk(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    browser = RecordingBrowser()
+    fake_api.script(
+        Reply(
+            [
+                tool_use("toolu_1", "browser", {"actions": [{"action": "navigate"}, {"action": "click"}]}),
+                action("toolu_2", "browser", "click"),
+            ],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(browser):
+        run = await runner.start(**BASE, tools=["browser"])
+        assert (await run.result()).status == "completed"
+    assert browser.actions == []
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "content": "Error: the 'browser' toolset could not run this call: its actions could not be run as sent "
+            "(actions: 'navigate', 'click'); nothing in the batch was executed",
+            "is_error": True,
+        },
+        result("toolu_2", "browser", "Not executed: an earlier action in this turn failed.", error=True),
+    ]
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_action_leaves_the_action_to_another_worker(
+    runner: AgentRunner, temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """``python worker.py --tools tests.toolsets_for_tests``, killed with ``-9`` while an action runs: the next worker
+    runs that action again (it is idempotent by default), then the later one, and Claude gets an uninterrupted run's
+    results."""
+    fake_api.script(
+        Reply([action("toolu_1", "browser", "wait"), action("toolu_2", "browser", "click", {"x": 1})], "tool_use"),
+        end_turn("Done."),
+    )
+    marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"
+    args = ("--tools", "tests.toolsets_for_tests")
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args) as first:
+        run = await runner.start(**BASE, tools=["browser"])
+        await wait_for(lambda: marks.exists() and "start wait" in marks.read_text(), "the action starting")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args):
+        assert (await run.result()).status == "completed"
+    assert marks.read_text().splitlines() == ["start wait toolu_1", "start wait toolu_1", "start click toolu_2"]
+    assert results_sent(fake_api) == [
+        result("toolu_1", "browser", "wait done {}"),
+        result("toolu_2", "browser", "click done {'x': 1}"),
+    ]
