@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_runner.client import AgentRunner, Run
 from agent_runner.cli.render import render_status
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import AgentStarted, RunEvent, RunFinished, TextDelta, ToolFinished
 from agent_runner.contract.types import RunStatus, Usage
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
 from tests.conftest import WorkerFactory
-from tests.test_subagents import BASE, RESEARCH, RESEARCHER, USER, by_system, launch, parent_bodies, research, wait_for
+from tests.test_subagents import BASE, RESEARCHER, USER, by_system, launch, parent_bodies, research, wait_for
 from tests.tools_for_tests import get_weather
 
 SCOUT = {"name": "scout", "description": "Looks once.", "system": "You scout."}
