@@ -7,8 +7,12 @@ usage counts what they spent, and a person steers or approves inside a child fro
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import pytest
+
+from agent_runner import cli
 from agent_runner.cli.render import render_status
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import AgentStarted, RunEvent, RunFinished, TextDelta, ToolFinished
@@ -250,6 +254,29 @@ async def test_a_person_approves_and_steers_inside_a_child_from_the_parents_hand
         ],
     }
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Launched."
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_status_command_prints_the_tree(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    async with worker():
+        run = await start_tree(runner)
+        await run.result()
+        capsys.readouterr()
+        assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue, "--json"]) == 0
+        printed_json = json.loads(capsys.readouterr().out)
+    child_id = f"{run.id}/toolu_P1"
+    assert printed[4] == "tokens       50 input / 25 output tokens"
+    assert printed[-3:] == [
+        "agents",
+        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
+        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
+    ]
+    assert printed_json["agents"][0]["run"]["agents"][0]["id"] == f"{child_id}/toolu_S1"
 
 
 def test_status_prints_a_tree_of_agents_indented_by_level() -> None:
