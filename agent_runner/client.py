@@ -60,6 +60,7 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
@@ -391,7 +392,7 @@ class Run:
             delay = _POLL_MIN if replies else min(delay * 2, _POLL_MAX)
             await asyncio.sleep(delay)
 
-    async def events(self, after: int = 0) -> AsyncIterator[RunEvent]:
+    async def events(self, after: int = 0, *, agents: bool = True) -> AsyncIterator[RunEvent]:
         """The run's live events (``contract/events.py``), each with its stream ``offset``, until it finishes.
 
         Text arrives as it streams, read from the run's live log in the content store (so this client must use the
@@ -400,17 +401,34 @@ class Run:
         of that attempt are never yielded. Works for a
         finished run too: from offset 0 it yields the whole run.
 
+        With ``agents``, the events of the child runs its agent calls start come too (``agent_tree.py``), each with
+        the ``path`` of agent calls down to its run (``("toolu_A",)``, ``("toolu_A", "toolu_B")`` for a grandchild)
+        and the ``offset`` of its place in that run's stream: a child's every event comes after the parent's
+        ``agent_started`` for it and before the parent's ``tool_finished`` of the call. A child is found by its
+        ``agent_started``, so resuming ``after`` that event leaves the child out.
+
         Args:
             after: The stream offset to start at (``event.offset + 1`` resumes after an event).
+            agents: Whether the events of the run's child runs (and theirs) come too.
 
         Yields:
             Typed events (``TextDelta``, ``ReplyReceived``, ``ToolFinished``, ... of the ``RunEvent`` union), each
-            with its ``offset``; ``RunFinished`` last. The iterator also ends when the run closed without one (it
-            failed before it began). An event of a type this client does not know (from a newer worker) is skipped.
+            with its ``offset``; the run's ``RunFinished`` last. The iterator also ends when the run closed without
+            one (it failed before it began). An event of a type this client does not know (a newer worker's) is
+            skipped.
 
         Raises:
             RunNotFound: No run has this id.
         """
+        if not agents:
+            async for event in self._own_events(after):
+                yield event
+            return
+        async for event in follow_tree(self, after):
+            yield event
+
+    async def _own_events(self, after: int) -> AsyncIterator[RunEvent]:
+        """The run's own live events, as ``events`` without ``agents``."""
         stream = WorkflowStreamClient.create(self._client, self.id)
         attempts = AttemptFilter()
         live = LiveMerge(self._content.store, self.id)  # what the model call streams (agent_runner/live.py)
@@ -506,17 +524,23 @@ class Run:
             result = result.model_copy(update={"final_message": await self._content.resolve(result.final_message)})
         return result
 
-    async def status(self) -> RunStatus:
+    async def status(self, *, tree: bool = False) -> RunStatus:
         """The run's status: iterations, stop reason, usage (and cost, given prices), pending approvals.
 
         Also the latest failure of a model or tool call that Temporal is still retrying, such as an overloaded API.
         A run that has ended reports how it ended as Temporal knows it (``CLOSED_STATUSES``): ``failed`` for a run
         whose input was rejected, ``terminated``, ``timed_out``; and it no longer waits for anything.
 
+        Args:
+            tree: Whether each entry of ``agents`` (a child run an agent call started) holds that child's status too,
+                under ``run``, with its own children's nested the same way.
+
         Raises:
             RunNotFound: No run has this id.
             NoWorker: No worker polls the run's task queue to answer.
         """
+        if tree:
+            return await status_tree(self)
         description = await self._describe()
         # Pending approvals' inputs and results under review, as plain JSON: what ``approve``/``advance`` take back.
         status = RunStatus.model_validate(await self._content.resolve(await self._query(STATUS_QUERY)))
@@ -531,6 +555,17 @@ class Run:
             if activity.HasField("last_failure")
         ]
         return status.model_copy(update={"last_error": failures[-1] if failures else None})
+
+    def child(self, tool_use_id: str) -> Run:
+        """A handle on the child run that this run's agent call ``tool_use_id`` started (id ``<id>/<tool_use_id>``).
+
+        Steer it, approve its tool calls or watch it as any run; ``status().agents`` names each child's call.
+        """
+        child = Run(self._client.get_workflow_handle(f"{self.id}/{tool_use_id}"), runner=self._runner)
+        child._content = self._content
+        child.wait_for_people = self.wait_for_people
+        child.no_worker_notice = self.no_worker_notice
+        return child
 
     async def transcript(self) -> list[dict[str, Any]]:
         """The whole conversation so far, in the Messages API's wire shape."""

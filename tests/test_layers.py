@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "activities": ("activities/", "agent_runner/mcp_config.py"),
     "client": (
         "agent_runner/client.py",
+        "agent_runner/agent_tree.py",
         "agent_runner/connection.py",
         "agent_runner/live.py",
         "agent_runner/temporal_server.py",

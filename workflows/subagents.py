@@ -9,7 +9,10 @@ or ran out of iterations or budget becomes an ``is_error`` result saying so.
 The tree is bounded (``agent_limits``): declared agents may nest ``max_depth`` levels below the root, and one reply
 starts at most ``max_fan_out`` of them. Cancelling the parent cancels its children (the handle's cancellation and
 the parent close policy, ``REQUEST_CANCEL``); stopping it stops them (``STOP_FROM_PARENT_SIGNAL``), and their
-results say so. A child is bounded by what its parent has left of ``max_iterations`` and its budget.
+results say so. A child is bounded by what its parent has left of ``max_iterations`` and its budget, and what it
+spent (its usage, its own children's included) is added to the parent's usage when it ends. The parent publishes
+``agent_started`` (``tool_use_id``, ``name``, ``run_id``) once a child started, so a watcher of the parent can follow
+the child's events too (``Run.events``).
 
 The child's id is ``<parent id>/<tool_use_id>``: the start is in the parent's history, so a replay after a crash never
 starts a second child, and a continue-as-new happens only at a boundary, with no child in flight.
@@ -37,6 +40,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
+from agent_runner.contract.events import AGENT_STARTED
 from agent_runner.contract.types import WORKFLOW_TYPE, ToolResult
 
 if TYPE_CHECKING:
@@ -46,6 +50,9 @@ if TYPE_CHECKING:
 STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
 """Signal a parent sends its running children when it is stopped: the child stops at its next step, as on ``stop``
 (a workflow cannot send an update). Its argument is the reason, a string."""
+
+TREE_PATCH = "agent-tree"
+"""Patch: a parent publishes ``agent_started`` when a child starts, and adds a finished child's usage to its own."""
 
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -221,6 +228,11 @@ class SubAgents:
             return _error(f"Agent '{agent.name}' could not be started: {_cause(e)}.")
         child = ChildRun(id=child_id, name=agent.name, tool_use_id=tool_use_id)
         run._state.children.append(child)
+        # The stream's events (and their offsets) and the run's usage change with this: a run begun before replays
+        # as it ran.
+        tree = workflow.patched(TREE_PATCH)
+        if tree:
+            run._event(AGENT_STARTED, tool_use_id=tool_use_id, name=agent.name, run_id=child_id)
         try:
             await workflow.wait_condition(lambda: handle.done() or run._state.stop is not None)
             if not handle.done():
@@ -238,6 +250,9 @@ class SubAgents:
             handle.cancel()  # the parent is cancelled: the child is asked to cancel too
             raise
         child.status = str(outcome.get("status"))
+        if tree:
+            # What the child spent is the parent's: its budget and usage count it (and the child's own children's).
+            run._state.usage = run._state.usage.add(outcome.get("usage"))
         return _result(agent.name, outcome)
 
     def _place(self, tool_use_id: str) -> int:

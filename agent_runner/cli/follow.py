@@ -186,7 +186,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     run.no_worker_notice = lambda e: err(f"note: waiting for a worker. {e}")
     try:
         try:
-            async for event in run.events():
+            async for event in run.events(agents=False):
                 follower.show(event)
         finally:
             follower.finish()

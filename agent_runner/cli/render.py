@@ -277,6 +277,28 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         lines.append(f"stopped      {status.stop_reason_detail}")
     if status.last_error:
         lines.append(f"last error   {status.last_error}")
+    if status.agents:
+        lines.append("agents")
+        lines.extend(render_agents(status.agents))
+    return lines
+
+
+def render_agents(agents: Sequence[dict[str, Any]], depth: int = 1) -> list[str]:
+    """The tree of a run's child runs (``RunStatus.agents`` as ``Run.status(tree=True)`` nests it), two spaces a level.
+
+    Each line: the agent's name, the call that started it, its status, its turns and tokens, its run id.
+    """
+    lines: list[str] = []
+    for agent in agents:
+        child = agent.get("run")
+        usage = f" · {render_usage(Usage.model_validate(child['usage']))}" if child else ""
+        turns = f" · {child['iterations']} turns" if child else ""
+        lines.append(
+            f"{'  ' * depth}{agent.get('name')} ({agent.get('tool_use_id')}) · {agent.get('status')}{turns}{usage}"
+            f" · {agent.get('id')}"
+        )
+        if child:
+            lines.extend(render_agents(child.get("agents") or [], depth + 1))
     return lines
 
 

@@ -144,7 +144,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     """``status``: the run's status, turns, stop reason and token usage."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        status = await run.status()
+        status = await run.status(tree=True)  # with its agents' runs, and theirs
     if args.json:
         print(status.model_dump_json(indent=2), flush=True)
     else:

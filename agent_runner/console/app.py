@@ -264,7 +264,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         # In a task of its own: the writer below wakes for keep-alives, and an async generator's step cannot be
         # abandoned half-way and resumed.
         try:
-            async for event in run.events(after=after):
+            async for event in run.events(after=after, agents=False):
                 await queue.put(_sse({**event.to_wire(), "offset": event.offset}, id=event.offset))
                 if event.type == RUN_FINISHED:
                     break

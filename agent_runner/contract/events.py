@@ -16,6 +16,7 @@ Stream (also at no cost in history: the stream is workflow state): ``iteration_s
 (``message``: the whole reply as recorded), ``tool_started`` (``tool_use_id``, ``name``, ``input``),
 ``approval_waiting`` (``approval``: the pending approval), ``approval_decided`` (``tool_use_id``, ``approved``,
 ``reason``), ``tool_finished`` (``tool_use_id``, ``name``, ``result``: the exact ``tool_result`` block),
+``agent_started`` (``tool_use_id``, ``name``, ``run_id``: an agent call started a child run, ``subagents.py``),
 ``tool_outcome_unknown`` (``tool_use_id``, ``name``, ``detail``, ``on_unknown``: an ``at_most_once`` call's attempt
 was lost and will not be re-run blindly), ``step_waiting`` (``status``: ``waiting_for_step`` after a reply,
 ``waiting_for_review`` before its tool results go out, in step mode), ``limit_reached`` (``limit``:
@@ -61,6 +62,7 @@ ITERATION_STARTED: Final = "iteration_started"
 REPLY: Final = "reply"
 TOOL_STARTED: Final = "tool_started"
 TOOL_FINISHED: Final = "tool_finished"
+AGENT_STARTED: Final = "agent_started"
 TOOL_OUTCOME_UNKNOWN: Final = "tool_outcome_unknown"
 APPROVAL_WAITING: Final = "approval_waiting"
 APPROVAL_DECIDED: Final = "approval_decided"
@@ -84,11 +86,15 @@ class Event(BaseModel):
     """The turn the event belongs to, 1 for the first."""
     offset: int | None = None
     """The event's position in the run's stream, set by the client that read it (never published): resume after it
-    with ``Run.events(after=offset + 1)``."""
+    with ``Run.events(after=offset + 1)``. An event of a child run has the offset of its place in the child's stream."""
+    path: tuple[str, ...] = ()
+    """Whose event it is, set by the client that read it (never published): ``()`` for the run watched, the
+    ``tool_use_id`` of the agent call that started a child run for that child's (``("toolu_A",)``), and one more per
+    level below (``("toolu_A", "toolu_B")`` for a grandchild)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The event as it is published on the stream: a JSON object, without the reader's ``offset``."""
-        return self.model_dump(mode="json", exclude={"offset"})
+        return self.model_dump(mode="json", exclude={"offset", "path"})
 
 
 class ModelCallEvent(Event):
@@ -189,6 +195,15 @@ class ToolFinished(Event):
     result: dict[str, Any]
 
 
+class AgentStarted(Event):
+    """An agent call started its child run (``run_id``), whose events a watcher of this run can follow too."""
+
+    type: Literal["agent_started"] = AGENT_STARTED
+    tool_use_id: str
+    name: str
+    run_id: str
+
+
 class ToolOutcomeUnknown(Event):
     """An ``at_most_once`` call's attempt was lost; it is not run again blindly, ``on_unknown`` decides."""
 
@@ -251,6 +266,7 @@ RunEvent: TypeAlias = Annotated[
     | ReplyReceived
     | ToolStarted
     | ToolFinished
+    | AgentStarted
     | ToolOutcomeUnknown
     | ApprovalWaiting
     | ApprovalDecided
@@ -275,6 +291,7 @@ EVENT_TYPES = frozenset(DELTA_FIELDS) | {
     REPLY,
     TOOL_STARTED,
     TOOL_FINISHED,
+    AGENT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
     APPROVAL_WAITING,
     APPROVAL_DECIDED,

@@ -411,6 +411,9 @@ async function showRun(id) {
         logLine(event, `tool ${event.name} finished${event.result && event.result.is_error ? " with an error" : ""}`);
         reloadSoon();
         break;
+      case "agent_started":
+        logLine(event, `agent ${event.name} started: run ${event.run_id}`);
+        break;
       case "tool_outcome_unknown":
         logLine(event, `tool ${event.name}: outcome unknown (${event.detail || ""})`);
         reloadSoon();

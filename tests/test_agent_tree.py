@@ -1,0 +1,301 @@
+"""One tree, one control plane: a run's child runs as seen from its handle.
+
+The parent's live events include its children's (tagged by their path of agent calls), its status nests theirs, its
+usage counts what they spent, and a person steers or approves inside a child from the parent's handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from agent_runner import cli
+from agent_runner.cli.render import render_status
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.events import AgentStarted, RunEvent, RunFinished, TextDelta, ToolFinished
+from agent_runner.contract.types import RunStatus, Usage
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
+from tests.conftest import WorkerFactory
+from tests.test_subagents import BASE, RESEARCHER, USER, by_system, launch, parent_bodies, research, wait_for
+from tests.tools_for_tests import get_weather
+
+SCOUT = {"name": "scout", "description": "Looks once.", "system": "You scout."}
+
+
+def tree_child(body: dict[str, Any]) -> ScriptItem:
+    """Claude for the researcher, which asks a scout once, and for the scout."""
+    if body.get("system") == "You scout.":
+        return end_turn("Seen.")
+    if len(body["messages"]) == 1:
+        return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
+    return end_turn("Scout saw it.")
+
+
+async def start_tree(runner: AgentRunner) -> Run:
+    """A parent whose researcher has a scout: three levels of runs, five replies of 10 input and 5 output tokens."""
+    return await runner.start(
+        **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": [], "agents": [SCOUT]}]
+    )
+
+
+def shape(events: list[RunEvent]) -> list[tuple[tuple[str, ...], str, int, int | None]]:
+    return [(e.path, e.type, e.iteration, e.offset) for e in events]
+
+
+async def collect(run: Run, **kwargs: Any) -> list[RunEvent]:
+    return [event async for event in run.events(**kwargs)]
+
+
+async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    async with worker():
+        run = await start_tree(runner)
+        live = asyncio.ensure_future(asyncio.wait_for(collect(run), 60))  # followed as it runs
+        await run.until_done()
+        events = await live
+        again = await asyncio.wait_for(collect(run), 60)  # and read again once it finished
+        own = await asyncio.wait_for(collect(run, agents=False), 60)
+    p, s = ("toolu_P1",), ("toolu_P1", "toolu_S1")
+    # A child's events come after the parent's `agent_started` for it and before the parent's `tool_finished` of the
+    # call, each with its offset in its own run's stream; the grandchild's likewise inside the child's.
+    assert shape(events) == [
+        ((), "iteration_started", 1, 0),
+        ((), "model_call_started", 1, 0),
+        ((), "block_start", 1, 0),
+        ((), "tool_input", 1, 0),
+        ((), "block_stop", 1, 0),
+        ((), "reply", 1, 2),
+        ((), "tool_started", 1, 3),
+        ((), "agent_started", 1, 4),
+        (p, "iteration_started", 1, 0),
+        (p, "model_call_started", 1, 0),
+        (p, "block_start", 1, 0),
+        (p, "tool_input", 1, 0),
+        (p, "block_stop", 1, 0),
+        (p, "reply", 1, 2),
+        (p, "tool_started", 1, 3),
+        (p, "agent_started", 1, 4),
+        (s, "iteration_started", 1, 0),
+        (s, "model_call_started", 1, 0),
+        (s, "block_start", 1, 0),
+        (s, "text", 1, 0),
+        (s, "block_stop", 1, 0),
+        (s, "reply", 1, 2),
+        (s, "run_finished", 1, 3),
+        (p, "tool_finished", 1, 5),
+        (p, "iteration_started", 2, 6),
+        (p, "model_call_started", 2, 6),
+        (p, "block_start", 2, 6),
+        (p, "text", 2, 6),
+        (p, "block_stop", 2, 6),
+        (p, "reply", 2, 8),
+        (p, "run_finished", 2, 9),
+        ((), "tool_finished", 1, 5),
+        ((), "iteration_started", 2, 6),
+        ((), "model_call_started", 2, 6),
+        ((), "block_start", 2, 6),
+        ((), "text", 2, 6),
+        ((), "block_stop", 2, 6),
+        ((), "reply", 2, 8),
+        ((), "run_finished", 2, 9),
+    ]
+    assert events == again  # followed live or read afterwards: the same events
+    child_id = f"{run.id}/toolu_P1"
+    assert [e for e in events if isinstance(e, (AgentStarted, ToolFinished, TextDelta, RunFinished))] == [
+        AgentStarted(iteration=1, tool_use_id="toolu_P1", name="researcher", run_id=child_id, offset=4),
+        AgentStarted(
+            iteration=1, tool_use_id="toolu_S1", name="scout", run_id=f"{child_id}/toolu_S1", offset=4, path=p
+        ),
+        TextDelta(iteration=1, attempt=1, index=0, text="Seen.", offset=0, path=s),
+        RunFinished(iteration=1, status="completed", detail=None, offset=3, path=s),
+        ToolFinished(
+            iteration=1,
+            tool_use_id="toolu_S1",
+            name="scout",
+            result={"type": "tool_result", "tool_use_id": "toolu_S1", "content": "Seen."},
+            offset=5,
+            path=p,
+        ),
+        TextDelta(iteration=2, attempt=1, index=0, text="Scout saw it.", offset=6, path=p),
+        RunFinished(iteration=2, status="completed", detail=None, offset=9, path=p),
+        ToolFinished(
+            iteration=1,
+            tool_use_id="toolu_P1",
+            name="researcher",
+            result={"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Scout saw it."},
+            offset=5,
+        ),
+        TextDelta(iteration=2, attempt=1, index=0, text="Done.", offset=6),
+        RunFinished(iteration=2, status="completed", detail=None, offset=9),
+    ]
+    # The path is the reader's, never published: on the wire an event is as its run published it.
+    assert events[15].to_wire() == {
+        "type": "agent_started",
+        "iteration": 1,
+        "tool_use_id": "toolu_S1",
+        "name": "scout",
+        "run_id": f"{child_id}/toolu_S1",
+    }
+    # Without `agents`, the run's own events only, as before.
+    assert own == [e for e in events if e.path == ()]
+
+
+async def test_the_parents_status_nests_its_childrens_and_its_usage_counts_theirs(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    async with worker():
+        run = await start_tree(runner)
+        result = await run.result()
+        flat = await run.status()
+        status = await run.status(tree=True)
+    child_id = f"{run.id}/toolu_P1"
+    # Each reply used 10 input and 5 output tokens (the fake's default): the scout 1, the researcher 2 (and the
+    # scout's), the parent 2 (and the researcher's).
+    assert result.usage == flat.usage == status.usage == Usage(input_tokens=50, output_tokens=25)
+    assert flat.agents == [{"id": child_id, "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}]
+    [child] = status.agents
+    assert {k: v for k, v in child.items() if k != "run"} == flat.agents[0]
+    child_status = RunStatus.model_validate(child["run"])
+    assert (child_status.status, child_status.iterations, child_status.usage) == (
+        "completed",
+        2,
+        Usage(input_tokens=30, output_tokens=15),
+    )
+    [grandchild] = child_status.agents
+    assert {k: v for k, v in grandchild.items() if k != "run"} == {
+        "id": f"{child_id}/toolu_S1",
+        "name": "scout",
+        "tool_use_id": "toolu_S1",
+        "status": "completed",
+    }
+    grandchild_status = RunStatus.model_validate(grandchild["run"])
+    assert (grandchild_status.status, grandchild_status.usage, grandchild_status.agents) == (
+        "completed",
+        Usage(input_tokens=10, output_tokens=5),
+        [],
+    )
+    # `agent-runner status` prints the tree, a level of indent per level of runs.
+    assert render_status(run.id, status)[-3:] == [
+        "agents",
+        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
+        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
+    ]
+
+
+async def test_what_a_child_spent_counts_against_the_parents_budget(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The child gets what the parent has left (7 output tokens) and spends 10; the parent, at 15 of 12, stops."""
+
+    def child(body: dict[str, Any]) -> ScriptItem:
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use")
+        return end_turn("Sunny.")
+
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            thread=False,
+            budget={"max_output_tokens": 12},
+            agents=[{**RESEARCHER, "tools": ["get_weather"]}],
+        )
+        result = await run.result()
+        child_result = await run.child("toolu_P1").result()
+    assert (child_result.status, child_result.usage) == ("completed", Usage(input_tokens=20, output_tokens=10))
+    assert (result.status, result.detail, result.usage) == (
+        "budget_exhausted",
+        "The output token budget (15 of 12) is spent.",
+        Usage(input_tokens=30, output_tokens=15),
+    )
+    assert len(parent_bodies(fake_api)) == 1  # the parent asked Claude nothing after the child
+
+
+async def test_a_person_approves_and_steers_inside_a_child_from_the_parents_handle(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    def child(body: dict[str, Any]) -> ScriptItem:
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
+        return end_turn("Launched.")
+
+    fake_api.responder = by_system([research("toolu_P1", "Launch."), end_turn("Done.")], child)
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}])
+        child_run = run.child("toolu_P1")
+        assert child_run.id == f"{run.id}/toolu_P1"
+
+        async def child_waits() -> bool:
+            return bool((await run.status()).agents) and bool(await child_run.pending_approvals())
+
+        await wait_for(child_waits)
+        [waiting] = (await run.status(tree=True)).agents
+        assert RunStatus.model_validate(waiting["run"]).status == "waiting_for_approval"
+        assert [(p.tool_use_id, p.input) for p in await child_run.pending_approvals()] == [
+            ("toolu_C1", {"target": "moon"})
+        ]
+        await child_run.inject("Say when it is done.", wait=False)  # queued: applies with the tool results
+        await child_run.approve("toolu_C1")
+        final = await run.until_done()
+        child_transcript = await child_run.transcript()
+    assert final.content[0].type == "text" and final.content[0].text == "Done."
+    assert child_transcript[2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_C1", "content": "launched at moon"},
+            {"type": "text", "text": "Say when it is done."},
+        ],
+    }
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Launched."
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_status_command_prints_the_tree(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    async with worker():
+        run = await start_tree(runner)
+        await run.result()
+        capsys.readouterr()
+        assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue, "--json"]) == 0
+        printed_json = json.loads(capsys.readouterr().out)
+    child_id = f"{run.id}/toolu_P1"
+    assert printed[4] == "tokens       50 input / 25 output tokens"
+    assert printed[-3:] == [
+        "agents",
+        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
+        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
+    ]
+    assert printed_json["agents"][0]["run"]["agents"][0]["id"] == f"{child_id}/toolu_S1"
+
+
+def test_status_prints_a_tree_of_agents_indented_by_level() -> None:
+    def run(iterations: int, agents: list[dict[str, Any]]) -> dict[str, Any]:
+        usage = {"input_tokens": 10 * iterations, "output_tokens": 5 * iterations}
+        return {"status": "running", "iterations": iterations, "usage": usage, "agents": agents}
+
+    scout = {"id": "r/a/b", "name": "scout", "tool_use_id": "b", "status": "running", "run": run(1, [])}
+    status = RunStatus(
+        status="running",
+        iterations=1,
+        agents=[
+            {"id": "r/a", "name": "researcher", "tool_use_id": "a", "status": "running", "run": run(2, [scout])},
+            {"id": "r/c", "name": "writer", "tool_use_id": "c", "status": "failed"},  # no status of its own
+        ],
+    )
+    assert render_status("r", status)[-4:] == [
+        "agents",
+        "  researcher (a) · running · 2 turns · 20 input / 10 output tokens · r/a",
+        "    scout (b) · running · 1 turns · 10 input / 5 output tokens · r/a/b",
+        "  writer (c) · failed · r/c",
+    ]
