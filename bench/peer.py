@@ -63,7 +63,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import anthropic
@@ -81,6 +81,9 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
     from agent_runner.worker import build_registry, build_worker
 
+# The floor is bench/overhead.py's (this script's directory is on the path when it runs).
+from overhead import FloorWorkflow, noop
+
 MODEL = "claude-bench-1"
 MAX_TOKENS = 1024
 PROMPT = "Ping until you are told to stop."
@@ -96,7 +99,7 @@ MISSING_EXTRA = (
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The tool, the fake's answers, the floor
+# The tool and the fake's answers
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -129,23 +132,6 @@ def pinger(iterations: int, size: int) -> Callable[[dict[str, Any]], ScriptItem]
         return Reply(content=[tool_use(None, ping.name, {"n": n, "size": size})], stop_reason="tool_use")
 
     return answer
-
-
-@activity.defn(name="bench_peer_noop")
-async def noop() -> None:
-    """Stands for one model call or one tool call, doing nothing."""
-
-
-@workflow.defn(name="BenchPeerFloor")
-class FloorWorkflow:
-    """2·N no-op activities in sequence: the Temporal floor under an N-iteration agent run."""
-
-    @workflow.run
-    async def run(self, activities: int) -> int:
-        """Run ``activities`` no-op activities one after the other."""
-        for _ in range(activities):
-            await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=30))
-        return activities
 
 
 # --------------------------------------------------------------------------------------------------------------
