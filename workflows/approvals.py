@@ -15,9 +15,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
     from agent_runner.contract.steering import Advance, ApproveTool, DenyTool, PendingApproval
-    from agent_runner.contract.types import RunStatusName, ToolSpec
+    from agent_runner.contract.types import RunStatusName, ToolResult, ToolSpec
     from agent_runner.workflows.failures import refused
     from agent_runner.workflows.metrics import count
+    from agent_runner.workflows.plain_json import as_held
 
 if TYPE_CHECKING:
     from agent_runner.workflows.agent_run import AgentRun
@@ -46,6 +47,25 @@ class Approvals:
         if tool_use_id not in self.pending or tool_use_id in self.decisions:
             waiting = sorted(t for t in self.pending if t not in self.decisions)
             raise ValueError(f"Tool call {tool_use_id!r} is not waiting for approval. Waiting: {waiting or 'none'}.")
+
+    async def gate(self, block: dict[str, Any], spec: ToolSpec, iteration: int) -> tuple[ToolResult | None, Any]:
+        """Let the call ``block`` through, asking a person first when ``needed``.
+
+        Returns:
+            ``(None, input)``: the call runs with ``input`` (an approval's edited one, else the block's own);
+            ``(result, None)``: it does not run, and ``result`` says why (denied, or its reply dropped meanwhile).
+        """
+        decision = await self.ask(block, spec, iteration) if self.needed(spec) else None
+        abandoned = self._run._abandoned()
+        if isinstance(decision, DenyTool):
+            return ToolResult(content=decision.reason, is_error=True), None
+        if abandoned is not None:
+            # The reply this call belongs to was stopped or is being retried while the call waited: it never runs
+            # (its result is discarded with the reply, or ends the run's transcript).
+            return ToolResult(content=abandoned, is_error=True), None
+        if decision is not None and decision.input is not None:
+            return None, as_held(decision.input, decision.held)
+        return None, block.get("input")
 
     async def ask(
         self, block: dict[str, Any], spec: ToolSpec, iteration: int, note: str | None = None

@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
-    from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.sleep import SLEEP_TOOL, Sleeps
     from agent_runner.workflows.subagents import SubAgents
@@ -95,18 +94,8 @@ class ToolCalls:
             )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
-            decision = await run._approvals.ask(block, spec, iteration) if run._approvals.needed(spec) else None
-            abandoned = run._abandoned()
-            if isinstance(decision, DenyTool):
-                result = ToolResult(content=decision.reason, is_error=True)
-            elif abandoned is not None:
-                # The reply this call belongs to was stopped or is being retried while the call waited: it never
-                # runs (its result is discarded with the reply, or ends the run's transcript).
-                result = ToolResult(content=abandoned, is_error=True)
-            else:
-                if decision is not None and decision.input is not None:
-                    tool_input = as_held(decision.input, decision.held)
-                result = await self._execute(spec, block, tool_input, iteration)
+            refusal, tool_input = await run._approvals.gate(block, spec, iteration)
+            result = refusal if refusal is not None else await self._execute(spec, block, tool_input, iteration)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:
             tool_result["is_error"] = True

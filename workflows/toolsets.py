@@ -26,11 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from anthropic.lib.tools._toolsets._sanitize import quoted_name
 
     from agent_runner.contract import events
-    from agent_runner.contract.steering import DenyTool
     from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY, ToolsetActionInput, toolset_family
     from agent_runner.contract.types import TOOL_TIMEOUT_GRACE, RunToolInput, ToolResult, ToolSpec
     from agent_runner.workflows.failures import retry_policy
-    from agent_runner.workflows.plain_json import as_held
 
 if TYPE_CHECKING:
     from agent_runner.workflows.agent_run import AgentRun
@@ -102,16 +100,8 @@ class Toolsets:
             return ToolResult(content=f"Error: Toolset '{family}' member '{name}' not found", is_error=True), False
         tool_input = block.get("input")
         run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
-        decision = await run._approvals.ask(block, spec, iteration) if run._approvals.needed(spec) else None
-        abandoned = run._abandoned()
-        if isinstance(decision, DenyTool):
-            result = ToolResult(content=decision.reason, is_error=True)
-        elif abandoned is not None:
-            result = ToolResult(content=abandoned, is_error=True)
-        else:
-            if decision is not None and decision.input is not None:
-                tool_input = as_held(decision.input, decision.held)
-            result = await self._execute(spec, family, block, tool_input, iteration)
+        refusal, tool_input = await run._approvals.gate(block, spec, iteration)
+        result = refusal if refusal is not None else await self._execute(spec, family, block, tool_input, iteration)
         run._event(
             events.TOOL_FINISHED,
             iteration=iteration,
