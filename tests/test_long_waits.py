@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
@@ -49,6 +50,16 @@ async def skipping() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
+def deleting_worker(env: WorkflowEnvironment, fake: FakeMessagesAPI, task_queue: str) -> Worker:
+    """A worker with the `delete_file` tool on the time-skipping server, whose Claude is the fake API."""
+    return build_worker(
+        env.client,
+        registry=ToolRegistry([delete_file]),
+        task_queue=task_queue,
+        claude=ClaudeActivities(anthropic_client_factory(fake)),
+    )
+
+
 async def history_length(handle: WorkflowHandle[Any, Any]) -> int:
     return len((await handle.fetch_history()).events)
 
@@ -58,13 +69,7 @@ async def test_a_run_waiting_30_days_for_approval_writes_nothing_and_then_carrie
 ) -> None:
     fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/old"})], "tool_use"), end_turn("Done."))
     runner = AgentRunner(skipping.client, task_queue=f"long-wait-{uuid.uuid4()}")
-    worker = build_worker(
-        skipping.client,
-        registry=ToolRegistry([delete_file]),
-        task_queue=runner.task_queue,
-        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
-    )
-    async with worker:
+    async with deleting_worker(skipping, fake_api, runner.task_queue):
         run = await runner.start(**BASE, approval={"tools": "all"})
         await wait_status(run, "waiting_for_approval")
         before = await history_length(run.handle)
@@ -92,13 +97,7 @@ async def test_a_30_day_approval_timeout_fires_once_and_denies(
 ) -> None:
     fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/old"})], "tool_use"), end_turn("ok"))
     runner = AgentRunner(skipping.client, task_queue=f"long-timeout-{uuid.uuid4()}")
-    worker = build_worker(
-        skipping.client,
-        registry=ToolRegistry([delete_file]),
-        task_queue=runner.task_queue,
-        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
-    )
-    async with worker:
+    async with deleting_worker(skipping, fake_api, runner.task_queue):
         run = await runner.start(**BASE, approval={"tools": "all", "timeout": "P30D"})
         result = await run.result()  # the test server skips the 30 days while the client waits for the result
         history = await run.handle.fetch_history()
