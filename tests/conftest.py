@@ -6,6 +6,7 @@ as in infra.md) and our wire-compatible fake of Claude's API, with the real `ant
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -151,6 +152,13 @@ def stock_temporal(client: Client, *args: str) -> str:
         check=True,
     )
     return done.stdout
+
+
+def stock_update(client: Client, run_id: str, name: str, payload: Any) -> str:
+    """Send the update ``name`` with ``payload`` as plain JSON through the stock `temporal` CLI, and wait for it."""
+    return stock_temporal(
+        client, "workflow", "update", "execute", "--workflow-id", run_id, "--name", name, "--input", json.dumps(payload)
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.schedules import create_schedule, delete_schedule, describe_schedule, held_input
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
-from tests.conftest import WorkerFactory, stock_temporal
+from tests.conftest import WorkerFactory, stock_temporal, stock_update
 from tests.steering_support import wait_status
 
 MISSING = {"agent_runner.stored": "sha256:" + "0" * 64}
@@ -99,19 +99,7 @@ async def test_an_approval_from_the_stock_cli_gives_the_tool_its_lookalike_input
         )
         await wait_status(run, "waiting_for_approval", 1)
         decision = {"tool_use_id": "toolu_E", "input": {"value": INPUT}}
-        await asyncio.to_thread(
-            stock_temporal,
-            client,
-            "workflow",
-            "update",
-            "execute",
-            "--workflow-id",
-            run.id,
-            "--name",
-            "approve_tool",
-            "--input",
-            json.dumps(decision),
-        )
+        await asyncio.to_thread(stock_update, client, run.id, "approve_tool", decision)
         assert (await run.result()).status == "completed"
     assert SEEN == [INPUT]
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [

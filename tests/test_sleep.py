@@ -22,7 +22,7 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput, NoWorker
 from agent_runner.contract.types import RunResult
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.run_input import parse_run_input
-from tests.conftest import WorkerFactory, stock_temporal
+from tests.conftest import WorkerFactory, stock_update
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_time
 
@@ -277,19 +277,7 @@ async def test_the_command_line_and_the_stock_cli_wake_a_run(
         assert await cli.amain(["wake", run.id, "--task-queue", runner.task_queue, "--reason", "Go on."]) == 0
         assert capsys.readouterr().out == "woken: Claude is told that a person cut its sleep short\n"
         await wait_status(run, "sleeping", 2)
-        await asyncio.to_thread(
-            stock_temporal,
-            client,
-            "workflow",
-            "update",
-            "execute",
-            "--workflow-id",
-            run.id,
-            "--name",
-            "wake",
-            "--input",
-            "{}",
-        )
+        await asyncio.to_thread(stock_update, client, run.id, "wake", {})
         assert (await run.result()).status == "completed"
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [
         result_block("Woken before the sleep (3600 seconds) was over: a person woke you. They said: Go on.")
