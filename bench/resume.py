@@ -24,18 +24,18 @@ import asyncio
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from tests.test_durability import worker_process  # noqa: E402  (the tests' worker subprocess, as they run it)
 
 SLOW = 120.0
 """How long the fake delays the model call that is killed, and how long the tool sleeps: far past any resume."""
@@ -68,33 +68,9 @@ def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str,
     return respond
 
 
-@contextmanager
-def _worker(
-    address: str, task_queue: str, fake_url: str, marks: Path, log: Path, tool_seconds: float
-) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": address,
-        "ANTHROPIC_BASE_URL": fake_url,
-        "ANTHROPIC_API_KEY": "bench",
-        "AGENT_RUNNER_TEST_MARKS": str(marks),
-        "AGENT_RUNNER_TEST_SLOW_SECONDS": str(tool_seconds),
-        "PYTHONPATH": str(ROOT),
-    }
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py"), "--tools", "tests.tools_for_tests", "--task-queue", task_queue],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+def _slow_tool(seconds: float) -> dict[str, str]:
+    """What the worker's ``slow_step`` test tool sleeps."""
+    return {"AGENT_RUNNER_TEST_SLOW_SECONDS": str(seconds)}
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> float:
@@ -123,7 +99,7 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
     def started_twice() -> bool:
         return marks.exists() and marks.read_text().count("start step1") >= 2
 
-    with _worker(address, task_queue, fake.url, marks, log, tool_seconds) as first:
+    with worker_process(address, task_queue, fake, marks, log, env=_slow_tool(tool_seconds)) as first:
         run = await runner.start(
             model="claude-fake-1",
             max_tokens=256,
@@ -135,7 +111,7 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
         else:
             await _until(lambda: marks.exists() and "start step1" in marks.read_text())
         second_log = log.with_suffix(".second.log")
-        with _worker(address, task_queue, fake.url, marks, second_log, tool_seconds):
+        with worker_process(address, task_queue, fake, marks, second_log, env=_slow_tool(tool_seconds)):
             # B polls the queue before A dies: the measure is Temporal noticing A is gone, not B starting.
             await _until(lambda: second_log.exists() and "Worker ready" in second_log.read_text())
             await asyncio.sleep(1.0)  # its pollers are in, long-polling
