@@ -20,9 +20,9 @@ from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
+from tests.subagent_support import BASE, LEAD, RESEARCHER, RESEARCHER_DEF, USER, child_bodies, parent_bodies
 from tests.test_durability import FAST, connect, conversation_responder, server, wait_for, worker_process
 from tests.test_mcp import SERVER, calls, server_tools
-from tests.test_subagents import BASE, LEAD, RESEARCHER, RESEARCHER_DEF, USER, child_bodies, parent_bodies
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted
 
