@@ -28,6 +28,9 @@ from agent_runner.contract.types import EVENTS_TOPIC, RunStatus
 if TYPE_CHECKING:
     from agent_runner.client import Run
 
+_SCAN_POLL = timedelta(seconds=0.2)
+"""How often ``open_agent_calls`` polls while the stream has not reached the offset it reads up to."""
+
 
 async def follow_tree(run: Run, after: int) -> AsyncIterator[RunEvent]:
     """``run``'s live events from stream offset ``after``, its children's (and theirs) among them, tagged by path."""
@@ -105,9 +108,6 @@ async def open_agent_calls(run: Run, after: int) -> list[str]:
 
         raise _rpc_error(run.id, e) from e
     return list(opened)
-
-
-_SCAN_POLL = timedelta(seconds=0.2)
 
 
 async def status_tree(run: Run) -> RunStatus:
