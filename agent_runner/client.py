@@ -404,8 +404,8 @@ class Run:
         With ``agents``, the events of the child runs its agent calls start come too (``agent_tree.py``), each with
         the ``path`` of agent calls down to its run (``("toolu_A",)``, ``("toolu_A", "toolu_B")`` for a grandchild)
         and the ``offset`` of its place in that run's stream: a child's every event comes after the parent's
-        ``agent_started`` for it and before the parent's ``tool_finished`` of the call. A child is found by its
-        ``agent_started``, so resuming ``after`` that event leaves the child out.
+        ``agent_started`` for it and before the parent's ``tool_finished`` of the call. Resuming ``after`` a
+        child's ``agent_started``, a child whose call is still open there comes again from its first event.
 
         Args:
             after: The stream offset to start at (``event.offset + 1`` resumes after an event).

@@ -30,6 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
+from agent_runner.activities.subagents import child_usage
 from agent_runner.activities.tools import Tool, ToolActivities, ToolRegistry
 from agent_runner.activities.toolsets import ToolsetActivities
 from agent_runner.connection import data_converter
@@ -136,7 +137,7 @@ class AgentRunnerPlugin(SimplePlugin):
         hooks = HookActivities(registry.hooks, content=content)
         activities: list[Callable[..., Any]] = []
         if "workflows" in serve:
-            activities += [tool_activities.describe_tools, hooks.process_results]
+            activities += [tool_activities.describe_tools, hooks.process_results, child_usage]
         if "model" in serve:
             activities.append(claude.create_message)
         if "tools" in serve:

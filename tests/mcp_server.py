@@ -4,6 +4,7 @@ Run as ``python tests/mcp_server.py`` (stdio), or ``python tests/mcp_server.py h
 ``MCP_TEST_DIR`` names a folder where it notes what happened (``calls``: one line per call) and where ``die_once``
 leaves its mark; ``MCP_TEST_TOKEN`` (or, over HTTP, the ``Authorization`` header) is the credential the worker's
 configuration gives it, which ``authorized`` checks against ``expected_token.txt`` without ever returning it.
+``MCP_TEST_SLOW_SECONDS`` is how long ``slow`` takes (2 by default).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def die_once(what: str) -> str:
 @server.tool(description="Takes two seconds.")
 async def slow(what: str) -> str:
     _note(f"slow {what}")
-    await anyio.sleep(2)
+    await anyio.sleep(float(os.environ.get("MCP_TEST_SLOW_SECONDS", "2")))  # longer for a test that kills a worker
     return f"slow {what}"
 
 

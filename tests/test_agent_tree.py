@@ -17,21 +17,20 @@ from agent_runner.cli.render import render_status
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import AgentStarted, RunEvent, RunFinished, TextDelta, ToolFinished
 from agent_runner.contract.types import RunStatus, Usage
-from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, tool_use
 from tests.conftest import WorkerFactory
-from tests.test_subagents import BASE, RESEARCHER, USER, by_system, launch, parent_bodies, research, wait_for
+from tests.subagent_support import (
+    BASE,
+    RESEARCHER,
+    SCOUT,
+    USER,
+    ChildAskingApproval,
+    by_system,
+    parent_bodies,
+    research,
+    scouting_child,
+)
 from tests.tools_for_tests import get_weather
-
-SCOUT = {"name": "scout", "description": "Looks once.", "system": "You scout."}
-
-
-def tree_child(body: dict[str, Any]) -> ScriptItem:
-    """Claude for the researcher, which asks a scout once, and for the scout."""
-    if body.get("system") == "You scout.":
-        return end_turn("Seen.")
-    if len(body["messages"]) == 1:
-        return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
-    return end_turn("Scout saw it.")
 
 
 async def start_tree(runner: AgentRunner) -> Run:
@@ -52,7 +51,7 @@ async def collect(run: Run, **kwargs: Any) -> list[RunEvent]:
 async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
         run = await start_tree(runner)
         live = asyncio.ensure_future(asyncio.wait_for(collect(run), 60))  # followed as it runs
@@ -148,7 +147,7 @@ async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
 async def test_the_parents_status_nests_its_childrens_and_its_usage_counts_theirs(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
         run = await start_tree(runner)
         result = await run.result()
@@ -219,23 +218,10 @@ async def test_what_a_child_spent_counts_against_the_parents_budget(
 
 
 async def test_a_person_approves_and_steers_inside_a_child_from_the_parents_handle(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    fake_api: FakeMessagesAPI, child_asking_approval: ChildAskingApproval
 ) -> None:
-    def child(body: dict[str, Any]) -> ScriptItem:
-        if len(body["messages"]) == 1:
-            return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
-        return end_turn("Launched.")
-
-    fake_api.responder = by_system([research("toolu_P1", "Launch."), end_turn("Done.")], child)
-    async with worker(launch):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}])
-        child_run = run.child("toolu_P1")
+    async with child_asking_approval() as (run, child_run):
         assert child_run.id == f"{run.id}/toolu_P1"
-
-        async def child_waits() -> bool:
-            return bool((await run.status()).agents) and bool(await child_run.pending_approvals())
-
-        await wait_for(child_waits)
         [waiting] = (await run.status(tree=True)).agents
         assert RunStatus.model_validate(waiting["run"]).status == "waiting_for_approval"
         assert [(p.tool_use_id, p.input) for p in await child_run.pending_approvals()] == [
@@ -260,7 +246,7 @@ async def test_a_person_approves_and_steers_inside_a_child_from_the_parents_hand
 async def test_the_status_command_prints_the_tree(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], tree_child)
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
         run = await start_tree(runner)
         await run.result()
@@ -298,4 +284,102 @@ def test_status_prints_a_tree_of_agents_indented_by_level() -> None:
         "  researcher (a) · running · 2 turns · 20 input / 10 output tokens · r/a",
         "    scout (b) · running · 1 turns · 10 input / 5 output tokens · r/a/b",
         "  writer (c) · failed · r/c",
+    ]
+
+
+async def test_resuming_after_a_childs_agent_started_still_brings_that_childs_events(
+    child_asking_approval: ChildAskingApproval,
+) -> None:
+    """A child whose call is open at the resume offset comes again from its first event, live or afterwards."""
+    # The parent's `agent_started` (offset 4) is out; the child waits for a person.
+    async with child_asking_approval() as (run, child_run):
+        live = asyncio.ensure_future(asyncio.wait_for(collect(run, after=5), 60))
+        await child_run.approve("toolu_C1")
+        await run.until_done()
+        resumed = await live
+        everything = await asyncio.wait_for(collect(run), 60)
+        past_the_call = await asyncio.wait_for(collect(run, after=6), 60)
+        own_past_the_call = await asyncio.wait_for(collect(run, after=6, agents=False), 60)
+    p = ("toolu_P1",)
+    started = next(i for i, e in enumerate(everything) if isinstance(e, AgentStarted))
+    assert everything[started].offset == 4
+    # Resumed after the `agent_started`: the child's every event, then the parent's from offset 5.
+    assert resumed == everything[started + 1 :]
+    assert shape(resumed) == [
+        (p, "iteration_started", 1, 0),
+        (p, "model_call_started", 1, 0),
+        (p, "block_start", 1, 0),
+        (p, "tool_input", 1, 0),
+        (p, "block_stop", 1, 0),
+        (p, "reply", 1, 2),
+        (p, "tool_started", 1, 3),
+        (p, "approval_waiting", 1, 4),
+        (p, "approval_decided", 1, 5),
+        (p, "tool_finished", 1, 6),
+        (p, "iteration_started", 2, 7),
+        (p, "model_call_started", 2, 7),
+        (p, "block_start", 2, 7),
+        (p, "text", 2, 7),
+        (p, "block_stop", 2, 7),
+        (p, "reply", 2, 9),
+        (p, "run_finished", 2, 10),
+        ((), "tool_finished", 1, 5),
+        ((), "iteration_started", 2, 6),
+        ((), "model_call_started", 2, 6),
+        ((), "block_start", 2, 6),
+        ((), "text", 2, 6),
+        ((), "block_stop", 2, 6),
+        ((), "reply", 2, 8),
+        ((), "run_finished", 2, 9),
+    ]
+    # Resumed after the call's result: the call is closed there, and its child does not come.
+    assert past_the_call == own_past_the_call
+    assert {e.path for e in past_the_call} == {()}
+
+
+FAILING = bad_request("messages: the launch went wrong")
+"""Claude's answer to a child's request after its approved call: it rejects it, and the child fails."""
+
+
+async def test_what_a_failed_child_spent_counts_in_the_parents_usage(
+    fake_api: FakeMessagesAPI, child_asking_approval: ChildAskingApproval
+) -> None:
+    parent = [research("toolu_P1", "Launch."), end_turn("It failed.")]
+    async with child_asking_approval(parent, then=FAILING) as (run, child_run):
+        await child_run.approve("toolu_C1")
+        result = await run.result()
+        status = await run.status()
+        child_status = await child_run.status()
+    # The child's one reply (10 input, 5 output tokens) before its second request failed; the parent's two replies.
+    assert (child_status.status, child_status.usage) == ("failed", Usage(input_tokens=10, output_tokens=5))
+    assert status.agents == [
+        {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "failed"}
+    ]
+    assert result.usage == status.usage == Usage(input_tokens=30, output_tokens=15)
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["is_error"] is True
+
+
+async def test_what_a_cancelled_child_spent_counts_in_the_parents_usage_and_budget(
+    fake_api: FakeMessagesAPI, child_asking_approval: ChildAskingApproval
+) -> None:
+    """The child spent 5 output tokens before a person cancelled it: the parent, at 15 of 12 after its next reply,
+    is out of budget (without the child's 5 it would be at 10 and ask again)."""
+    parent = [research("toolu_P1", "Launch."), research("toolu_P2", "Again."), end_turn("Done.")]
+    async with child_asking_approval(parent, budget={"max_output_tokens": 12}) as (run, child_run):
+        await child_run.cancel()
+        result = await run.result()
+        child_status = await child_run.status()
+    assert (child_status.status, child_status.usage) == ("cancelled", Usage(input_tokens=10, output_tokens=5))
+    assert (result.status, result.detail, result.usage) == (
+        "budget_exhausted",
+        "The output token budget (15 of 12) is spent.",
+        Usage(input_tokens=30, output_tokens=15),
+    )
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_P1",
+            "content": "Error: Agent 'researcher' was cancelled before it finished.",
+            "is_error": True,
+        }
     ]

@@ -1,7 +1,8 @@
 """Sub-agents: an agent is a tool whose call starts a child ``AgentRun``.
 
 The fake Messages API answers the parent and its children from one responder that tells their requests apart by
-their system prompt (and a child's by its task), so each test pins the exact bodies every run sent.
+their system prompt (and a child's by its task), so each test pins the exact bodies every run sent
+(``tests/subagent_support.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
@@ -29,58 +29,24 @@ from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, gated
+from tests.subagent_support import (
+    BASE,
+    LEAD,
+    RESEARCH,
+    RESEARCHER,
+    RESEARCHER_DEF,
+    SCOUT,
+    USER,
+    ChildAskingApproval,
+    by_system,
+    child_bodies,
+    parent_bodies,
+    research,
+    scouting_child,
+    wait_for,
+)
 from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_weather
-
-LEAD = "You lead."
-RESEARCH = "You research."
-BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": LEAD}
-USER = {"role": "user", "content": "What's the weather in Paris?"}
-TASK_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "task": {"type": "string", "description": "What the agent should do, with everything it needs to know."}
-    },
-    "required": ["task"],
-}
-RESEARCHER = {
-    "name": "researcher",
-    "description": "Researches one question.",
-    "system": RESEARCH,
-    "tools": ["get_weather"],
-}
-RESEARCHER_DEF = {"name": "researcher", "description": "Researches one question.", "input_schema": TASK_SCHEMA}
-
-
-def research(tool_id: str, *tasks: str) -> Reply:
-    """The parent's reply asking the researcher for each task, in order."""
-    return Reply(
-        content=[
-            tool_use(f"{tool_id}{i}" if len(tasks) > 1 else tool_id, "researcher", {"task": t})
-            for i, t in enumerate(tasks)
-        ],
-        stop_reason="tool_use",
-    )
-
-
-def by_system(parent: list[ScriptItem], child: Callable[[dict[str, Any]], ScriptItem]) -> Callable[..., ScriptItem]:
-    """A responder: the parent's requests get ``parent`` in order, the children's ``child(body)``."""
-    queue = list(parent)
-
-    def respond(body: dict[str, Any]) -> ScriptItem:
-        if body.get("system") == LEAD:
-            return queue.pop(0)
-        return child(body)
-
-    return respond
-
-
-def child_bodies(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
-    return [b for b in fake.bodies() if b.get("system") == RESEARCH]
-
-
-def parent_bodies(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
-    return [b for b in fake.bodies() if b.get("system") == LEAD]
 
 
 async def test_an_agent_call_runs_a_child_whose_final_text_is_the_tool_result(
@@ -252,12 +218,6 @@ def waiting_child(body: dict[str, Any]) -> ScriptItem:
     return end_turn("Paris is fine.")
 
 
-async def wait_for(condition: Callable[[], Any]) -> None:
-    async with asyncio.timeout(20):
-        while not await condition():
-            await asyncio.sleep(0.05)
-
-
 @pytest.mark.usefixtures("fresh_tools")
 async def test_cancelling_the_parent_cancels_its_child(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
@@ -353,16 +313,8 @@ async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agent
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """A grandchild runs too; the child's ``max_iterations`` and budget are what the parent had left."""
-    scout = {"name": "scout", "description": "Looks once.", "system": "You scout.", "model": "claude-fake-2"}
-
-    def child(body: dict[str, Any]) -> ScriptItem:
-        if body.get("system") == "You scout.":
-            return end_turn("Seen.")
-        if len(body["messages"]) == 1:
-            return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
-        return end_turn("Scout saw it.")
-
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
+    scout = {**SCOUT, "model": "claude-fake-2"}
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker() as w:
         run = await runner.start(
             **BASE,
@@ -420,34 +372,10 @@ def test_agents_are_checked_when_the_run_starts() -> None:
     )
 
 
-@tool_options(requires_approval=True)
-@beta_async_tool
-async def launch(target: str) -> str:
-    """Launch at a target.
-
-    Args:
-        target: The target.
-    """
-    return f"launched at {target}"
-
-
 async def test_a_person_approves_a_call_inside_a_child_by_the_id_the_parents_status_gives(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, fake_api: FakeMessagesAPI, child_asking_approval: ChildAskingApproval
 ) -> None:
-    def child(body: dict[str, Any]) -> ScriptItem:
-        if len(body["messages"]) == 1:
-            return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
-        return end_turn("Launched.")
-
-    fake_api.responder = by_system([research("toolu_P1", "Launch."), end_turn("Done.")], child)
-    async with worker(launch):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}])
-
-        async def child_waits() -> bool:
-            agents = (await run.status()).agents
-            return bool(agents) and bool(await runner.attach(agents[0]["id"]).pending_approvals())
-
-        await wait_for(child_waits)
+    async with child_asking_approval() as (run, _):
         child = runner.attach((await run.status()).agents[0]["id"])
         assert [(p.tool_use_id, p.input) for p in await child.pending_approvals()] == [("toolu_C1", {"target": "moon"})]
         await child.approve("toolu_C1")

@@ -10,7 +10,8 @@ The tree is bounded (``agent_limits``): declared agents may nest ``max_depth`` l
 starts at most ``max_fan_out`` of them. Cancelling the parent cancels its children (the handle's cancellation and
 the parent close policy, ``REQUEST_CANCEL``); stopping it stops them (``STOP_FROM_PARENT_SIGNAL``), and their
 results say so. A child is bounded by what its parent has left of ``max_iterations`` and its budget, and what it
-spent (its usage, its own children's included) is added to the parent's usage when it ends. The parent publishes
+spent (its usage, its own children's included) is added to the parent's usage when it ends: from its result, or,
+for a child that ended without one (failed, cancelled, terminated, timed out), from its status. The parent publishes
 ``agent_started`` (``tool_use_id``, ``name``, ``run_id``) once a child started, so a watcher of the parent can follow
 the child's events too (``Run.events``).
 
@@ -29,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import workflow
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
@@ -41,7 +43,7 @@ from temporalio.exceptions import (
 )
 
 from agent_runner.contract.events import AGENT_STARTED
-from agent_runner.contract.types import WORKFLOW_TYPE, ToolResult
+from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, ToolResult, Usage
 
 if TYPE_CHECKING:
     from agent_runner.workflows.agent_run import AgentRun
@@ -53,6 +55,10 @@ STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
 
 TREE_PATCH = "agent-tree"
 """Patch: a parent publishes ``agent_started`` when a child starts, and adds a finished child's usage to its own."""
+
+CHARGE_PATCH = "charge-unfinished-children"
+"""Patch: a parent adds what a child that ended without a result (failed, cancelled, ...) spent to its own usage, read
+by an activity (``activities/subagents.py``)."""
 
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -244,6 +250,8 @@ class SubAgents:
             outcome: dict[str, Any] = await handle
         except ChildWorkflowError as e:
             child.status = _ended(e)
+            if workflow.patched(CHARGE_PATCH):
+                run._state.usage = run._state.usage.add(await _spent(child_id))
             return _error(_failure(agent.name, e))
         except asyncio.CancelledError:
             child.status = "cancelled"
@@ -300,6 +308,22 @@ class SubAgents:
         if left:
             child["budget"] = budget.model_copy(update=left).model_dump(mode="json", exclude_defaults=True)
         return child
+
+
+async def _spent(child_id: str) -> dict[str, Any] | None:
+    """What the child ``child_id`` spent before it ended without a result, if it can tell (else nothing is charged)."""
+    try:
+        usage: Usage = await workflow.execute_activity(
+            CHILD_USAGE_ACTIVITY,
+            child_id,
+            result_type=Usage,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=5),
+            summary=f"usage of {child_id}",
+        )
+    except ActivityError:
+        return None  # not known: the parent's usage counts what it knows of, and the call's result says why
+    return usage.model_dump()
 
 
 def _left(limit: int | None, used: int) -> int | None:

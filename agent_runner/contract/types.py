@@ -30,6 +30,8 @@ LIST_MCP_TOOLS_ACTIVITY = "agent_runner.list_mcp_tools"
 """Lists the tools of the MCP servers a run names, once, so the run's list is pinned in its history."""
 CALL_MCP_TOOL_ACTIVITY = "agent_runner.call_mcp_tool"
 """Calls one tool of an MCP server the workers connect to (``activities/mcp.py``)."""
+CHILD_USAGE_ACTIVITY = "agent_runner.child_usage"
+"""Reads what a child run that ended without a result spent (its status's ``usage``), to charge it to its parent."""
 
 TOOL_NOT_STARTED_ERROR = "ToolNotStarted"
 """The ``ApplicationError.type`` of a tool attempt that failed before the tool's own code ran (its stored input could

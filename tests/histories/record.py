@@ -6,6 +6,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
+    python tests/histories/record.py NAME charge       # writes NAME.json (a parent charged for a failed child)
     python tests/histories/record.py NAME parity       # writes NAME.json (the SDK's runner methods, issue 13)
     python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
@@ -55,7 +56,16 @@ from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_c
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
-from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
+from agent_runner.testing import (  # noqa: E402
+    FakeMessagesAPI,
+    Fault,
+    Reply,
+    SlowStream,
+    bad_request,
+    end_turn,
+    text,
+    tool_use,
+)
 from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
 from tests.test_toolsets import RecordingBrowser, RecordingComputer, action  # noqa: E402
@@ -121,6 +131,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "charge":
+                await charge(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "compaction_end":
@@ -310,6 +324,41 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
     child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
     (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
     (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
+
+
+async def charge(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``charge`` scenario: a child spends one reply, then fails; the parent is charged what it spent."""
+
+    def respond(body: dict[str, Any]) -> Reply | Fault:
+        if body.get("system") == "You lead.":
+            if len(body["messages"]) == 1:
+                return Reply([tool_use("toolu_P0", "researcher", {"task": "Paris"})], "tool_use")
+            return end_turn("The researcher failed.")
+        if len(body["messages"]) == 1:
+            return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
+        return bad_request("messages: the research went wrong")
+
+    fake.responder = respond
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        system="You lead.",
+        messages=[{"role": "user", "content": "Paris?"}],
+        thread=False,
+        id=name,  # tests/test_replay.py replays a history under its file's name
+        agents=[
+            {
+                "name": "researcher",
+                "description": "Researches a city.",
+                "system": "You research.",
+                "tools": ["get_weather"],
+            }
+        ],
+    )
+    result = await run.result()
+    assert result.status == "completed" and result.usage.output_tokens == 15, result
+    parent = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
 
 
 async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -580,6 +629,7 @@ if __name__ == "__main__":
     scenarios = [
         "everything",
         "subagents",
+        "charge",
         "parity",
         "compaction_end",
         "lookalikes",

@@ -1,0 +1,136 @@
+"""What the sub-agent tests share (``test_subagents.py``, ``test_agent_tree.py``, ``test_tree_kill.py``): the
+parent's and its researcher's settings, a responder that tells their requests apart, and the set-up of a child run
+that waits for a person to approve its ``launch`` call (the ``child_asking_approval`` fixture in ``conftest.py``).
+
+The fake Messages API answers the parent and its children from one responder that tells their requests apart by
+their system prompt (and a child's by its task), so each test pins the exact bodies every run sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from anthropic import beta_async_tool
+
+from agent_runner.activities.tools import tool_options
+from agent_runner.client import AgentRunner, Run
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
+
+LEAD = "You lead."
+RESEARCH = "You research."
+BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": LEAD}
+USER = {"role": "user", "content": "What's the weather in Paris?"}
+TASK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "description": "What the agent should do, with everything it needs to know."}
+    },
+    "required": ["task"],
+}
+RESEARCHER = {
+    "name": "researcher",
+    "description": "Researches one question.",
+    "system": RESEARCH,
+    "tools": ["get_weather"],
+}
+RESEARCHER_DEF = {"name": "researcher", "description": "Researches one question.", "input_schema": TASK_SCHEMA}
+SCOUT = {"name": "scout", "description": "Looks once.", "system": "You scout."}
+"""The researcher's own agent, in the tests of a tree three runs deep."""
+
+
+def research(tool_id: str, *tasks: str) -> Reply:
+    """The parent's reply asking the researcher for each task, in order."""
+    return Reply(
+        content=[
+            tool_use(f"{tool_id}{i}" if len(tasks) > 1 else tool_id, "researcher", {"task": t})
+            for i, t in enumerate(tasks)
+        ],
+        stop_reason="tool_use",
+    )
+
+
+def by_system(parent: list[ScriptItem], child: Callable[[dict[str, Any]], ScriptItem]) -> Callable[..., ScriptItem]:
+    """A responder: the parent's requests get ``parent`` in order, the children's ``child(body)``."""
+    queue = list(parent)
+
+    def respond(body: dict[str, Any]) -> ScriptItem:
+        if body.get("system") == LEAD:
+            return queue.pop(0)
+        return child(body)
+
+    return respond
+
+
+def scouting_child(body: dict[str, Any]) -> ScriptItem:
+    """Claude for a researcher that asks its scout once, and for the scout."""
+    if body.get("system") == "You scout.":
+        return end_turn("Seen.")
+    if len(body["messages"]) == 1:
+        return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
+    return end_turn("Scout saw it.")
+
+
+def child_bodies(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
+    return [b for b in fake.bodies() if b.get("system") == RESEARCH]
+
+
+def parent_bodies(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
+    return [b for b in fake.bodies() if b.get("system") == LEAD]
+
+
+async def wait_for(condition: Callable[[], Any]) -> None:
+    async with asyncio.timeout(20):
+        while not await condition():
+            await asyncio.sleep(0.05)
+
+
+@tool_options(requires_approval=True)
+@beta_async_tool
+async def launch(target: str) -> str:
+    """Launch at a target.
+
+    Args:
+        target: The target.
+    """
+    return f"launched at {target}"
+
+
+ChildAskingApproval = Callable[..., AbstractAsyncContextManager[tuple[Run, Run]]]
+
+
+@asynccontextmanager
+async def child_asking_approval(
+    runner: AgentRunner,
+    worker: Callable[..., AbstractAsyncContextManager[Any]],
+    fake: FakeMessagesAPI,
+    parent: list[ScriptItem] | None = None,
+    then: ScriptItem | None = None,
+    **options: Any,
+) -> AsyncIterator[tuple[Run, Run]]:
+    """A parent (started with ``options``) whose researcher calls ``launch``, which waits for a person's approval.
+
+    Yields the parent and its child run once the child waits, the worker still running. Claude answers the parent
+    with ``parent`` (by default: the researcher's call ``toolu_P1``, then "Done."), the child's first request with
+    the ``launch`` call ``toolu_C1``, and its second with ``then`` (by default "Launched.").
+    """
+
+    def child(body: dict[str, Any]) -> ScriptItem:
+        if len(body["messages"]) == 1:
+            return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
+        return then if then is not None else end_turn("Launched.")
+
+    fake.responder = by_system(parent or [research("toolu_P1", "Launch."), end_turn("Done.")], child)
+    async with worker(launch):
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}], **options
+        )
+        child_run = run.child("toolu_P1")
+
+        async def child_waits() -> bool:
+            return bool((await run.status()).agents) and bool(await child_run.pending_approvals())
+
+        await wait_for(child_waits)
+        yield run, child_run
