@@ -179,3 +179,35 @@ def test_the_check_sees_each_kind_of_crossing() -> None:
     assert _crossings("workflows/budget.py", "from agent_runner.contract.types import Usage") == []
     with pytest.raises(AssertionError, match="import it as agent_runner.workflows.types"):
         _crossings("agent_runner/cli/__init__.py", "from workflows.types import X")
+
+
+def _reaches_into_the_run(rel: str, source: str) -> list[str]:
+    """Where a workflow module touches a private attribute of the run (``run._x``, ``self._run._x``).
+
+    The rooms see the run through ``RunView`` (``workflows/run_view.py``) and nothing else: its private attributes
+    are ``AgentRun``'s own, free to change without a room noticing.
+    """
+    found = []
+    for node in ast.walk(ast.parse(source, rel)):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+        if name.lstrip("_") == "run":
+            found.append(f"{rel}:{node.lineno} reaches into the run: {ast.unparse(node)}")
+    return found
+
+
+def test_rooms_see_the_run_through_its_view() -> None:
+    rooms = sorted(p for p in ROOT.glob("workflows/*.py") if p.name != "agent_run.py")
+    reaches = [r for path in rooms for r in _reaches_into_the_run(path.name, path.read_text())]
+    assert reaches == []
+
+
+def test_the_check_sees_a_room_reaching_into_the_run() -> None:
+    # Negative control: the same scan objects to each way of reaching past RunView.
+    source = "def f(self, run):\n    run._state.stop = 'x'\n    self._run._event('e')\n    return run.state, run.spec"
+    assert _reaches_into_the_run("approvals.py", source) == [
+        "approvals.py:2 reaches into the run: run._state",
+        "approvals.py:3 reaches into the run: self._run._event",
+    ]

@@ -288,7 +288,7 @@ class AgentRun:
             if not self._continuing and not evicted:  # a continuation takes the queued edits over
                 self._ended = True
                 self._fail_queued_edits()
-                self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
+                self.event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
                 count(
                     "agent_runner_runs_finished",
                     "Runs ended, by status (running = started - finished)",
@@ -303,7 +303,7 @@ class AgentRun:
         """Look up the run's tools and set up its conversation."""
         state = self._state
         names = [t for t in spec.tools if isinstance(t, str)]
-        described = await self._describe_tools(names, spec.result_hooks)
+        described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
             raise fail(self._not_registered(described.missing + described.missing_hooks))
         state.tools = {tool.name: tool for tool in described.tools}
@@ -387,13 +387,13 @@ class AgentRun:
     async def _end(self, status: RunStatusName, spec: RunSpec, conversation: Conversation) -> None:
         """End the loop with ``status``: say which limit was reached, and let Claude sum up if the budget asks."""
         if status == "max_iterations":
-            self._event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
+            self.event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
         elif status == "budget_exhausted":
             spent = spec.budget.spent(self._state.usage, self._state.started_at, workflow.now())
             self._state.stop = f"The {spent} is spent."
             if spec.budget.summarize:
                 await self._summary_turn(spec, conversation)
-            self._event(events.LIMIT_REACHED, limit="budget_exhausted", detail=self._state.stop)
+            self.event(events.LIMIT_REACHED, limit="budget_exhausted", detail=self._state.stop)
         self._status = status
 
     async def _make_room(self, spec: RunSpec, conversation: Conversation) -> None:
@@ -650,7 +650,7 @@ class AgentRun:
                     else:
                         conversation.params[key] = value
             case AddTools(tools=tools):
-                described = await self._describe_tools([t for t in tools if isinstance(t, str)])
+                described = await self.describe_tools([t for t in tools if isinstance(t, str)])
                 if described.missing:
                     raise EditFailed(str(self._not_registered(described.missing)))
                 specs = {tool.name: tool for tool in described.tools}
@@ -698,7 +698,7 @@ class AgentRun:
             )
         state.queue.clear()
 
-    def _abandoned(self) -> str | None:
+    def abandoned(self) -> str | None:
         """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
         if self._state.stop is not None:
             return "The run was stopped before this call was executed."
@@ -895,9 +895,51 @@ class AgentRun:
         parse_update(Wake, raw or {})
         self._tool_calls.sleeps.check_wake()
 
+    # --- What the rooms see of the run (run_view.RunView) -----------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        """Everything the run keeps (continue-as-new carries it whole); rooms change it in place."""
+        return self._state
+
+    @property
+    def spec(self) -> RunSpec | None:
+        """The run's checked input, ``None`` until the run has parsed it."""
+        return self._spec
+
+    @property
+    def current_status(self) -> RunStatusName:
+        """The status the ``status`` query reports now."""
+        return self._status
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (it takes no more edits)."""
+        return self._ended
+
+    @property
+    def draining(self) -> bool:
+        """Whether the run is waiting for its handlers before continuing as new (no pause comes any more)."""
+        return self._draining
+
+    @property
+    def in_flight(self) -> int | None:
+        """The reply number of the model call under way, if any."""
+        return self._in_flight
+
+    @property
+    def approvals(self) -> Approvals:
+        """Tool calls waiting for a person (``approvals.py``)."""
+        return self._approvals
+
+    @property
+    def tool_calls(self) -> ToolCalls:
+        """The run's tool calls (``tool_calls.py``), with its sleeps, sub-agents and toolsets."""
+        return self._tool_calls
+
     # --- Live events, eager tools, search attributes -------------------------------------------------------------
 
-    def _event(self, event_type: str, **fields: Any) -> None:
+    def event(self, event_type: str, **fields: Any) -> None:
         """Publish a live event (``contract/events.py``) of the current reply unless it names its ``iteration``.
 
         Publishing from the workflow costs no history: the stream is workflow state, rebuilt on replay.
@@ -918,20 +960,22 @@ class AgentRun:
         self._signals += 1
         self._eager.ready(raw)
 
-    def _set_status(self, status: RunStatusName) -> None:
+    def set_status(self, status: RunStatusName) -> None:
+        """Change the run's status, and the search attributes that show it."""
         self._status = status
         self._publish_search_attributes()
 
     def _publish_search_attributes(self) -> None:
         publish(self._state, self._status)
 
-    def _iteration_in_flight(self) -> int | None:
+    def iteration_in_flight(self) -> int | None:
         """The iteration the model call under way will be, if its reply is not a compaction."""
         return None if self._in_flight is None else self._in_flight - self._state.compactions
 
     # --- Activities ----------------------------------------------------------------------------------------------
 
-    async def _describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
+    async def describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
+        """Look tools (and result hooks) up on the workers: the ``describe_tools`` activity."""
         described: DescribeToolsOutput = await workflow.execute_activity(
             DESCRIBE_TOOLS_ACTIVITY,
             DescribeToolsInput(names=names, hooks=hooks or []),
@@ -965,7 +1009,7 @@ class AgentRun:
         options = spec.model_activity
         reply_number = state.reply_count + 1
         eager = spec.eager_tools and spec.step is None and compaction is None
-        self._event(events.ITERATION_STARTED)
+        self.event(events.ITERATION_STARTED)
         token: str | None = None
         refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
         while True:
@@ -1012,8 +1056,8 @@ class AgentRun:
                     token, refusal = credit_token(output.message), output.message
                     continue
                 if live.records_calls():
-                    self._event(events.RECORDED_CALL, attempt=output.attempt)
-                self._event(events.REPLY, message=output.message)
+                    self.event(events.RECORDED_CALL, attempt=output.attempt)
+                self.event(events.REPLY, message=output.message)
                 if conversation.threading and served_by_fallback(output.message):
                     self._take_thread_fallbacks(conversation)
                 return output.message
@@ -1052,7 +1096,7 @@ class AgentRun:
                     if self._skips_failed_hop(spec, e):
                         continue
                     state.replies_head = next_head(state.replies_head, message_ref(refusal))
-                    self._event(events.REPLY, message=refusal)
+                    self.event(events.REPLY, message=refusal)
                     return refusal
                 raise activity_failure(e) from None
             finally:
