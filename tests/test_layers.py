@@ -70,7 +70,8 @@ ALLOWED: dict[str, set[str]] = {
 # Modules of the workflows layer that activities may not import: the workflow itself and the rooms that act for it
 # (its sandboxed code belongs to the workflow worker alone).
 WORKFLOW_ONLY = {
-    f"agent_runner.workflows.{name}" for name in ("agent_run", "approvals", "eager", "tool_calls", "search_attributes")
+    f"agent_runner.workflows.{name}"
+    for name in ("agent_run", "approvals", "eager", "tool_calls", "search_attributes", "queries")
 }
 
 

@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         Wake,
     )
-    from agent_runner.contract.transcript import Transcript, message_ref, next_head
+    from agent_runner.contract.transcript import message_ref, next_head
     from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
@@ -107,7 +107,7 @@ with workflow.unsafe.imports_passed_through():
         final_reply,
         has_summary,
     )
-    from agent_runner.workflows.continuation import continued_conversation, send_point
+    from agent_runner.workflows.continuation import continued_conversation
     from agent_runner.workflows.conversation import (
         THREAD_UNSUPPORTED_CODE,
         THREAD_UNSUPPORTED_ERROR,
@@ -141,6 +141,7 @@ with workflow.unsafe.imports_passed_through():
         waits_out_the_pause,
     )
     from agent_runner.workflows.plain_json import as_held
+    from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
         RunSpec,
@@ -928,9 +929,19 @@ class AgentRun:
         return self._in_flight
 
     @property
+    def run_input(self) -> dict[str, Any]:
+        """The run's input as the client sent it (without the state a continuation carries)."""
+        return self._input
+
+    @property
     def approvals(self) -> Approvals:
         """Tool calls waiting for a person (``approvals.py``)."""
         return self._approvals
+
+    @property
+    def steps(self) -> StepMode:
+        """The pauses of a run started with ``step`` (``approvals.py``)."""
+        return self._steps
 
     @property
     def tool_calls(self) -> ToolCalls:
@@ -1161,31 +1172,12 @@ class AgentRun:
         if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
             conversation.thread_fallbacks = True
 
-    # --- Queries -------------------------------------------------------------------------------------------------
+    # --- Queries (queries.py) ------------------------------------------------------------------------------------
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
         """The run's state: status, iterations, usage, transcript version and pending approvals."""
-        state, spec = self._state, self._spec
-        last = state.last_reply
-        return RunStatus(
-            status=self._status,
-            iterations=state.iterations,
-            replies=state.reply_count,
-            stop_reason=last.get("stop_reason") if last else None,
-            usage=state.usage,
-            transcript_length=len(state.conversation.transcript) if state.conversation else 0,
-            version=state.version,
-            pending_approvals=self._approvals.waiting(),
-            stop_reason_detail=state.stop,
-            cost_usd=spec.budget.prices.cost(state.usage) if spec and spec.budget.prices else None,
-            tool_results_under_review=self._steps.under_review,
-            replies_head=state.replies_head,
-            reply_offset=state.reply_offset,
-            continuations=state.continuations,
-            agents=[child.model_dump() for child in state.children],
-            sleeping_until=self._tool_calls.sleeps.sleeping_until(),
-        )
+        return status_of(self)
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)
     def pending_approvals(self) -> list[dict[str, Any]]:
@@ -1194,79 +1186,20 @@ class AgentRun:
 
     @workflow.query(name=FORK_POINT_QUERY)
     def fork_point(self, iteration: int) -> dict[str, Any]:
-        """What a new run whose first request is this run's request for ``iteration`` (1 is the first) starts from.
-
-        ``iteration`` is a reply number: compactions count (and cannot be forked from).
-
-        Returns:
-            ``{"input": …, "head": …}``: this run's input, and the head of the history Claude saw then (in the store).
-        """
-        state = self._state
-        total = state.fork_offset + len(state.fork_points)
-        if not 1 <= iteration <= total:
-            raise ValueError(f"Iteration {iteration} does not exist; the run has {total} replies.")
-        if iteration <= state.fork_offset:
-            raise ValueError(
-                f"Iteration {iteration} is too old to fork from this run (it continued as new since); fork from "
-                f"iteration {state.fork_offset + 1} or later, or start a run from the transcript."
-            )
-        head = state.fork_points[iteration - state.fork_offset - 1]
-        if head is None:
-            raise ValueError(
-                f"Iteration {iteration} cannot be forked: it is a compaction, or the run started before transcripts "
-                "were stored. Fork from another iteration, or start a run from the transcript."
-            )
-        conversation = state.conversation
-        # A continuation whose input left its big parameters to the carried conversation forks with those.
-        params = conversation.params if conversation is not None and state.input_trimmed else {}
-        # A fork starts from the history at `head`, which holds what a `send` continued from.
-        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
-        return {"input": {**params, **own_input}, "head": head}
+        """What a new run whose first request is this run's request for ``iteration`` (1 is the first) starts from."""
+        return fork_point_of(self, iteration)
 
     @workflow.query(name=SEND_POINT_QUERY)
     def send_point(self) -> dict[str, Any]:
-        """What a new run that goes on with this ended run's conversation starts from (``Run.send``).
-
-        Returns:
-            ``{"input": …, "continue_from": …}``: this run's input, and its ``continue_from`` (``continuation.py``).
-        """
-        state = self._state
-        if not self._ended:
-            raise ValueError(
-                f"The run is still {self._status}: send it a message with `inject` instead, or wait for it to end."
-            )
-        if state.conversation is None:
-            raise ValueError("The run ended before it had a conversation; start a new run instead.")
-        params = state.conversation.params if state.input_trimmed else {}
-        run_input = {k: v for k, v in {**params, **self._input}.items() if k not in ("messages", "continue_from")}
-        point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
-        return {"input": run_input, "continue_from": point}
+        """What a new run that goes on with this ended run's conversation starts from (``Run.send``)."""
+        return send_point_of(self)
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:
         """Claude's replies, whole (id, content, stop reason, usage), from reply number ``after + 1`` on."""
-        state = self._state
-        if after < state.reply_offset:
-            raise ValueError(
-                f"Replies before iteration {state.reply_offset + 1} are no longer held by the run (it continued as "
-                "new); read them from the store (`replies_head` in the status), as AgentRunner does."
-            )
-        return state.replies[after - state.reply_offset :]
+        return replies_after(self, after)
 
     @workflow.query(name=TRANSCRIPT_QUERY)
     def transcript(self) -> dict[str, Any]:
-        """The whole conversation, by reference, and its version.
-
-        Returns:
-            ``{"version", "head", "pending", "length"}``: the messages are those of the transcript ``head`` in the
-            store, then ``pending``, in the Messages API's wire shape once placeholders are resolved
-            (``AgentRunner`` does both).
-        """
-        conversation = self._state.conversation
-        transcript = conversation.transcript if conversation else Transcript()
-        return {
-            "version": self._state.version,
-            "head": transcript.head,
-            "pending": transcript.pending,
-            "length": len(transcript),
-        }
+        """The whole conversation, by reference, and its version (``{"version", "head", "pending", "length"}``)."""
+        return transcript_of(self)

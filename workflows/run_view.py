@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from agent_runner.contract.types import DescribeToolsOutput, RunStatusName
-    from agent_runner.workflows.approvals import Approvals
+    from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.tool_calls import ToolCalls
@@ -51,8 +51,18 @@ class RunView(Protocol):
         ...
 
     @property
+    def run_input(self) -> dict[str, Any]:
+        """The run's input as the client sent it (without the state a continuation carries)."""
+        ...
+
+    @property
     def approvals(self) -> Approvals:
         """Tool calls waiting for a person (``approvals.py``)."""
+        ...
+
+    @property
+    def steps(self) -> StepMode:
+        """The pauses of a run started with ``step`` (``approvals.py``)."""
         ...
 
     @property
