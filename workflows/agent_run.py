@@ -38,11 +38,11 @@ from typing import Any, Literal, NoReturn, TypeVar, cast
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+from temporalio.exceptions import CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
-    from agent_runner.contract.errors import InvalidRunInput, MalformedReply, ToolNotRegistered
+    from agent_runner.contract.errors import InvalidRunInput, ToolNotRegistered
     from agent_runner.contract.steering import (
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
@@ -72,21 +72,16 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         Wake,
     )
-    from agent_runner.contract.transcript import message_ref, next_head
     from agent_runner.contract.types import (
-        CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         REPLIES_QUERY,
         SEND_POINT_QUERY,
         STATUS_QUERY,
-        THREAD_LOST_ERROR,
         TOOL_USE_READY_SIGNAL,
         TRANSCRIPT_QUERY,
         WORKFLOW_TYPE,
-        CreateMessageInput,
-        CreateMessageOutput,
         DescribeToolsInput,
         DescribeToolsOutput,
         RunResult,
@@ -94,7 +89,6 @@ with workflow.unsafe.imports_passed_through():
         RunStatusName,
         Usage,
     )
-    from agent_runner.workflows import live
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
@@ -109,10 +103,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.continuation import continued_conversation
     from agent_runner.workflows.conversation import (
-        THREAD_UNSUPPORTED_CODE,
-        THREAD_UNSUPPORTED_ERROR,
         Conversation,
-        served_by_fallback,
     )
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
@@ -129,10 +120,10 @@ with workflow.unsafe.imports_passed_through():
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
-    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
+    from agent_runner.workflows.failures import fail, refused
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
+    from agent_runner.workflows.model_calls import ModelCalls, drops_refused_turn
     from agent_runner.workflows.pending_edits import (
         PAUSE_HOLDS_PATCH,
         TOOL_ADDITIONS_PATCH,
@@ -142,7 +133,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
-    from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import (
         RunSpec,
         parse_run_input,
@@ -151,16 +141,6 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.subagents import STOP_FROM_PARENT_SIGNAL
     from agent_runner.workflows.tool_calls import ToolCalls
-
-THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
-"""``workflow.patched`` id of the SDK's thread fallbacks (issue 13): resend without a thread after
-``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
-model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
-(``Conversation.thread_fallbacks``)."""
-
-REFUSED_TURN_PATCH = "refused-turn-not-kept-on-a-thread"
-"""``workflow.patched`` id of leaving a refused reply out of a threaded history, as the SDK does (issue 13); runs
-recorded before keep it in their history."""
 
 Step = Literal["run_tools", "resume", "stop"]
 
@@ -237,13 +217,10 @@ class AgentRun:
         self._continuing = False
         self._draining = False
         """Set while the run waits for its handlers before continuing as new."""
-        self._in_flight: int | None = None
-        """The reply number of the model call under way."""
-        self._reply_attempt = 0
-        """The attempt that wrote the last reply."""
         self._approvals = Approvals(self)
         self._steps = StepMode(self)
         self._eager = EagerTools(self)
+        self._model_calls = ModelCalls(self, self._eager)
         self._tool_calls = ToolCalls(self)
         self._background = BackgroundCompaction(self)
 
@@ -425,8 +402,8 @@ class AgentRun:
         self, spec: RunSpec, conversation: Conversation
     ) -> tuple[dict[str, Any], dict[str, asyncio.Task[dict[str, Any]]]]:
         """One request and its reply, taken into the run; with the tools started early for the reply's calls."""
-        reply = await self._create_message(spec, conversation)
-        eager = self._eager.take(reply, self._reply_attempt)
+        reply = await self._model_calls.create(spec, conversation)
+        eager = self._eager.take(reply, self._model_calls.reply_attempt)
         record_reply(reply)
         self._take_reply(conversation, reply)
         self._publish_search_attributes()
@@ -477,7 +454,7 @@ class AgentRun:
             ]
         )
         conversation.params["tool_choice"] = {"type": "none"}
-        reply = await self._create_message(spec, conversation)
+        reply = await self._model_calls.create(spec, conversation)
         self._take_reply(conversation, reply)
         self._state.version += 2
 
@@ -522,7 +499,7 @@ class AgentRun:
             )
             state.turn_input_tokens = 0
             return
-        reply = await self._create_message(self._spec, conversation, compaction, keep_from)
+        reply = await self._model_calls.create(self._spec, conversation, compaction, keep_from)
         state.replies.append(reply)
         state.fork_points.append(None)
         state.compactions += 1
@@ -544,7 +521,7 @@ class AgentRun:
         state.replies.append(reply)
         state.usage = state.usage.add(reply.get("usage"))
         state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
-        if self._drops_refused_turn(conversation, reply):
+        if drops_refused_turn(conversation, reply):
             # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
             # conversation goes on without it, on a new thread.
             if conversation.previous_message_id is not None:
@@ -926,7 +903,7 @@ class AgentRun:
     @property
     def in_flight(self) -> int | None:
         """The reply number of the model call under way, if any."""
-        return self._in_flight
+        return self._model_calls.in_flight
 
     @property
     def run_input(self) -> dict[str, Any]:
@@ -955,7 +932,7 @@ class AgentRun:
 
         Publishing from the workflow costs no history: the stream is workflow state, rebuilt on replay.
         """
-        turn = self._in_flight or self._state.reply_count + (event_type == events.ITERATION_STARTED)
+        turn = self._model_calls.in_flight or self._state.reply_count + (event_type == events.ITERATION_STARTED)
         self._stream.topic(EVENTS_TOPIC).publish({"type": event_type, "iteration": turn, **fields})
 
     @workflow.signal(name=STOP_FROM_PARENT_SIGNAL)
@@ -981,7 +958,8 @@ class AgentRun:
 
     def iteration_in_flight(self) -> int | None:
         """The iteration the model call under way will be, if its reply is not a compaction."""
-        return None if self._in_flight is None else self._in_flight - self._state.compactions
+        in_flight = self._model_calls.in_flight
+        return None if in_flight is None else in_flight - self._state.compactions
 
     # --- Activities ----------------------------------------------------------------------------------------------
 
@@ -1004,173 +982,6 @@ class AgentRun:
             "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
             "JSON object to send it without running it."
         )
-
-    async def _create_message(
-        self,
-        spec: RunSpec,
-        conversation: Conversation,
-        compaction: dict[str, Any] | None = None,
-        keep_from: int | None = None,
-    ) -> dict[str, Any]:
-        """One model call. The reply is returned, not recorded; ``RunState.stored`` says whether it stored the turn.
-
-        A compaction that keeps recent turns sends only the messages before ``keep_from``.
-        """
-        state = self._state
-        options = spec.model_activity
-        reply_number = state.reply_count + 1
-        eager = spec.eager_tools and spec.step is None and compaction is None
-        self.event(events.ITERATION_STARTED)
-        token: str | None = None
-        refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
-        while True:
-            turn = conversation.turn(compaction, keep_from)
-            if spec.refusal_fallbacks:
-                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
-            if turn.settings_ref == state.settings_stored:
-                turn = turn.model_copy(update={"settings": None})
-            try:
-                self._in_flight = reply_number
-                self._eager.token = str(workflow.uuid4()) if eager else ""
-                output: CreateMessageOutput = await workflow.execute_activity(
-                    CREATE_MESSAGE_ACTIVITY,
-                    CreateMessageInput(
-                        turn=turn,
-                        replies_head=state.replies_head,
-                        run_id=workflow.info().workflow_id,
-                        iteration=reply_number,
-                        eager_tools=eager,
-                        eager_token=self._eager.token,
-                    ),
-                    result_type=CreateMessageOutput,
-                    start_to_close_timeout=options.start_to_close_timeout,
-                    heartbeat_timeout=live.model_heartbeat_timeout(options),
-                    retry_policy=retry_policy(options),
-                    task_queue=options.task_queue,
-                    summary=f"turn {reply_number} · {conversation.params['model']}",
-                )
-                problems = reply_problems(output.message)
-                if problems:
-                    raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
-                state.stored = output.stored
-                hop = self._falls_back(spec, conversation, output.message)
-                if output.stored:
-                    state.settings_stored = turn.settings_ref
-                    if not hop:  # a refused hop is not one of the run's replies
-                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
-                    if keep_from is None:
-                        # The call stored the turn's pending messages, which are the history's only when it sent
-                        # the whole history.
-                        conversation.transcript.store_pending()
-                self._reply_attempt = output.attempt
-                if hop:
-                    token, refusal = credit_token(output.message), output.message
-                    continue
-                if live.records_calls():
-                    self.event(events.RECORDED_CALL, attempt=output.attempt)
-                self.event(events.REPLY, message=output.message)
-                if conversation.threading and served_by_fallback(output.message):
-                    self._take_thread_fallbacks(conversation)
-                return output.message
-            except ActivityError as e:
-                cause = e.cause
-                if isinstance(cause, ApplicationError) and cause.type in (THREAD_LOST_ERROR, THREAD_UNSUPPORTED_ERROR):
-                    code = cause.message if cause.type == THREAD_LOST_ERROR else THREAD_UNSUPPORTED_CODE
-                    previous = turn.previous_message_id
-                    if conversation.takes_thread_fallback(code, continuing=previous is not None):
-                        self._take_thread_fallbacks(conversation)
-                    if conversation.recover(code, continuing=previous is not None):
-                        if conversation.threading:
-                            workflow.logger.info(
-                                "Replaying the full message history under a new thread: reason=%s "
-                                "previous_message_id=%s",
-                                code,
-                                previous,
-                            )
-                        else:
-                            workflow.logger.info(
-                                "Continuing without a thread for the rest of the run: reason=%s previous_message_id=%s",
-                                code,
-                                previous,
-                            )
-                        continue
-                    if cause.type == THREAD_UNSUPPORTED_ERROR:
-                        # Not recoverable here (the run does not thread, or it predates the fallback): a rejection.
-                        raise ApplicationError(
-                            cause.message, *cause.details, type="ModelRequestRejected", non_retryable=True
-                        ) from None
-                if isinstance(cause, CancelledError):
-                    raise  # the run was cancelled: let it end as cancelled, not failed
-                if refusal is not None:
-                    # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
-                    # to the next entry); when every entry failed, the refusal stands.
-                    if self._skips_failed_hop(spec, e):
-                        continue
-                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
-                    self.event(events.REPLY, message=refusal)
-                    return refusal
-                raise activity_failure(e) from None
-            finally:
-                self._in_flight = None
-                self._eager.token = ""
-
-    @staticmethod
-    def _drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
-        """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
-        return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
-
-    def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
-        """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
-
-        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted. A
-        refused ``continue`` is sent again on a new thread, since the server may hold the refused turn (the rule
-        ``Conversation.record_reply`` follows for a refusal the run keeps).
-        """
-        state = self._state
-        following = -1 if state.fallback_index is None else state.fallback_index
-        if (
-            reply.get("stop_reason") != "refusal"
-            or following + 1 >= len(spec.refusal_fallbacks)
-            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
-        ):
-            return False
-        state.fallback_index = following + 1
-        state.usage = state.usage.add(reply.get("usage"))
-        if conversation.threading and conversation.previous_message_id is not None:
-            conversation.start_new_thread("refusal")
-        workflow.logger.info(
-            "Refused (%s): trying the turn again on fallback %d, %s",
-            reply.get("model"),
-            state.fallback_index,
-            spec.refusal_fallbacks[state.fallback_index].get("model"),
-        )
-        return True
-
-    def _skips_failed_hop(self, spec: RunSpec, error: ActivityError) -> bool:
-        """Whether the run goes on to the next ``refusal_fallbacks`` entry after a hop's request failed."""
-        state = self._state
-        assert state.fallback_index is not None
-        failed = spec.refusal_fallbacks[state.fallback_index].get("model")
-        if state.fallback_index + 1 >= len(spec.refusal_fallbacks):
-            workflow.logger.warning("The last refusal fallback, %s, failed (%s); the refusal stands", failed, error)
-            return False
-        state.fallback_index += 1
-        workflow.logger.warning(
-            "Refusal fallback %s failed (%s); trying %s",
-            failed,
-            error,
-            spec.refusal_fallbacks[state.fallback_index].get("model"),
-        )
-        return True
-
-    @staticmethod
-    def _take_thread_fallbacks(conversation: Conversation) -> None:
-        """Follow the SDK's thread fallbacks from now on, unless this run was recorded without them.
-
-        Asked only where one of them decides differently, so the marker is recorded there and nowhere else.
-        """
-        if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
-            conversation.thread_fallbacks = True
 
     # --- Queries (queries.py) ------------------------------------------------------------------------------------
 
