@@ -71,7 +71,17 @@ ALLOWED: dict[str, set[str]] = {
 # (its sandboxed code belongs to the workflow worker alone).
 WORKFLOW_ONLY = {
     f"agent_runner.workflows.{name}"
-    for name in ("agent_run", "approvals", "eager", "tool_calls", "search_attributes", "queries")
+    for name in (
+        "agent_run",
+        "approvals",
+        "eager",
+        "tool_calls",
+        "search_attributes",
+        "queries",
+        "model_calls",
+        "compaction",
+        "boundary",
+    )
 }
 
 

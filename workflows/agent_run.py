@@ -42,7 +42,7 @@ from temporalio.exceptions import CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
-    from agent_runner.contract.errors import InvalidRunInput, ToolNotRegistered
+    from agent_runner.contract.errors import InvalidRunInput
     from agent_runner.contract.steering import (
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
@@ -63,7 +63,6 @@ with workflow.unsafe.imports_passed_through():
         ApproveTool,
         Compact,
         DenyTool,
-        EditOutcome,
         InjectMessage,
         RemoveTools,
         ReplaceHistory,
@@ -91,15 +90,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
+    from agent_runner.workflows.boundary import Boundary, paused
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
+    from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import (
-        COMPACTION_AT_THE_END_PATCH,
-        EMPTY_COMPACTION_PATCH,
         check_can_compact,
         check_no_compaction_edit,
         context_management_after,
         final_reply,
-        has_summary,
     )
     from agent_runner.workflows.continuation import continued_conversation
     from agent_runner.workflows.conversation import (
@@ -108,28 +106,20 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
         Edit,
-        EditFailed,
-        QueuedCompact,
-        QueuedEdit,
         check_add_tools,
         check_history,
         check_inject,
         check_params,
         check_remove_tools,
-        expected_version,
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import fail, refused
+    from agent_runner.workflows.failures import fail, not_registered, refused
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, drops_refused_turn
     from agent_runner.workflows.pending_edits import (
-        PAUSE_HOLDS_PATCH,
-        TOOL_ADDITIONS_PATCH,
-        replaced_by_definitions,
         turn_is_paused,
-        waits_out_the_pause,
     )
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
@@ -223,6 +213,8 @@ class AgentRun:
         self._model_calls = ModelCalls(self, self._eager)
         self._tool_calls = ToolCalls(self)
         self._background = BackgroundCompaction(self)
+        self._compactions = Compactions(self, self._model_calls, self._background)
+        self._boundary = Boundary(self, self._compactions, self._background, self._stops_here)
 
     @workflow.run
     async def run(self, raw_input: Any = None) -> dict[str, Any]:
@@ -265,7 +257,7 @@ class AgentRun:
         finally:
             if not self._continuing and not evicted:  # a continuation takes the queued edits over
                 self._ended = True
-                self._fail_queued_edits()
+                self._boundary.fail_queued()
                 self.event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
                 count(
                     "agent_runner_runs_finished",
@@ -283,7 +275,7 @@ class AgentRun:
         names = [t for t in spec.tools if isinstance(t, str)]
         described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
-            raise fail(self._not_registered(described.missing + described.missing_hooks))
+            raise fail(not_registered(described.missing + described.missing_hooks))
         state.tools = {tool.name: tool for tool in described.tools}
         state.registered = sorted(described.registered) if described.registered is not None else None
         state.search_attributes = described.search_attributes
@@ -315,7 +307,7 @@ class AgentRun:
         """The SDK's ``_steps``, with the boundary's edits and the step-mode pause between its moves."""
         state = self._state
         while True:
-            await self._boundary()
+            await self._boundary.apply()
             stop = self._should_stop(spec)
             if stop is not None:
                 await self._end(stop, spec, conversation)
@@ -332,7 +324,7 @@ class AgentRun:
             if step == "stop" or not calls:
                 if state.message_queued:
                     continue  # a message arrived during the final turn: the conversation goes on
-                await self._compact_after_final_turn()
+                await self._boundary.after_final_turn()
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
@@ -362,6 +354,10 @@ class AgentRun:
             return "budget_exhausted"
         return None
 
+    def _stops_here(self) -> bool:
+        """Whether the run stops at this boundary (``_should_stop``), once it has its spec."""
+        return self._spec is not None and self._should_stop(self._spec) is not None
+
     async def _end(self, status: RunStatusName, spec: RunSpec, conversation: Conversation) -> None:
         """End the loop with ``status``: say which limit was reached, and let Claude sum up if the budget asks."""
         if status == "max_iterations":
@@ -382,14 +378,14 @@ class AgentRun:
         if (
             spec.auto_compact is not None
             and self._state.turn_input_tokens >= spec.auto_compact.input_tokens
-            and not self._paused(turn_is_paused)
+            and not paused(self._state, turn_is_paused)
         ):
             workflow.logger.info(
                 "Compacting: the last turn's input was %d tokens (threshold %d)",
                 self._state.turn_input_tokens,
                 spec.auto_compact.input_tokens,
             )
-            await self._compact(
+            await self._compactions.compact(
                 conversation,
                 spec.auto_compact.compaction,
                 spec.auto_compact.keep_recent_turns,
@@ -458,60 +454,6 @@ class AgentRun:
         self._take_reply(conversation, reply)
         self._state.version += 2
 
-    async def _compact(
-        self,
-        conversation: Conversation,
-        compaction: dict[str, Any],
-        keep_recent_turns: int = 0,
-        *,
-        edit: bool = False,
-        background: bool = False,
-    ) -> None:
-        """Replace the history by Claude's summary of it (a compaction request on a new thread).
-
-        Args:
-            conversation: The run's conversation.
-            compaction: The request's ``compaction`` field.
-            keep_recent_turns: Summarize only the history before the last this many turns, which follow the summary.
-            edit: Whether a client asked for it: with nothing old enough to summarize, the edit fails saying so;
-                ``auto_compact`` just waits for the history to grow.
-            background: Let the run go on meanwhile (``background.py``).
-        """
-        assert self._spec is not None
-        state = self._state
-        keep_from = None
-        if keep_recent_turns:
-            keep_from = conversation.recent_turns_start(keep_recent_turns + 1)
-            if keep_from is None:
-                reason = f"the history has no turn older than the last {keep_recent_turns} to summarize"
-                if edit:
-                    raise EditFailed(f"Compaction skipped: {reason}.")
-                workflow.logger.info("Not compacting yet: %s", reason)
-                return
-            keep_from = conversation.recent_turns_start(keep_recent_turns)
-        if background:
-            if self._background.running:
-                if edit:
-                    raise EditFailed("Compaction skipped: a background compaction is under way.")
-                return
-            self._background.start(
-                conversation, compaction, len(conversation.transcript) if keep_from is None else keep_from
-            )
-            state.turn_input_tokens = 0
-            return
-        reply = await self._model_calls.create(self._spec, conversation, compaction, keep_from)
-        state.replies.append(reply)
-        state.fork_points.append(None)
-        state.compactions += 1
-        state.usage = state.usage.add(reply.get("usage"))
-        state.turn_input_tokens = 0
-        if not has_summary(reply) and workflow.patched(EMPTY_COMPACTION_PATCH):
-            workflow.logger.warning("Compaction produced no summary; keeping the conversation as it is.")
-            if edit:
-                raise EditFailed("Compaction produced no summary; the conversation was kept as it is. Ask again.")
-            return
-        conversation.record_compaction(reply, keep_from)
-
     def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
         """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
         state = self._state
@@ -531,150 +473,12 @@ class AgentRun:
         if state.stored:
             transcript.store_pending()
 
-    # --- The iteration boundary ---------------------------------------------------------------------------------
-
-    async def _boundary(self) -> None:
-        """Apply every queued edit, in the order accepted, before the next model call."""
-        state = self._state
-        if state.conversation is not None:
-            await self._background.settle(state.conversation, wait=False)
-        held: list[QueuedEdit] = []
-        while state.queue:
-            edit = state.queue.pop(0)
-            if self._held(edit):
-                held.append(edit)
-                continue
-            await self._apply_queued(edit)
-        state.queue[:0] = held
-
-    async def _apply_queued(self, edit: QueuedEdit) -> None:
-        state = self._state
-        try:
-            await self._apply(edit)
-            state.edits_applied += 1
-            state.version += 1
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
-        except EditFailed as e:
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
-
-    def _held(self, edit: QueuedEdit) -> bool:
-        """Whether ``edit`` stays queued at this boundary.
-
-        It waits out a paused turn, or it is a compaction and the run stops here: the SDK checks its stop rules before
-        a pending compaction, so none is sent then.
-        """
-        if self._paused(functools.partial(waits_out_the_pause, edit)):
-            return True
-        spec = self._spec
-        return (
-            isinstance(edit, QueuedCompact)
-            and spec is not None
-            and self._should_stop(spec) is not None
-            and workflow.patched(COMPACTION_AT_THE_END_PATCH)
-        )
-
-    async def _compact_after_final_turn(self) -> None:
-        """Apply the compactions queued when the final turn ended, as the SDK compacts after its final turn.
-
-        Skipped, as there, when the final reply has tool calls without results (``_apply`` says so).
-        """
-        state = self._state
-        compactions = [edit for edit in state.queue if isinstance(edit, QueuedCompact)]
-        if compactions and workflow.patched(COMPACTION_AT_THE_END_PATCH):
-            for edit in compactions:
-                state.queue.remove(edit)
-                await self._apply_queued(edit)
-
-    def _paused(self, holds: Callable[[str | None], bool]) -> bool:
-        """Whether ``holds`` keeps something back for the turn the last reply paused (``pending_edits.py``).
-
-        Asked of the patch only where it holds something, so runs recorded before replay as they ran.
-        """
-        last = self._state.last_reply
-        return holds(last.get("stop_reason") if last else None) and workflow.patched(PAUSE_HOLDS_PATCH)
-
-    async def _apply(self, edit: QueuedEdit) -> None:
-        state = self._state
-        conversation = state.conversation
-        assert conversation is not None
-        expected = expected_version(edit.payload)
-        # The version was checked when the edit was accepted. Since then the run's own tool results (for the reply
-        # the client saw) may have moved it; only another edit applied in between makes this one stale.
-        stale = expected != state.version if edit.edits_applied is None else edit.edits_applied != state.edits_applied
-        if expected is not None and stale:
-            raise EditFailed(
-                f"The transcript changed since version {expected} (it is now at {state.version}); nothing was "
-                "changed. Read the transcript again and resend the edit with its version."
-            )
-        match edit.payload:
-            case InjectMessage(content=content, held=held):
-                content = as_held(content, held)
-                conversation.join_user_content(
-                    [{"type": "text", "text": content}] if isinstance(content, str) else content
-                )
-            case RetryTurn():
-                try:
-                    dropped = conversation.drop_last_reply()
-                except ValueError as e:
-                    raise EditFailed(f"Cannot retry: {e}. Replace the history instead.") from None
-                if not dropped:
-                    raise EditFailed("There is no reply to retry.")
-            case ReplaceHistory(messages=messages, held=held):
-                conversation.replace_messages(as_held(messages, held))
-            case UpdateParams(params=params):
-                for key, value in params.items():
-                    if value is None:
-                        conversation.params.pop(key, None)
-                    else:
-                        conversation.params[key] = value
-            case AddTools(tools=tools):
-                described = await self.describe_tools([t for t in tools if isinstance(t, str)])
-                if described.missing:
-                    raise EditFailed(str(self._not_registered(described.missing)))
-                specs = {tool.name: tool for tool in described.tools}
-                replaced = replaced_by_definitions(tools, state.tools)
-                if replaced and workflow.patched(TOOL_ADDITIONS_PATCH):
-                    for name in replaced:
-                        state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
-                state.tools.update(specs)
-                definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
-                conversation.append_system_content(
-                    [
-                        {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}}
-                        for d in definitions
-                    ]
-                )
-            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns, background=background):
-                transcript = conversation.transcript
-                if transcript.role(len(transcript) - 1) == "assistant":
-                    last = transcript.pending[-1] if transcript.pending else (state.last_reply or {})
-                    if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
-                        raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-                await self._compact(conversation, compaction, keep_recent_turns, edit=True, background=background)
-            case RemoveTools(names=names):
-                for name in names:
-                    state.tools.pop(name, None)
-                conversation.append_system_content(
-                    [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
-                )
-
     def _enqueue(self, edit: Edit) -> dict[str, Any]:
         state = self._state
         self._updates += 1
         state.next_seq += 1
         state.queue.append(queued(state.next_seq, edit, state.edits_applied))
         return {"seq": state.next_seq, "version": state.version}
-
-    def _fail_queued_edits(self) -> None:
-        """Edits still queued when the run ends are answered, never silently dropped."""
-        state = self._state
-        for edit in state.queue:
-            state.outcomes[edit.seq] = EditOutcome(
-                seq=edit.seq,
-                error=f"The run ended ({self._status}) before this edit could apply; nothing was changed. Start a "
-                "new run from its transcript to go on.",
-            )
-        state.queue.clear()
 
     def abandoned(self) -> str | None:
         """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
@@ -973,15 +777,6 @@ class AgentRun:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
         )
         return described
-
-    @staticmethod
-    def _not_registered(missing: list[str]) -> ToolNotRegistered:
-        return ToolNotRegistered(
-            f"No worker on task queue {workflow.info().task_queue!r} registered "
-            f"{', '.join(repr(n) for n in missing)}. Start a worker with "
-            "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
-            "JSON object to send it without running it."
-        )
 
     # --- Queries (queries.py) ------------------------------------------------------------------------------------
 

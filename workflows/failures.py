@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from agent_runner.contract.errors import AgentRunnerError, EditRejected
+from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
 from agent_runner.contract.types import ActivityOptions
 
 
@@ -22,6 +23,16 @@ def fail(error: AgentRunnerError) -> ApplicationError:
 def refused(reason: str) -> ApplicationError:
     """An update's refusal, final for every client: ``EditRejected``, not retryable."""
     return fail(EditRejected(reason))
+
+
+def not_registered(missing: list[str]) -> ToolNotRegistered:
+    """The error for tools (or result hooks) no worker on the run's task queue registered, with how to register them."""
+    return ToolNotRegistered(
+        f"No worker on task queue {workflow.info().task_queue!r} registered "
+        f"{', '.join(repr(n) for n in missing)}. Start a worker with "
+        "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
+        "JSON object to send it without running it."
+    )
 
 
 def activity_failure(error: ActivityError) -> ApplicationError:
