@@ -214,7 +214,7 @@ class AgentRun:
         self._tool_calls = ToolCalls(self)
         self._background = BackgroundCompaction(self)
         self._compactions = Compactions(self, self._model_calls, self._background)
-        self._boundary = Boundary(self, self._compactions, self._background, self._stops_here)
+        self._edits = Boundary(self, self._compactions, self._background, self._stops_here)
 
     @workflow.run
     async def run(self, raw_input: Any = None) -> dict[str, Any]:
@@ -257,7 +257,7 @@ class AgentRun:
         finally:
             if not self._continuing and not evicted:  # a continuation takes the queued edits over
                 self._ended = True
-                self._boundary.fail_queued()
+                self._edits.fail_queued()
                 self.event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
                 count(
                     "agent_runner_runs_finished",
@@ -307,7 +307,7 @@ class AgentRun:
         """The SDK's ``_steps``, with the boundary's edits and the step-mode pause between its moves."""
         state = self._state
         while True:
-            await self._boundary.apply()
+            await self._boundary()
             stop = self._should_stop(spec)
             if stop is not None:
                 await self._end(stop, spec, conversation)
@@ -324,7 +324,7 @@ class AgentRun:
             if step == "stop" or not calls:
                 if state.message_queued:
                     continue  # a message arrived during the final turn: the conversation goes on
-                await self._boundary.after_final_turn()
+                await self._edits.after_final_turn()
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
@@ -339,6 +339,10 @@ class AgentRun:
             usage=state.usage,
             detail=state.stop,
         )
+
+    async def _boundary(self) -> None:
+        """Apply every queued edit, in the order accepted, before the next model call (``boundary.py``)."""
+        await self._edits.apply()
 
     def _should_stop(self, spec: RunSpec) -> RunStatusName | None:
         """The status to end with, or ``None`` to send the next request.
