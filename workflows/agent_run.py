@@ -30,10 +30,8 @@ attributes (``search_attributes.py``).
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal, NoReturn, TypeVar, cast
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -86,7 +84,6 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunStatus,
         RunStatusName,
-        Usage,
     )
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
@@ -100,33 +97,28 @@ with workflow.unsafe.imports_passed_through():
         final_reply,
     )
     from agent_runner.workflows.continuation import continued_conversation
-    from agent_runner.workflows.conversation import (
-        Conversation,
-    )
+    from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
         Edit,
         check_add_tools,
         check_history,
         check_inject,
+        check_open,
         check_params,
         check_remove_tools,
+        check_version,
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import fail, not_registered, refused
+    from agent_runner.workflows.failures import fail, not_registered, refusing
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
-    from agent_runner.workflows.model_calls import ModelCalls, drops_refused_turn
-    from agent_runner.workflows.pending_edits import (
-        turn_is_paused,
-    )
+    from agent_runner.workflows.model_calls import ModelCalls, take_reply
+    from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
-    from agent_runner.workflows.run_input import (
-        RunSpec,
-        parse_run_input,
-    )
+    from agent_runner.workflows.run_input import RunSpec, parse_run_input
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.subagents import STOP_FROM_PARENT_SIGNAL
@@ -150,26 +142,6 @@ def next_step(stop_reason: str | None) -> Step:
 def tool_uses(reply: dict[str, Any]) -> list[dict[str, Any]]:
     """The reply's ``tool_use`` blocks, in order: the calls the run makes (server tools' blocks have other types)."""
     return [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
-
-
-_ValidatorT = TypeVar("_ValidatorT", bound=Callable[..., None])
-
-
-def _refusing(validator: _ValidatorT) -> _ValidatorT:
-    """A validator whose refusals reach every client as final: ``EditRejected``, not retryable.
-
-    A plain ``ValueError`` reaches the stock ``temporal`` CLI as ``ValueError, retryable: true``, which invites
-    resending what can never be accepted.
-    """
-
-    @functools.wraps(validator)
-    def checked(*args: Any) -> None:
-        try:
-            validator(*args)
-        except ValueError as e:
-            raise refused(str(e)) from None
-
-    return cast(_ValidatorT, checked)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -405,7 +377,7 @@ class AgentRun:
         reply = await self._model_calls.create(spec, conversation)
         eager = self._eager.take(reply, self._model_calls.reply_attempt)
         record_reply(reply)
-        self._take_reply(conversation, reply)
+        take_reply(self._state, conversation, reply)
         self._publish_search_attributes()
         self._state.version += 1
         return reply, eager
@@ -455,27 +427,8 @@ class AgentRun:
         )
         conversation.params["tool_choice"] = {"type": "none"}
         reply = await self._model_calls.create(spec, conversation)
-        self._take_reply(conversation, reply)
+        take_reply(self._state, conversation, reply)
         self._state.version += 2
-
-    def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
-        """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
-        state = self._state
-        transcript = conversation.transcript
-        # A fork starts from the history Claude answered, named by its head (unknown for runs older than the store).
-        state.fork_points.append(transcript.head if state.stored else None)
-        state.replies.append(reply)
-        state.usage = state.usage.add(reply.get("usage"))
-        state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
-        if drops_refused_turn(conversation, reply):
-            # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
-            # conversation goes on without it, on a new thread.
-            if conversation.previous_message_id is not None:
-                conversation.start_new_thread("refusal")
-        else:
-            conversation.record_reply(reply)
-        if state.stored:
-            transcript.store_pending()
 
     def _enqueue(self, edit: Edit) -> dict[str, Any]:
         state = self._state
@@ -492,21 +445,6 @@ class AgentRun:
             return "The turn is being retried; this call was not executed."
         return None
 
-    def _check_open(self) -> None:
-        # An edit sent before the run set up its conversation is queued like any other: it applies at the first
-        # boundary, before the first request.
-        if self._ended:
-            raise ValueError(
-                f"The run has ended ({self._status}); it takes no edits. Start a new run from its transcript to go on."
-            )
-
-    def _check_version(self, expected: int | None) -> None:
-        if expected is not None and expected != self._state.version:
-            raise ValueError(
-                f"The transcript changed since version {expected} (it is now at {self._state.version}). Read "
-                "the transcript again and resend the edit with its version."
-            )
-
     # --- Edits ---------------------------------------------------------------------------------------------------
 
     @workflow.update(name=INJECT_MESSAGE_UPDATE)
@@ -515,11 +453,11 @@ class AgentRun:
         return self._enqueue(parse_update(InjectMessage, raw))
 
     @inject_message.validator
-    @_refusing
+    @refusing
     def _validate_inject_message(self, raw: dict[str, Any]) -> None:
         edit = parse_update(InjectMessage, raw)
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         check_inject(edit)
 
     @workflow.update(name=RETRY_TURN_UPDATE)
@@ -528,11 +466,11 @@ class AgentRun:
         return self._enqueue(parse_update(RetryTurn, raw or {}))
 
     @retry_turn.validator
-    @_refusing
+    @refusing
     def _validate_retry_turn(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RetryTurn, raw or {})
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
 
@@ -542,11 +480,11 @@ class AgentRun:
         return self._enqueue(parse_update(ReplaceHistory, raw))
 
     @replace_history.validator
-    @_refusing
+    @refusing
     def _validate_replace_history(self, raw: dict[str, Any]) -> None:
         edit = parse_update(ReplaceHistory, raw)
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         check_history(edit)
 
     @workflow.update(name=UPDATE_PARAMS_UPDATE)
@@ -555,10 +493,10 @@ class AgentRun:
         return self._enqueue(parse_update(UpdateParams, raw))
 
     @update_params.validator
-    @_refusing
+    @refusing
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         check_params(edit, self._state.conversation)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
@@ -569,10 +507,10 @@ class AgentRun:
         return self._enqueue(parse_update(AddTools, raw))
 
     @add_tools.validator
-    @_refusing
+    @refusing
     def _validate_add_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(AddTools, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
@@ -581,10 +519,10 @@ class AgentRun:
         return self._enqueue(parse_update(RemoveTools, raw))
 
     @remove_tools.validator
-    @_refusing
+    @refusing
     def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RemoveTools, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
         check_remove_tools(edit, self._state.tools, definitions)
@@ -595,10 +533,10 @@ class AgentRun:
         return self._enqueue(parse_update(Compact, raw or {}))
 
     @compact.validator
-    @_refusing
+    @refusing
     def _validate_compact(self, raw: dict[str, Any]) -> None:
         parse_update(Compact, raw or {})
-        self._check_open()
+        check_open(self._ended, self._status)
         conversation = self._state.conversation
         check_can_compact(
             context_management_after(conversation.params if conversation else self._input, self._state.queue)
@@ -620,7 +558,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @stop.validator
-    @_refusing
+    @refusing
     def _validate_stop(self, raw: dict[str, Any]) -> None:
         parse_update(Stop, raw or {})
         if self._ended:
@@ -637,7 +575,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @approve_tool.validator
-    @_refusing
+    @refusing
     def _validate_approve_tool(self, raw: dict[str, Any]) -> None:
         self._approvals.check_waiting(parse_update(ApproveTool, raw).tool_use_id)
 
@@ -650,7 +588,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @deny_tool.validator
-    @_refusing
+    @refusing
     def _validate_deny_tool(self, raw: dict[str, Any]) -> None:
         self._approvals.check_waiting(parse_update(DenyTool, raw).tool_use_id)
 
@@ -663,7 +601,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @advance.validator
-    @_refusing
+    @refusing
     def _validate_advance(self, raw: dict[str, Any]) -> None:
         self._steps.check(parse_update(Advance, raw or {}))
 
@@ -676,7 +614,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @wake.validator
-    @_refusing
+    @refusing
     def _validate_wake(self, raw: dict[str, Any]) -> None:
         parse_update(Wake, raw or {})
         self._tool_calls.sleeps.check_wake()

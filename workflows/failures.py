@@ -5,7 +5,10 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -33,6 +36,26 @@ def not_registered(missing: list[str]) -> ToolNotRegistered:
         "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
         "JSON object to send it without running it."
     )
+
+
+_ValidatorT = TypeVar("_ValidatorT", bound=Callable[..., None])
+
+
+def refusing(validator: _ValidatorT) -> _ValidatorT:
+    """A validator whose refusals reach every client as final: ``EditRejected``, not retryable.
+
+    A plain ``ValueError`` reaches the stock ``temporal`` CLI as ``ValueError, retryable: true``, which invites
+    resending what can never be accepted.
+    """
+
+    @functools.wraps(validator)
+    def checked(*args: Any) -> None:
+        try:
+            validator(*args)
+        except ValueError as e:
+            raise refused(str(e)) from None
+
+    return cast(_ValidatorT, checked)
 
 
 def activity_failure(error: ActivityError) -> ApplicationError:

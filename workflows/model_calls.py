@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         THREAD_LOST_ERROR,
         CreateMessageInput,
         CreateMessageOutput,
+        Usage,
     )
     from agent_runner.workflows import live
     from agent_runner.workflows.conversation import (
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.workflows.state import RunState
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -62,6 +64,25 @@ def take_thread_fallbacks(conversation: Conversation) -> None:
     """
     if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
         conversation.thread_fallbacks = True
+
+
+def take_reply(state: RunState, conversation: Conversation, reply: dict[str, Any]) -> None:
+    """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
+    transcript = conversation.transcript
+    # A fork starts from the history Claude answered, named by its head (unknown for runs older than the store).
+    state.fork_points.append(transcript.head if state.stored else None)
+    state.replies.append(reply)
+    state.usage = state.usage.add(reply.get("usage"))
+    state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
+    if drops_refused_turn(conversation, reply):
+        # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
+        # conversation goes on without it, on a new thread.
+        if conversation.previous_message_id is not None:
+            conversation.start_new_thread("refusal")
+    else:
+        conversation.record_reply(reply)
+    if state.stored:
+        transcript.store_pending()
 
 
 class ModelCalls:
