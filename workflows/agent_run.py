@@ -22,9 +22,11 @@ final reply was being written keeps the run going, as ``append_messages`` in the
 compaction asked for with it runs after it (``compaction_checks.py``). A reply that a pending retry will discard, or
 that arrived after a stop, never has its tools run.
 
-The rest has its own module: the run's durable state (``state.py``), continue-as-new (``carry.py``), approvals and
-step mode (``approvals.py``), eager tools (``eager.py``), tool calls and their effects (``tool_calls.py``), search
-attributes (``search_attributes.py``).
+The rest has its own module, and each room sees the run only through ``RunView`` (``run_view.py``): the run's durable
+state (``state.py``), the model call (``model_calls.py``), the boundary's edits (``boundary.py``), compaction
+(``compaction.py``), continue-as-new (``carry.py``), approvals and step mode (``approvals.py``), eager tools
+(``eager.py``), tool calls and their effects (``tool_calls.py``), queries (``queries.py``), search attributes
+(``search_attributes.py``).
 """
 
 from __future__ import annotations
@@ -96,7 +98,6 @@ with workflow.unsafe.imports_passed_through():
         context_management_after,
         final_reply,
     )
-    from agent_runner.workflows.continuation import continued_conversation
     from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
@@ -112,9 +113,9 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import fail, not_registered, refusing
-    from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
+    from agent_runner.workflows.new_conversation import start_conversation
     from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
@@ -242,7 +243,7 @@ class AgentRun:
         return result.model_dump(mode="json")
 
     async def _begin(self, spec: RunSpec) -> RunSpec:
-        """Look up the run's tools and set up its conversation."""
+        """Look up the run's tools and set up its conversation (``new_conversation.py``)."""
         state = self._state
         names = [t for t in spec.tools if isinstance(t, str)]
         described = await self.describe_tools(names, spec.result_hooks)
@@ -252,17 +253,7 @@ class AgentRun:
         state.registered = sorted(described.registered) if described.registered is not None else None
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
-        definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        messages = as_held(spec.messages, spec.held)
-        if spec.mcp:  # the tools of the MCP servers the run names, listed once: the run's list for good
-            mcp_tools = await pin_mcp_tools(spec.mcp, [str(d.get("name")) for d in definitions])
-            state.tools.update({tool.name: tool for tool in mcp_tools})
-            definitions += [tool.definition for tool in mcp_tools]
-        state.conversation = Conversation.start(spec.params, definitions, messages, threading=spec.thread)
-        if spec.continue_from is not None:  # Run.send: the conversation of an ended run goes on
-            state.conversation = continued_conversation(spec.continue_from, messages)
-            state.usage = spec.continue_from.usage
-            state.fallback_index = spec.continue_from.fallback_index
+        await start_conversation(state, spec)
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
