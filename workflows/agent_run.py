@@ -428,14 +428,6 @@ class AgentRun:
         state.queue.append(queued(state.next_seq, edit, state.edits_applied))
         return {"seq": state.next_seq, "version": state.version}
 
-    def abandoned(self) -> str | None:
-        """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
-        if self._state.stop is not None:
-            return "The run was stopped before this call was executed."
-        if self._state.retry_queued:
-            return "The turn is being retried; this call was not executed."
-        return None
-
     # --- Edits ---------------------------------------------------------------------------------------------------
 
     @workflow.update(name=INJECT_MESSAGE_UPDATE)
@@ -661,6 +653,14 @@ class AgentRun:
     def tool_calls(self) -> ToolCalls:
         """The run's tool calls (``tool_calls.py``), with its sleeps, sub-agents and toolsets."""
         return self._tool_calls
+
+    def abandoned(self) -> str | None:
+        """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
+        if self._state.stop is not None:
+            return "The run was stopped before this call was executed."
+        if self._state.retry_queued:
+            return "The turn is being retried; this call was not executed."
+        return None
 
     # --- Live events, eager tools, search attributes -------------------------------------------------------------
 
