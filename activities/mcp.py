@@ -35,7 +35,7 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.activities.tools import STORE_ATTEMPTS, _error_text, _own_timeout, _result_of
+from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
 from agent_runner.contract.types import (
@@ -319,7 +319,7 @@ class McpActivities:
         activity.metric_meter().create_counter("agent_runner_tool_calls", "Tool calls, by tool and outcome").add(
             1, {"tool": call.name, "outcome": "error" if result.is_error else "ok"}
         )
-        return await self._offloaded(call.name, result)
+        return await offloaded(self._content, call.name, result)
 
     async def _heartbeating(self, step: Awaitable[_T]) -> _T:
         """``step``'s result, heartbeating meanwhile: starting a server can take longer than a heartbeat timeout."""
@@ -356,22 +356,6 @@ class McpActivities:
         except asyncio.CancelledError:
             task.cancel()
             raise
-
-    async def _offloaded(self, name: str, result: ToolResult) -> ToolResult:
-        """``result`` with big content stored apart; never raises, since the tool has run."""
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                return result.model_copy(update={"content": await self._content.offload(result.content)})
-            except Exception as e:
-                if attempt == STORE_ATTEMPTS:
-                    return ToolResult(
-                        content=f"Error: Tool '{name}' ran, but its result could not be stored ({_error_text(e)}). "
-                        "It was not run again.",
-                        is_error=True,
-                    )
-                activity.heartbeat()
-                await asyncio.sleep(0.5 * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
 
 
 class _Session:

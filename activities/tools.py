@@ -562,22 +562,30 @@ class ToolActivities:
 
     async def _recorded(self, input: RunToolInput, result: ToolResult) -> ToolResult:
         """``result`` ready to leave the worker: a big one stored apart. Never raises: the tool has run."""
-        delay = 0.5
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                return result.model_copy(update={"content": await self._content.offload(result.content)})
-            except Exception as e:
-                logger.warning("Storing the result of tool %s failed (try %d): %s", input.name, attempt, e)
-                if attempt == STORE_ATTEMPTS:
-                    return ToolResult(
-                        content=f"Error: Tool '{input.name}' ran, but its result could not be stored "
-                        f"({_error_text(e)}). It was not run again.",
-                        is_error=True,
-                    )
-                activity.heartbeat()
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        return await offloaded(self._content, input.name, result)
+
+
+async def offloaded(content: Content, name: str, result: ToolResult) -> ToolResult:
+    """``result`` with big content stored apart, tried ``STORE_ATTEMPTS`` times with backoff.
+
+    Never raises, since the tool has run: when every try fails, Claude is told the result was lost.
+    """
+    delay = 0.5
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        try:
+            return result.model_copy(update={"content": await content.offload(result.content)})
+        except Exception as e:
+            logger.warning("Storing the result of tool %s failed (try %d): %s", name, attempt, e)
+            if attempt == STORE_ATTEMPTS:
+                return ToolResult(
+                    content=f"Error: Tool '{name}' ran, but its result could not be stored "
+                    f"({_error_text(e)}). It was not run again.",
+                    is_error=True,
+                )
+            activity.heartbeat()
+            await asyncio.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 def _own_timeout(info: activity.Info) -> timedelta | None:

@@ -115,6 +115,7 @@ from agent_runner.contract.types import (
 )
 from agent_runner.live import LIVE_POLL, LiveMerge
 from agent_runner.store import ContentStore
+from agent_runner.workflows.run_input import parse_run_input  # pure, no I/O: see tests/test_layers.py
 
 if TYPE_CHECKING:
     from agent_runner.temporal_server import EmbeddedTemporal
@@ -963,6 +964,15 @@ class Run:
             if not task.done():
                 task.cancel()
                 await asyncio.wait({task})  # a step of an async generator must end before the generator is closed
+
+
+def check_run_input(run_input: Mapping[str, Any]) -> None:
+    """Check a run's JSON input as the run will when it starts, so a bad one fails before anything starts.
+
+    Raises:
+        InvalidRunInput: The input would fail the run, naming every problem.
+    """
+    parse_run_input(dict(run_input))
 
 
 async def has_worker(client: Client, task_queue: str) -> bool:

@@ -35,10 +35,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, check_run_input
 from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ScheduleAlreadyExists, ScheduleNotFound
 from agent_runner.contract.types import WORKFLOW_TYPE
-from agent_runner.workflows.run_input import parse_run_input
 
 __all__ = ["OVERLAP_POLICIES", "ScheduledRun", "create_schedule", "delete_schedule", "list_schedules"]
 
@@ -120,7 +119,7 @@ async def create_schedule(
         raise ConfigurationError(f"A schedule's interval must be at least one second, not {every}.")
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"Unknown overlap policy {overlap!r}: use one of {', '.join(OVERLAP_POLICIES)}.")
-    parse_run_input(dict(run_input))  # raises InvalidRunInput naming every problem
+    check_run_input(run_input)  # raises InvalidRunInput naming every problem
     held = held_input(run_input)
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(WORKFLOW_TYPE, held, id=schedule_id, task_queue=runner.task_queue),

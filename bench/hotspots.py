@@ -88,7 +88,17 @@ SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
     ("workflow activations, all (sandboxed AgentRun, payload visits)", ("_WorkflowWorker._handle_activation",)),
     ("- sandbox: a run's instance made (workflow modules re-imported)", ("SandboxedWorkflowRunner.create_instance",)),
     ("- sandbox: serialization context fetched for each payload", ("get_serialization_context",)),
-    ("- AgentRun's own code", ("workflows/agent_run.py", "workflows/conversation.py", "workflows/run_input.py")),
+    (
+        "- AgentRun's own code",
+        (
+            "workflows/agent_run.py",
+            "workflows/model_calls.py",
+            "workflows/boundary.py",
+            "workflows/compaction.py",
+            "workflows/conversation.py",
+            "workflows/run_input.py",
+        ),
+    ),
     ("model call activity, all (ClaudeActivities)", ("ClaudeActivities.",)),
     ("- the SDK's request and SSE stream (anthropic + httpx2)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
     ("- live events (EventPublisher, workflow stream client)", ("live_events.py",)),

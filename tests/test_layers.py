@@ -9,12 +9,14 @@ store       ``agent_runner/{codec,store,content}.py``: where transcripts and big
 activities  ``activities/``: the model call, tools, hooks. Imports the contract, the store and the workflows' pure
             helpers (the same request-building code runs on both sides), never the workflow itself.
 client      ``agent_runner/{client,connection,live,temporal_server}.py``: start, steer and watch runs. Imports the
-            contract, the store and the connection; never workflows or activities.
+            contract, the store and the connection; never activities, and of the workflows only the run's input
+            check (``run_input.py``, pure), so a bad input fails before a run starts (``check_run_input``).
 worker      ``agent_runner/{plugin,processes,worker}.py``: puts workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
 commands    ``agent_runner/cli/``, ``agent_runner/console/``, ``agent_runner/{dev,gc,schedules,example_tools}.py``:
-            the command line and the operators' web console (which uses the client and contract only).
+            the command line and the operators' web console (which uses the client and contract only). They never
+            import workflow code: a run's input is checked through the client.
 
 A module may import its own layer and the layers its row names; the test parses every module's imports (including
 those inside functions, which are imports all the same) and fails on any other arrow.
@@ -62,14 +64,29 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"contract", "store", "client"},
     "worker": {"contract", "store", "workflows", "activities", "client", "worker"},
     "testing": {"testing"},
-    "commands": {"contract", "store", "workflows", "activities", "client", "worker", "testing", "commands"},
+    "commands": {"contract", "store", "activities", "client", "worker", "testing", "commands"},
 }
 
 # Modules of the workflows layer that activities may not import: the workflow itself and the rooms that act for it
 # (its sandboxed code belongs to the workflow worker alone).
 WORKFLOW_ONLY = {
-    f"agent_runner.workflows.{name}" for name in ("agent_run", "approvals", "eager", "tool_calls", "search_attributes")
+    f"agent_runner.workflows.{name}"
+    for name in (
+        "agent_run",
+        "approvals",
+        "eager",
+        "tool_calls",
+        "search_attributes",
+        "queries",
+        "model_calls",
+        "compaction",
+        "boundary",
+    )
 }
+
+
+# The one module of the workflows layer the client may import: the run's input check, which holds no I/O.
+CLIENT_MAY_IMPORT = {"agent_runner.workflows.run_input"}
 
 
 def _module_name(rel: str) -> str:
@@ -147,6 +164,8 @@ def _crossings(rel: str, source: str) -> list[str]:
     found = []
     for line, name in _imports(rel, source):
         target = _layer_of_module(name)
+        if layer == "client" and name in CLIENT_MAY_IMPORT:
+            continue
         if target is not None and (target not in ALLOWED[layer] or (layer == "activities" and name in WORKFLOW_ONLY)):
             found.append(f"{rel}:{line} ({layer}) imports {name} ({target})")
     return found
@@ -176,6 +195,45 @@ def test_the_check_sees_each_kind_of_crossing() -> None:
     assert _crossings("activities/tools.py", "import agent_runner.workflows.agent_run") == [
         "activities/tools.py:1 (activities) imports agent_runner.workflows.agent_run (workflows)"
     ]
+    assert _crossings("agent_runner/cli/runs.py", "from agent_runner.workflows.run_input import parse_run_input") == [
+        "agent_runner/cli/runs.py:1 (commands) imports agent_runner.workflows.run_input (workflows)"
+    ]
+    assert _crossings("agent_runner/client.py", "from agent_runner.workflows.agent_run import AgentRun") == [
+        "agent_runner/client.py:1 (client) imports agent_runner.workflows.agent_run (workflows)"
+    ]
+    assert _crossings("agent_runner/client.py", "from agent_runner.workflows.run_input import parse_run_input") == []
     assert _crossings("workflows/budget.py", "from agent_runner.contract.types import Usage") == []
     with pytest.raises(AssertionError, match="import it as agent_runner.workflows.types"):
         _crossings("agent_runner/cli/__init__.py", "from workflows.types import X")
+
+
+def _reaches_into_the_run(rel: str, source: str) -> list[str]:
+    """Where a workflow module touches a private attribute of the run (``run._x``, ``self._run._x``).
+
+    The rooms see the run through ``RunView`` (``workflows/run_view.py``) and nothing else: its private attributes
+    are ``AgentRun``'s own, free to change without a room noticing.
+    """
+    found = []
+    for node in ast.walk(ast.parse(source, rel)):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+        if name.lstrip("_") == "run":
+            found.append(f"{rel}:{node.lineno} reaches into the run: {ast.unparse(node)}")
+    return found
+
+
+def test_rooms_see_the_run_through_its_view() -> None:
+    rooms = sorted(p for p in ROOT.glob("workflows/*.py") if p.name != "agent_run.py")
+    reaches = [r for path in rooms for r in _reaches_into_the_run(path.name, path.read_text())]
+    assert reaches == []
+
+
+def test_the_check_sees_a_room_reaching_into_the_run() -> None:
+    # Negative control: the same scan objects to each way of reaching past RunView.
+    source = "def f(self, run):\n    run._state.stop = 'x'\n    self._run._event('e')\n    return run.state, run.spec"
+    assert _reaches_into_the_run("approvals.py", source) == [
+        "approvals.py:2 reaches into the run: run._state",
+        "approvals.py:3 reaches into the run: self._run._event",
+    ]

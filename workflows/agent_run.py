@@ -22,27 +22,27 @@ final reply was being written keeps the run going, as ``append_messages`` in the
 compaction asked for with it runs after it (``compaction_checks.py``). A reply that a pending retry will discard, or
 that arrived after a stop, never has its tools run.
 
-The rest has its own module: the run's durable state (``state.py``), continue-as-new (``carry.py``), approvals and
-step mode (``approvals.py``), eager tools (``eager.py``), tool calls and their effects (``tool_calls.py``), search
-attributes (``search_attributes.py``).
+The rest has its own module, and each room sees the run only through ``RunView`` (``run_view.py``): the run's durable
+state (``state.py``), the model call (``model_calls.py``), the boundary's edits (``boundary.py``), compaction
+(``compaction.py``), continue-as-new (``carry.py``), approvals and step mode (``approvals.py``), eager tools
+(``eager.py``), tool calls and their effects (``tool_calls.py``), queries (``queries.py``), search attributes
+(``search_attributes.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal, NoReturn, TypeVar, cast
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+from temporalio.exceptions import CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
-    from agent_runner.contract.errors import InvalidRunInput, MalformedReply, ToolNotRegistered
+    from agent_runner.contract.errors import InvalidRunInput
     from agent_runner.contract.steering import (
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
@@ -63,7 +63,6 @@ with workflow.unsafe.imports_passed_through():
         ApproveTool,
         Compact,
         DenyTool,
-        EditOutcome,
         InjectMessage,
         RemoveTools,
         ReplaceHistory,
@@ -72,94 +71,59 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
         Wake,
     )
-    from agent_runner.contract.transcript import Transcript, message_ref, next_head
     from agent_runner.contract.types import (
-        CREATE_MESSAGE_ACTIVITY,
         DESCRIBE_TOOLS_ACTIVITY,
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         REPLIES_QUERY,
         SEND_POINT_QUERY,
         STATUS_QUERY,
-        THREAD_LOST_ERROR,
         TOOL_USE_READY_SIGNAL,
         TRANSCRIPT_QUERY,
         WORKFLOW_TYPE,
-        CreateMessageInput,
-        CreateMessageOutput,
         DescribeToolsInput,
         DescribeToolsOutput,
         RunResult,
         RunStatus,
         RunStatusName,
-        Usage,
     )
-    from agent_runner.workflows import live
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
+    from agent_runner.workflows.boundary import Boundary, paused
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
+    from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import (
-        COMPACTION_AT_THE_END_PATCH,
-        EMPTY_COMPACTION_PATCH,
         check_can_compact,
         check_no_compaction_edit,
         context_management_after,
         final_reply,
-        has_summary,
     )
-    from agent_runner.workflows.continuation import continued_conversation, send_point
-    from agent_runner.workflows.conversation import (
-        THREAD_UNSUPPORTED_CODE,
-        THREAD_UNSUPPORTED_ERROR,
-        Conversation,
-        served_by_fallback,
-    )
+    from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
         Edit,
-        EditFailed,
-        QueuedCompact,
-        QueuedEdit,
         check_add_tools,
         check_history,
         check_inject,
+        check_open,
         check_params,
         check_remove_tools,
-        expected_version,
+        check_version,
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
-    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
-    from agent_runner.workflows.mcp import pin_mcp_tools
+    from agent_runner.workflows.failures import fail, not_registered, refusing
     from agent_runner.workflows.metrics import count, record_reply
-    from agent_runner.workflows.pending_edits import (
-        PAUSE_HOLDS_PATCH,
-        TOOL_ADDITIONS_PATCH,
-        replaced_by_definitions,
-        turn_is_paused,
-        waits_out_the_pause,
-    )
+    from agent_runner.workflows.model_calls import ModelCalls, take_reply
+    from agent_runner.workflows.new_conversation import start_conversation
+    from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
-    from agent_runner.workflows.reply import reply_problems
-    from agent_runner.workflows.run_input import (
-        RunSpec,
-        parse_run_input,
-    )
+    from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
+    from agent_runner.workflows.run_input import RunSpec, parse_run_input
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.subagents import STOP_FROM_PARENT_SIGNAL
     from agent_runner.workflows.tool_calls import ToolCalls
-
-THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
-"""``workflow.patched`` id of the SDK's thread fallbacks (issue 13): resend without a thread after
-``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
-model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
-(``Conversation.thread_fallbacks``)."""
-
-REFUSED_TURN_PATCH = "refused-turn-not-kept-on-a-thread"
-"""``workflow.patched`` id of leaving a refused reply out of a threaded history, as the SDK does (issue 13); runs
-recorded before keep it in their history."""
 
 Step = Literal["run_tools", "resume", "stop"]
 
@@ -179,26 +143,6 @@ def next_step(stop_reason: str | None) -> Step:
 def tool_uses(reply: dict[str, Any]) -> list[dict[str, Any]]:
     """The reply's ``tool_use`` blocks, in order: the calls the run makes (server tools' blocks have other types)."""
     return [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
-
-
-_ValidatorT = TypeVar("_ValidatorT", bound=Callable[..., None])
-
-
-def _refusing(validator: _ValidatorT) -> _ValidatorT:
-    """A validator whose refusals reach every client as final: ``EditRejected``, not retryable.
-
-    A plain ``ValueError`` reaches the stock ``temporal`` CLI as ``ValueError, retryable: true``, which invites
-    resending what can never be accepted.
-    """
-
-    @functools.wraps(validator)
-    def checked(*args: Any) -> None:
-        try:
-            validator(*args)
-        except ValueError as e:
-            raise refused(str(e)) from None
-
-    return cast(_ValidatorT, checked)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -236,15 +180,14 @@ class AgentRun:
         self._continuing = False
         self._draining = False
         """Set while the run waits for its handlers before continuing as new."""
-        self._in_flight: int | None = None
-        """The reply number of the model call under way."""
-        self._reply_attempt = 0
-        """The attempt that wrote the last reply."""
         self._approvals = Approvals(self)
         self._steps = StepMode(self)
         self._eager = EagerTools(self)
+        self._model_calls = ModelCalls(self, self._eager)
         self._tool_calls = ToolCalls(self)
         self._background = BackgroundCompaction(self)
+        self._compactions = Compactions(self, self._model_calls, self._background)
+        self._edits = Boundary(self, self._compactions, self._background, self._stops_here)
 
     @workflow.run
     async def run(self, raw_input: Any = None) -> dict[str, Any]:
@@ -287,8 +230,8 @@ class AgentRun:
         finally:
             if not self._continuing and not evicted:  # a continuation takes the queued edits over
                 self._ended = True
-                self._fail_queued_edits()
-                self._event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
+                self._edits.fail_queued()
+                self.event(events.RUN_FINISHED, status=self._status, detail=failure or self._state.stop)
                 count(
                     "agent_runner_runs_finished",
                     "Runs ended, by status (running = started - finished)",
@@ -300,27 +243,17 @@ class AgentRun:
         return result.model_dump(mode="json")
 
     async def _begin(self, spec: RunSpec) -> RunSpec:
-        """Look up the run's tools and set up its conversation."""
+        """Look up the run's tools and set up its conversation (``new_conversation.py``)."""
         state = self._state
         names = [t for t in spec.tools if isinstance(t, str)]
-        described = await self._describe_tools(names, spec.result_hooks)
+        described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
-            raise fail(self._not_registered(described.missing + described.missing_hooks))
+            raise fail(not_registered(described.missing + described.missing_hooks))
         state.tools = {tool.name: tool for tool in described.tools}
         state.registered = sorted(described.registered) if described.registered is not None else None
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
-        definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
-        messages = as_held(spec.messages, spec.held)
-        if spec.mcp:  # the tools of the MCP servers the run names, listed once: the run's list for good
-            mcp_tools = await pin_mcp_tools(spec.mcp, [str(d.get("name")) for d in definitions])
-            state.tools.update({tool.name: tool for tool in mcp_tools})
-            definitions += [tool.definition for tool in mcp_tools]
-        state.conversation = Conversation.start(spec.params, definitions, messages, threading=spec.thread)
-        if spec.continue_from is not None:  # Run.send: the conversation of an ended run goes on
-            state.conversation = continued_conversation(spec.continue_from, messages)
-            state.usage = spec.continue_from.usage
-            state.fallback_index = spec.continue_from.fallback_index
+        await start_conversation(state, spec)
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
@@ -354,7 +287,7 @@ class AgentRun:
             if step == "stop" or not calls:
                 if state.message_queued:
                     continue  # a message arrived during the final turn: the conversation goes on
-                await self._compact_after_final_turn()
+                await self._edits.after_final_turn()
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
@@ -370,6 +303,10 @@ class AgentRun:
             detail=state.stop,
         )
 
+    async def _boundary(self) -> None:
+        """Apply every queued edit, in the order accepted, before the next model call (``boundary.py``)."""
+        await self._edits.apply()
+
     def _should_stop(self, spec: RunSpec) -> RunStatusName | None:
         """The status to end with, or ``None`` to send the next request.
 
@@ -384,16 +321,20 @@ class AgentRun:
             return "budget_exhausted"
         return None
 
+    def _stops_here(self) -> bool:
+        """Whether the run stops at this boundary (``_should_stop``), once it has its spec."""
+        return self._spec is not None and self._should_stop(self._spec) is not None
+
     async def _end(self, status: RunStatusName, spec: RunSpec, conversation: Conversation) -> None:
         """End the loop with ``status``: say which limit was reached, and let Claude sum up if the budget asks."""
         if status == "max_iterations":
-            self._event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
+            self.event(events.LIMIT_REACHED, limit="max_iterations", detail=f"{spec.max_iterations} replies")
         elif status == "budget_exhausted":
             spent = spec.budget.spent(self._state.usage, self._state.started_at, workflow.now())
             self._state.stop = f"The {spent} is spent."
             if spec.budget.summarize:
                 await self._summary_turn(spec, conversation)
-            self._event(events.LIMIT_REACHED, limit="budget_exhausted", detail=self._state.stop)
+            self.event(events.LIMIT_REACHED, limit="budget_exhausted", detail=self._state.stop)
         self._status = status
 
     async def _make_room(self, spec: RunSpec, conversation: Conversation) -> None:
@@ -404,14 +345,14 @@ class AgentRun:
         if (
             spec.auto_compact is not None
             and self._state.turn_input_tokens >= spec.auto_compact.input_tokens
-            and not self._paused(turn_is_paused)
+            and not paused(self._state, turn_is_paused)
         ):
             workflow.logger.info(
                 "Compacting: the last turn's input was %d tokens (threshold %d)",
                 self._state.turn_input_tokens,
                 spec.auto_compact.input_tokens,
             )
-            await self._compact(
+            await self._compactions.compact(
                 conversation,
                 spec.auto_compact.compaction,
                 spec.auto_compact.keep_recent_turns,
@@ -424,10 +365,10 @@ class AgentRun:
         self, spec: RunSpec, conversation: Conversation
     ) -> tuple[dict[str, Any], dict[str, asyncio.Task[dict[str, Any]]]]:
         """One request and its reply, taken into the run; with the tools started early for the reply's calls."""
-        reply = await self._create_message(spec, conversation)
-        eager = self._eager.take(reply, self._reply_attempt)
+        reply = await self._model_calls.create(spec, conversation)
+        eager = self._eager.take(reply, self._model_calls.reply_attempt)
         record_reply(reply)
-        self._take_reply(conversation, reply)
+        take_reply(self._state, conversation, reply)
         self._publish_search_attributes()
         self._state.version += 1
         return reply, eager
@@ -476,209 +417,9 @@ class AgentRun:
             ]
         )
         conversation.params["tool_choice"] = {"type": "none"}
-        reply = await self._create_message(spec, conversation)
-        self._take_reply(conversation, reply)
+        reply = await self._model_calls.create(spec, conversation)
+        take_reply(self._state, conversation, reply)
         self._state.version += 2
-
-    async def _compact(
-        self,
-        conversation: Conversation,
-        compaction: dict[str, Any],
-        keep_recent_turns: int = 0,
-        *,
-        edit: bool = False,
-        background: bool = False,
-    ) -> None:
-        """Replace the history by Claude's summary of it (a compaction request on a new thread).
-
-        Args:
-            conversation: The run's conversation.
-            compaction: The request's ``compaction`` field.
-            keep_recent_turns: Summarize only the history before the last this many turns, which follow the summary.
-            edit: Whether a client asked for it: with nothing old enough to summarize, the edit fails saying so;
-                ``auto_compact`` just waits for the history to grow.
-            background: Let the run go on meanwhile (``background.py``).
-        """
-        assert self._spec is not None
-        state = self._state
-        keep_from = None
-        if keep_recent_turns:
-            keep_from = conversation.recent_turns_start(keep_recent_turns + 1)
-            if keep_from is None:
-                reason = f"the history has no turn older than the last {keep_recent_turns} to summarize"
-                if edit:
-                    raise EditFailed(f"Compaction skipped: {reason}.")
-                workflow.logger.info("Not compacting yet: %s", reason)
-                return
-            keep_from = conversation.recent_turns_start(keep_recent_turns)
-        if background:
-            if self._background.running:
-                if edit:
-                    raise EditFailed("Compaction skipped: a background compaction is under way.")
-                return
-            self._background.start(
-                conversation, compaction, len(conversation.transcript) if keep_from is None else keep_from
-            )
-            state.turn_input_tokens = 0
-            return
-        reply = await self._create_message(self._spec, conversation, compaction, keep_from)
-        state.replies.append(reply)
-        state.fork_points.append(None)
-        state.compactions += 1
-        state.usage = state.usage.add(reply.get("usage"))
-        state.turn_input_tokens = 0
-        if not has_summary(reply) and workflow.patched(EMPTY_COMPACTION_PATCH):
-            workflow.logger.warning("Compaction produced no summary; keeping the conversation as it is.")
-            if edit:
-                raise EditFailed("Compaction produced no summary; the conversation was kept as it is. Ask again.")
-            return
-        conversation.record_compaction(reply, keep_from)
-
-    def _take_reply(self, conversation: Conversation, reply: dict[str, Any]) -> None:
-        """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
-        state = self._state
-        transcript = conversation.transcript
-        # A fork starts from the history Claude answered, named by its head (unknown for runs older than the store).
-        state.fork_points.append(transcript.head if state.stored else None)
-        state.replies.append(reply)
-        state.usage = state.usage.add(reply.get("usage"))
-        state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
-        if self._drops_refused_turn(conversation, reply):
-            # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
-            # conversation goes on without it, on a new thread.
-            if conversation.previous_message_id is not None:
-                conversation.start_new_thread("refusal")
-        else:
-            conversation.record_reply(reply)
-        if state.stored:
-            transcript.store_pending()
-
-    # --- The iteration boundary ---------------------------------------------------------------------------------
-
-    async def _boundary(self) -> None:
-        """Apply every queued edit, in the order accepted, before the next model call."""
-        state = self._state
-        if state.conversation is not None:
-            await self._background.settle(state.conversation, wait=False)
-        held: list[QueuedEdit] = []
-        while state.queue:
-            edit = state.queue.pop(0)
-            if self._held(edit):
-                held.append(edit)
-                continue
-            await self._apply_queued(edit)
-        state.queue[:0] = held
-
-    async def _apply_queued(self, edit: QueuedEdit) -> None:
-        state = self._state
-        try:
-            await self._apply(edit)
-            state.edits_applied += 1
-            state.version += 1
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
-        except EditFailed as e:
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
-
-    def _held(self, edit: QueuedEdit) -> bool:
-        """Whether ``edit`` stays queued at this boundary.
-
-        It waits out a paused turn, or it is a compaction and the run stops here: the SDK checks its stop rules before
-        a pending compaction, so none is sent then.
-        """
-        if self._paused(functools.partial(waits_out_the_pause, edit)):
-            return True
-        spec = self._spec
-        return (
-            isinstance(edit, QueuedCompact)
-            and spec is not None
-            and self._should_stop(spec) is not None
-            and workflow.patched(COMPACTION_AT_THE_END_PATCH)
-        )
-
-    async def _compact_after_final_turn(self) -> None:
-        """Apply the compactions queued when the final turn ended, as the SDK compacts after its final turn.
-
-        Skipped, as there, when the final reply has tool calls without results (``_apply`` says so).
-        """
-        state = self._state
-        compactions = [edit for edit in state.queue if isinstance(edit, QueuedCompact)]
-        if compactions and workflow.patched(COMPACTION_AT_THE_END_PATCH):
-            for edit in compactions:
-                state.queue.remove(edit)
-                await self._apply_queued(edit)
-
-    def _paused(self, holds: Callable[[str | None], bool]) -> bool:
-        """Whether ``holds`` keeps something back for the turn the last reply paused (``pending_edits.py``).
-
-        Asked of the patch only where it holds something, so runs recorded before replay as they ran.
-        """
-        last = self._state.last_reply
-        return holds(last.get("stop_reason") if last else None) and workflow.patched(PAUSE_HOLDS_PATCH)
-
-    async def _apply(self, edit: QueuedEdit) -> None:
-        state = self._state
-        conversation = state.conversation
-        assert conversation is not None
-        expected = expected_version(edit.payload)
-        # The version was checked when the edit was accepted. Since then the run's own tool results (for the reply
-        # the client saw) may have moved it; only another edit applied in between makes this one stale.
-        stale = expected != state.version if edit.edits_applied is None else edit.edits_applied != state.edits_applied
-        if expected is not None and stale:
-            raise EditFailed(
-                f"The transcript changed since version {expected} (it is now at {state.version}); nothing was "
-                "changed. Read the transcript again and resend the edit with its version."
-            )
-        match edit.payload:
-            case InjectMessage(content=content, held=held):
-                content = as_held(content, held)
-                conversation.join_user_content(
-                    [{"type": "text", "text": content}] if isinstance(content, str) else content
-                )
-            case RetryTurn():
-                try:
-                    dropped = conversation.drop_last_reply()
-                except ValueError as e:
-                    raise EditFailed(f"Cannot retry: {e}. Replace the history instead.") from None
-                if not dropped:
-                    raise EditFailed("There is no reply to retry.")
-            case ReplaceHistory(messages=messages, held=held):
-                conversation.replace_messages(as_held(messages, held))
-            case UpdateParams(params=params):
-                for key, value in params.items():
-                    if value is None:
-                        conversation.params.pop(key, None)
-                    else:
-                        conversation.params[key] = value
-            case AddTools(tools=tools):
-                described = await self._describe_tools([t for t in tools if isinstance(t, str)])
-                if described.missing:
-                    raise EditFailed(str(self._not_registered(described.missing)))
-                specs = {tool.name: tool for tool in described.tools}
-                replaced = replaced_by_definitions(tools, state.tools)
-                if replaced and workflow.patched(TOOL_ADDITIONS_PATCH):
-                    for name in replaced:
-                        state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
-                state.tools.update(specs)
-                definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
-                conversation.append_system_content(
-                    [
-                        {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}}
-                        for d in definitions
-                    ]
-                )
-            case Compact(compaction=compaction, keep_recent_turns=keep_recent_turns, background=background):
-                transcript = conversation.transcript
-                if transcript.role(len(transcript) - 1) == "assistant":
-                    last = transcript.pending[-1] if transcript.pending else (state.last_reply or {})
-                    if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last.get("content") or []):
-                        raise EditFailed("Compaction skipped: the last reply's tool calls have no results yet.")
-                await self._compact(conversation, compaction, keep_recent_turns, edit=True, background=background)
-            case RemoveTools(names=names):
-                for name in names:
-                    state.tools.pop(name, None)
-                conversation.append_system_content(
-                    [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
-                )
 
     def _enqueue(self, edit: Edit) -> dict[str, Any]:
         state = self._state
@@ -686,40 +427,6 @@ class AgentRun:
         state.next_seq += 1
         state.queue.append(queued(state.next_seq, edit, state.edits_applied))
         return {"seq": state.next_seq, "version": state.version}
-
-    def _fail_queued_edits(self) -> None:
-        """Edits still queued when the run ends are answered, never silently dropped."""
-        state = self._state
-        for edit in state.queue:
-            state.outcomes[edit.seq] = EditOutcome(
-                seq=edit.seq,
-                error=f"The run ended ({self._status}) before this edit could apply; nothing was changed. Start a "
-                "new run from its transcript to go on.",
-            )
-        state.queue.clear()
-
-    def _abandoned(self) -> str | None:
-        """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
-        if self._state.stop is not None:
-            return "The run was stopped before this call was executed."
-        if self._state.retry_queued:
-            return "The turn is being retried; this call was not executed."
-        return None
-
-    def _check_open(self) -> None:
-        # An edit sent before the run set up its conversation is queued like any other: it applies at the first
-        # boundary, before the first request.
-        if self._ended:
-            raise ValueError(
-                f"The run has ended ({self._status}); it takes no edits. Start a new run from its transcript to go on."
-            )
-
-    def _check_version(self, expected: int | None) -> None:
-        if expected is not None and expected != self._state.version:
-            raise ValueError(
-                f"The transcript changed since version {expected} (it is now at {self._state.version}). Read "
-                "the transcript again and resend the edit with its version."
-            )
 
     # --- Edits ---------------------------------------------------------------------------------------------------
 
@@ -729,11 +436,11 @@ class AgentRun:
         return self._enqueue(parse_update(InjectMessage, raw))
 
     @inject_message.validator
-    @_refusing
+    @refusing
     def _validate_inject_message(self, raw: dict[str, Any]) -> None:
         edit = parse_update(InjectMessage, raw)
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         check_inject(edit)
 
     @workflow.update(name=RETRY_TURN_UPDATE)
@@ -742,11 +449,11 @@ class AgentRun:
         return self._enqueue(parse_update(RetryTurn, raw or {}))
 
     @retry_turn.validator
-    @_refusing
+    @refusing
     def _validate_retry_turn(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RetryTurn, raw or {})
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
 
@@ -756,11 +463,11 @@ class AgentRun:
         return self._enqueue(parse_update(ReplaceHistory, raw))
 
     @replace_history.validator
-    @_refusing
+    @refusing
     def _validate_replace_history(self, raw: dict[str, Any]) -> None:
         edit = parse_update(ReplaceHistory, raw)
-        self._check_open()
-        self._check_version(edit.expected_version)
+        check_open(self._ended, self._status)
+        check_version(edit.expected_version, self._state.version)
         check_history(edit)
 
     @workflow.update(name=UPDATE_PARAMS_UPDATE)
@@ -769,10 +476,10 @@ class AgentRun:
         return self._enqueue(parse_update(UpdateParams, raw))
 
     @update_params.validator
-    @_refusing
+    @refusing
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         check_params(edit, self._state.conversation)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
@@ -783,10 +490,10 @@ class AgentRun:
         return self._enqueue(parse_update(AddTools, raw))
 
     @add_tools.validator
-    @_refusing
+    @refusing
     def _validate_add_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(AddTools, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
@@ -795,10 +502,10 @@ class AgentRun:
         return self._enqueue(parse_update(RemoveTools, raw))
 
     @remove_tools.validator
-    @_refusing
+    @refusing
     def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
         edit = parse_update(RemoveTools, raw)
-        self._check_open()
+        check_open(self._ended, self._status)
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
         check_remove_tools(edit, self._state.tools, definitions)
@@ -809,10 +516,10 @@ class AgentRun:
         return self._enqueue(parse_update(Compact, raw or {}))
 
     @compact.validator
-    @_refusing
+    @refusing
     def _validate_compact(self, raw: dict[str, Any]) -> None:
         parse_update(Compact, raw or {})
-        self._check_open()
+        check_open(self._ended, self._status)
         conversation = self._state.conversation
         check_can_compact(
             context_management_after(conversation.params if conversation else self._input, self._state.queue)
@@ -834,7 +541,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @stop.validator
-    @_refusing
+    @refusing
     def _validate_stop(self, raw: dict[str, Any]) -> None:
         parse_update(Stop, raw or {})
         if self._ended:
@@ -851,7 +558,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @approve_tool.validator
-    @_refusing
+    @refusing
     def _validate_approve_tool(self, raw: dict[str, Any]) -> None:
         self._approvals.check_waiting(parse_update(ApproveTool, raw).tool_use_id)
 
@@ -864,7 +571,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @deny_tool.validator
-    @_refusing
+    @refusing
     def _validate_deny_tool(self, raw: dict[str, Any]) -> None:
         self._approvals.check_waiting(parse_update(DenyTool, raw).tool_use_id)
 
@@ -877,7 +584,7 @@ class AgentRun:
         return {"version": self._state.version}
 
     @advance.validator
-    @_refusing
+    @refusing
     def _validate_advance(self, raw: dict[str, Any]) -> None:
         self._steps.check(parse_update(Advance, raw or {}))
 
@@ -890,19 +597,79 @@ class AgentRun:
         return {"version": self._state.version}
 
     @wake.validator
-    @_refusing
+    @refusing
     def _validate_wake(self, raw: dict[str, Any]) -> None:
         parse_update(Wake, raw or {})
         self._tool_calls.sleeps.check_wake()
 
+    # --- What the rooms see of the run (run_view.RunView) -----------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        """Everything the run keeps (continue-as-new carries it whole); rooms change it in place."""
+        return self._state
+
+    @property
+    def spec(self) -> RunSpec | None:
+        """The run's checked input, ``None`` until the run has parsed it."""
+        return self._spec
+
+    @property
+    def current_status(self) -> RunStatusName:
+        """The status the ``status`` query reports now."""
+        return self._status
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (it takes no more edits)."""
+        return self._ended
+
+    @property
+    def draining(self) -> bool:
+        """Whether the run is waiting for its handlers before continuing as new (no pause comes any more)."""
+        return self._draining
+
+    @property
+    def in_flight(self) -> int | None:
+        """The reply number of the model call under way, if any."""
+        return self._model_calls.in_flight
+
+    @property
+    def run_input(self) -> dict[str, Any]:
+        """The run's input as the client sent it (without the state a continuation carries)."""
+        return self._input
+
+    @property
+    def approvals(self) -> Approvals:
+        """Tool calls waiting for a person (``approvals.py``)."""
+        return self._approvals
+
+    @property
+    def steps(self) -> StepMode:
+        """The pauses of a run started with ``step`` (``approvals.py``)."""
+        return self._steps
+
+    @property
+    def tool_calls(self) -> ToolCalls:
+        """The run's tool calls (``tool_calls.py``), with its sleeps, sub-agents and toolsets."""
+        return self._tool_calls
+
+    def abandoned(self) -> str | None:
+        """Why a tool call of the current reply must not start now: the run is stopping or the turn is retried."""
+        if self._state.stop is not None:
+            return "The run was stopped before this call was executed."
+        if self._state.retry_queued:
+            return "The turn is being retried; this call was not executed."
+        return None
+
     # --- Live events, eager tools, search attributes -------------------------------------------------------------
 
-    def _event(self, event_type: str, **fields: Any) -> None:
+    def event(self, event_type: str, **fields: Any) -> None:
         """Publish a live event (``contract/events.py``) of the current reply unless it names its ``iteration``.
 
         Publishing from the workflow costs no history: the stream is workflow state, rebuilt on replay.
         """
-        turn = self._in_flight or self._state.reply_count + (event_type == events.ITERATION_STARTED)
+        turn = self._model_calls.in_flight or self._state.reply_count + (event_type == events.ITERATION_STARTED)
         self._stream.topic(EVENTS_TOPIC).publish({"type": event_type, "iteration": turn, **fields})
 
     @workflow.signal(name=STOP_FROM_PARENT_SIGNAL)
@@ -918,20 +685,23 @@ class AgentRun:
         self._signals += 1
         self._eager.ready(raw)
 
-    def _set_status(self, status: RunStatusName) -> None:
+    def set_status(self, status: RunStatusName) -> None:
+        """Change the run's status, and the search attributes that show it."""
         self._status = status
         self._publish_search_attributes()
 
     def _publish_search_attributes(self) -> None:
         publish(self._state, self._status)
 
-    def _iteration_in_flight(self) -> int | None:
+    def iteration_in_flight(self) -> int | None:
         """The iteration the model call under way will be, if its reply is not a compaction."""
-        return None if self._in_flight is None else self._in_flight - self._state.compactions
+        in_flight = self._model_calls.in_flight
+        return None if in_flight is None else in_flight - self._state.compactions
 
     # --- Activities ----------------------------------------------------------------------------------------------
 
-    async def _describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
+    async def describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
+        """Look tools (and result hooks) up on the workers: the ``describe_tools`` activity."""
         described: DescribeToolsOutput = await workflow.execute_activity(
             DESCRIBE_TOOLS_ACTIVITY,
             DescribeToolsInput(names=names, hooks=hooks or []),
@@ -941,207 +711,12 @@ class AgentRun:
         )
         return described
 
-    @staticmethod
-    def _not_registered(missing: list[str]) -> ToolNotRegistered:
-        return ToolNotRegistered(
-            f"No worker on task queue {workflow.info().task_queue!r} registered "
-            f"{', '.join(repr(n) for n in missing)}. Start a worker with "
-            "`python worker.py --tools <module that defines it>`, or pass the tool's definition as a "
-            "JSON object to send it without running it."
-        )
-
-    async def _create_message(
-        self,
-        spec: RunSpec,
-        conversation: Conversation,
-        compaction: dict[str, Any] | None = None,
-        keep_from: int | None = None,
-    ) -> dict[str, Any]:
-        """One model call. The reply is returned, not recorded; ``RunState.stored`` says whether it stored the turn.
-
-        A compaction that keeps recent turns sends only the messages before ``keep_from``.
-        """
-        state = self._state
-        options = spec.model_activity
-        reply_number = state.reply_count + 1
-        eager = spec.eager_tools and spec.step is None and compaction is None
-        self._event(events.ITERATION_STARTED)
-        token: str | None = None
-        refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
-        while True:
-            turn = conversation.turn(compaction, keep_from)
-            if spec.refusal_fallbacks:
-                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
-            if turn.settings_ref == state.settings_stored:
-                turn = turn.model_copy(update={"settings": None})
-            try:
-                self._in_flight = reply_number
-                self._eager.token = str(workflow.uuid4()) if eager else ""
-                output: CreateMessageOutput = await workflow.execute_activity(
-                    CREATE_MESSAGE_ACTIVITY,
-                    CreateMessageInput(
-                        turn=turn,
-                        replies_head=state.replies_head,
-                        run_id=workflow.info().workflow_id,
-                        iteration=reply_number,
-                        eager_tools=eager,
-                        eager_token=self._eager.token,
-                    ),
-                    result_type=CreateMessageOutput,
-                    start_to_close_timeout=options.start_to_close_timeout,
-                    heartbeat_timeout=live.model_heartbeat_timeout(options),
-                    retry_policy=retry_policy(options),
-                    task_queue=options.task_queue,
-                    summary=f"turn {reply_number} · {conversation.params['model']}",
-                )
-                problems = reply_problems(output.message)
-                if problems:
-                    raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
-                state.stored = output.stored
-                hop = self._falls_back(spec, conversation, output.message)
-                if output.stored:
-                    state.settings_stored = turn.settings_ref
-                    if not hop:  # a refused hop is not one of the run's replies
-                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
-                    if keep_from is None:
-                        # The call stored the turn's pending messages, which are the history's only when it sent
-                        # the whole history.
-                        conversation.transcript.store_pending()
-                self._reply_attempt = output.attempt
-                if hop:
-                    token, refusal = credit_token(output.message), output.message
-                    continue
-                if live.records_calls():
-                    self._event(events.RECORDED_CALL, attempt=output.attempt)
-                self._event(events.REPLY, message=output.message)
-                if conversation.threading and served_by_fallback(output.message):
-                    self._take_thread_fallbacks(conversation)
-                return output.message
-            except ActivityError as e:
-                cause = e.cause
-                if isinstance(cause, ApplicationError) and cause.type in (THREAD_LOST_ERROR, THREAD_UNSUPPORTED_ERROR):
-                    code = cause.message if cause.type == THREAD_LOST_ERROR else THREAD_UNSUPPORTED_CODE
-                    previous = turn.previous_message_id
-                    if conversation.takes_thread_fallback(code, continuing=previous is not None):
-                        self._take_thread_fallbacks(conversation)
-                    if conversation.recover(code, continuing=previous is not None):
-                        if conversation.threading:
-                            workflow.logger.info(
-                                "Replaying the full message history under a new thread: reason=%s "
-                                "previous_message_id=%s",
-                                code,
-                                previous,
-                            )
-                        else:
-                            workflow.logger.info(
-                                "Continuing without a thread for the rest of the run: reason=%s previous_message_id=%s",
-                                code,
-                                previous,
-                            )
-                        continue
-                    if cause.type == THREAD_UNSUPPORTED_ERROR:
-                        # Not recoverable here (the run does not thread, or it predates the fallback): a rejection.
-                        raise ApplicationError(
-                            cause.message, *cause.details, type="ModelRequestRejected", non_retryable=True
-                        ) from None
-                if isinstance(cause, CancelledError):
-                    raise  # the run was cancelled: let it end as cancelled, not failed
-                if refusal is not None:
-                    # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
-                    # to the next entry); when every entry failed, the refusal stands.
-                    if self._skips_failed_hop(spec, e):
-                        continue
-                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
-                    self._event(events.REPLY, message=refusal)
-                    return refusal
-                raise activity_failure(e) from None
-            finally:
-                self._in_flight = None
-                self._eager.token = ""
-
-    @staticmethod
-    def _drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
-        """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
-        return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
-
-    def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
-        """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
-
-        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted. A
-        refused ``continue`` is sent again on a new thread, since the server may hold the refused turn (the rule
-        ``Conversation.record_reply`` follows for a refusal the run keeps).
-        """
-        state = self._state
-        following = -1 if state.fallback_index is None else state.fallback_index
-        if (
-            reply.get("stop_reason") != "refusal"
-            or following + 1 >= len(spec.refusal_fallbacks)
-            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
-        ):
-            return False
-        state.fallback_index = following + 1
-        state.usage = state.usage.add(reply.get("usage"))
-        if conversation.threading and conversation.previous_message_id is not None:
-            conversation.start_new_thread("refusal")
-        workflow.logger.info(
-            "Refused (%s): trying the turn again on fallback %d, %s",
-            reply.get("model"),
-            state.fallback_index,
-            spec.refusal_fallbacks[state.fallback_index].get("model"),
-        )
-        return True
-
-    def _skips_failed_hop(self, spec: RunSpec, error: ActivityError) -> bool:
-        """Whether the run goes on to the next ``refusal_fallbacks`` entry after a hop's request failed."""
-        state = self._state
-        assert state.fallback_index is not None
-        failed = spec.refusal_fallbacks[state.fallback_index].get("model")
-        if state.fallback_index + 1 >= len(spec.refusal_fallbacks):
-            workflow.logger.warning("The last refusal fallback, %s, failed (%s); the refusal stands", failed, error)
-            return False
-        state.fallback_index += 1
-        workflow.logger.warning(
-            "Refusal fallback %s failed (%s); trying %s",
-            failed,
-            error,
-            spec.refusal_fallbacks[state.fallback_index].get("model"),
-        )
-        return True
-
-    @staticmethod
-    def _take_thread_fallbacks(conversation: Conversation) -> None:
-        """Follow the SDK's thread fallbacks from now on, unless this run was recorded without them.
-
-        Asked only where one of them decides differently, so the marker is recorded there and nowhere else.
-        """
-        if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
-            conversation.thread_fallbacks = True
-
-    # --- Queries -------------------------------------------------------------------------------------------------
+    # --- Queries (queries.py) ------------------------------------------------------------------------------------
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
         """The run's state: status, iterations, usage, transcript version and pending approvals."""
-        state, spec = self._state, self._spec
-        last = state.last_reply
-        return RunStatus(
-            status=self._status,
-            iterations=state.iterations,
-            replies=state.reply_count,
-            stop_reason=last.get("stop_reason") if last else None,
-            usage=state.usage,
-            transcript_length=len(state.conversation.transcript) if state.conversation else 0,
-            version=state.version,
-            pending_approvals=self._approvals.waiting(),
-            stop_reason_detail=state.stop,
-            cost_usd=spec.budget.prices.cost(state.usage) if spec and spec.budget.prices else None,
-            tool_results_under_review=self._steps.under_review,
-            replies_head=state.replies_head,
-            reply_offset=state.reply_offset,
-            continuations=state.continuations,
-            agents=[child.model_dump() for child in state.children],
-            sleeping_until=self._tool_calls.sleeps.sleeping_until(),
-        )
+        return status_of(self)
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)
     def pending_approvals(self) -> list[dict[str, Any]]:
@@ -1150,79 +725,20 @@ class AgentRun:
 
     @workflow.query(name=FORK_POINT_QUERY)
     def fork_point(self, iteration: int) -> dict[str, Any]:
-        """What a new run whose first request is this run's request for ``iteration`` (1 is the first) starts from.
-
-        ``iteration`` is a reply number: compactions count (and cannot be forked from).
-
-        Returns:
-            ``{"input": …, "head": …}``: this run's input, and the head of the history Claude saw then (in the store).
-        """
-        state = self._state
-        total = state.fork_offset + len(state.fork_points)
-        if not 1 <= iteration <= total:
-            raise ValueError(f"Iteration {iteration} does not exist; the run has {total} replies.")
-        if iteration <= state.fork_offset:
-            raise ValueError(
-                f"Iteration {iteration} is too old to fork from this run (it continued as new since); fork from "
-                f"iteration {state.fork_offset + 1} or later, or start a run from the transcript."
-            )
-        head = state.fork_points[iteration - state.fork_offset - 1]
-        if head is None:
-            raise ValueError(
-                f"Iteration {iteration} cannot be forked: it is a compaction, or the run started before transcripts "
-                "were stored. Fork from another iteration, or start a run from the transcript."
-            )
-        conversation = state.conversation
-        # A continuation whose input left its big parameters to the carried conversation forks with those.
-        params = conversation.params if conversation is not None and state.input_trimmed else {}
-        # A fork starts from the history at `head`, which holds what a `send` continued from.
-        own_input = {k: v for k, v in self._input.items() if k != "continue_from"}
-        return {"input": {**params, **own_input}, "head": head}
+        """What a new run whose first request is this run's request for ``iteration`` (1 is the first) starts from."""
+        return fork_point_of(self, iteration)
 
     @workflow.query(name=SEND_POINT_QUERY)
     def send_point(self) -> dict[str, Any]:
-        """What a new run that goes on with this ended run's conversation starts from (``Run.send``).
-
-        Returns:
-            ``{"input": …, "continue_from": …}``: this run's input, and its ``continue_from`` (``continuation.py``).
-        """
-        state = self._state
-        if not self._ended:
-            raise ValueError(
-                f"The run is still {self._status}: send it a message with `inject` instead, or wait for it to end."
-            )
-        if state.conversation is None:
-            raise ValueError("The run ended before it had a conversation; start a new run instead.")
-        params = state.conversation.params if state.input_trimmed else {}
-        run_input = {k: v for k, v in {**params, **self._input}.items() if k not in ("messages", "continue_from")}
-        point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
-        return {"input": run_input, "continue_from": point}
+        """What a new run that goes on with this ended run's conversation starts from (``Run.send``)."""
+        return send_point_of(self)
 
     @workflow.query(name=REPLIES_QUERY)
     def replies(self, after: int = 0) -> list[dict[str, Any]]:
         """Claude's replies, whole (id, content, stop reason, usage), from reply number ``after + 1`` on."""
-        state = self._state
-        if after < state.reply_offset:
-            raise ValueError(
-                f"Replies before iteration {state.reply_offset + 1} are no longer held by the run (it continued as "
-                "new); read them from the store (`replies_head` in the status), as AgentRunner does."
-            )
-        return state.replies[after - state.reply_offset :]
+        return replies_after(self, after)
 
     @workflow.query(name=TRANSCRIPT_QUERY)
     def transcript(self) -> dict[str, Any]:
-        """The whole conversation, by reference, and its version.
-
-        Returns:
-            ``{"version", "head", "pending", "length"}``: the messages are those of the transcript ``head`` in the
-            store, then ``pending``, in the Messages API's wire shape once placeholders are resolved
-            (``AgentRunner`` does both).
-        """
-        conversation = self._state.conversation
-        transcript = conversation.transcript if conversation else Transcript()
-        return {
-            "version": self._state.version,
-            "head": transcript.head,
-            "pending": transcript.pending,
-            "length": len(transcript),
-        }
+        """The whole conversation, by reference, and its version (``{"version", "head", "pending", "length"}``)."""
+        return transcript_of(self)

@@ -21,21 +21,21 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.plain_json import as_held
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 
 class Approvals:
     """Tool calls waiting for a person, and the decisions taken for them."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApproveTool | DenyTool] = {}
 
     def needed(self, spec: ToolSpec) -> bool:
         """Whether a call of the tool waits for a person: its own rule, or the run's ``approval`` policy."""
-        assert self._run._spec is not None
-        tools = self._run._spec.approval.tools
+        assert self._run.spec is not None
+        tools = self._run.spec.approval.tools
         return spec.requires_approval or tools == "all" or spec.name in tools
 
     def waiting(self) -> list[dict[str, Any]]:
@@ -56,7 +56,7 @@ class Approvals:
             ``(result, None)``: it does not run, and ``result`` says why (denied, or its reply dropped meanwhile).
         """
         decision = await self.ask(block, spec, iteration) if self.needed(spec) else None
-        abandoned = self._run._abandoned()
+        abandoned = self._run.abandoned()
         if isinstance(decision, DenyTool):
             return ToolResult(content=decision.reason, is_error=True), None
         if abandoned is not None:
@@ -72,7 +72,7 @@ class Approvals:
     ) -> ApproveTool | DenyTool:
         """Wait for a person's decision on the call ``block`` (or for its timeout, or for the reply to be dropped)."""
         run = self._run
-        assert run._spec is not None
+        assert run.spec is not None
         tool_use_id = str(block.get("id"))
         self.pending[tool_use_id] = PendingApproval(
             tool_use_id=tool_use_id,
@@ -82,16 +82,16 @@ class Approvals:
             requested_at=workflow.now().isoformat(),
             note=note,
         )
-        run._event(events.APPROVAL_WAITING, iteration=iteration, approval=self.pending[tool_use_id].model_dump())
+        run.event(events.APPROVAL_WAITING, iteration=iteration, approval=self.pending[tool_use_id].model_dump())
         count("agent_runner_approvals_requested", "Tool calls that waited for approval", tool=spec.name)
-        run._set_status("waiting_for_approval")
-        policy = run._spec.approval
+        run.set_status("waiting_for_approval")
+        policy = run.spec.approval
         try:
             await workflow.wait_condition(
-                lambda: tool_use_id in self.decisions or run._abandoned() is not None, timeout=policy.timeout
+                lambda: tool_use_id in self.decisions or run.abandoned() is not None, timeout=policy.timeout
             )
             decision = self.decisions.get(tool_use_id) or DenyTool(
-                tool_use_id=tool_use_id, reason=run._abandoned() or "Not executed."
+                tool_use_id=tool_use_id, reason=run.abandoned() or "Not executed."
             )
         except TimeoutError:
             decision = (
@@ -103,14 +103,14 @@ class Approvals:
             del self.pending[tool_use_id]
             self.decisions.pop(tool_use_id, None)
             if not self.pending:
-                run._set_status("sleeping" if run._tool_calls.sleeps.sleeping else "running")
+                run.set_status("sleeping" if run.tool_calls.sleeps.sleeping else "running")
         count(
             "agent_runner_approvals_decided",
             "Approvals decided, by outcome (waiting = requested - decided)",
             tool=spec.name,
             outcome="approved" if isinstance(decision, ApproveTool) else "denied",
         )
-        run._event(
+        run.event(
             events.APPROVAL_DECIDED,
             iteration=iteration,
             tool_use_id=tool_use_id,
@@ -123,7 +123,7 @@ class Approvals:
 class StepMode:
     """The pauses of a run started with ``step``: after each reply, and after its tools with ``review_results``."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self.waiting = False
         self._advance: Advance | None = None
@@ -133,22 +133,22 @@ class StepMode:
     async def pause(self, status: RunStatusName) -> Advance | None:
         """Wait for ``advance`` (or the step timeout, or a stop); the advance that ended the pause, if one did."""
         run = self._run
-        spec = run._spec
+        spec = run.spec
         assert spec is not None and spec.step is not None
         self._advance = None
         self.waiting = True
-        run._set_status(status)
-        run._event(events.STEP_WAITING, status=status)
+        run.set_status(status)
+        run.event(events.STEP_WAITING, status=status)
         try:
             await workflow.wait_condition(
-                lambda: not self.waiting or run._state.stop is not None, timeout=spec.step.timeout
+                lambda: not self.waiting or run.state.stop is not None, timeout=spec.step.timeout
             )
         except TimeoutError:
             if spec.step.on_timeout == "stop":
-                run._state.stop = f"No client advanced the run within {spec.step.timeout}."
+                run.state.stop = f"No client advanced the run within {spec.step.timeout}."
         finally:
             self.waiting = False
-            run._set_status("running")
+            run.set_status("running")
         return self._advance
 
     async def review(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,16 +169,16 @@ class StepMode:
             # Accepted for an iteration whose pause had not begun yet (see `check`): wait for it, or refuse once the
             # run has gone past it.
             await workflow.wait_condition(
-                lambda: self.waiting or run._ended or run._draining or run._state.iterations > (edit.iteration or 0)
+                lambda: self.waiting or run.ended or run.draining or run.state.iterations > (edit.iteration or 0)
             )
-            if run._draining and not self.waiting:
+            if run.draining and not self.waiting:
                 raise refused(
                     f"The run is continuing as new; it was not paused after iteration {edit.iteration}. Read its "
                     "status again and advance the pause it reports."
                 )
             if not self.waiting:
                 raise refused(self._not_paused())
-            if run._state.iterations != edit.iteration:
+            if run.state.iterations != edit.iteration:
                 raise refused(self._stale(edit))
         problem = self._tool_results_problem(edit)
         if problem is not None:
@@ -192,7 +192,7 @@ class StepMode:
         if edit.tool_results is not None and any(b.get("type") != "tool_result" for b in edit.tool_results):
             raise ValueError("`tool_results` may hold only `tool_result` blocks.")
         if self.waiting:
-            if edit.iteration is not None and edit.iteration != run._state.iterations:
+            if edit.iteration is not None and edit.iteration != run.state.iterations:
                 raise ValueError(self._stale(edit))
             problem = self._tool_results_problem(edit)
             if problem is not None:
@@ -201,36 +201,36 @@ class StepMode:
         # Temporal can hand an update to the run in the same task as the model or tool result the run is about to
         # pause on (a worker replaying the run does), before the run has reacted to it: an advance for that very
         # iteration is accepted and waits for the pause.
-        spec = run._spec
-        reply_coming = run._iteration_in_flight() == edit.iteration
+        spec = run.spec
+        reply_coming = run.iteration_in_flight() == edit.iteration
         review_coming = (
             spec is not None
             and spec.step is not None
             and spec.step.review_results
-            and run._status in ("running", "sleeping")
-            and edit.iteration == run._state.iterations
+            and run.current_status in ("running", "sleeping")
+            and edit.iteration == run.state.iterations
         )
-        if edit.iteration is not None and not run._ended and (reply_coming or review_coming):
+        if edit.iteration is not None and not run.ended and (reply_coming or review_coming):
             return
         raise ValueError(self._not_paused())
 
     def _stale(self, edit: Advance) -> str:
         return (
-            f"The run is paused after iteration {self._run._state.iterations}, not {edit.iteration}: read its status "
+            f"The run is paused after iteration {self._run.state.iterations}, not {edit.iteration}: read its status "
             "again."
         )
 
     def _not_paused(self) -> str:
         return (
-            f"The run is not paused for a step (it is {self._run._status}); `advance` applies to a run started with "
-            "`step`, after each reply (and after its tool results with `review_results`)."
+            f"The run is not paused for a step (it is {self._run.current_status}); `advance` applies to a run started "
+            "with `step`, after each reply (and after its tool results with `review_results`)."
         )
 
     def _tool_results_problem(self, edit: Advance) -> str | None:
         """Why ``edit``'s client-built tool results do not answer the last reply, or ``None``."""
         if edit.tool_results is None:
             return None
-        last = self._run._state.last_reply or {}
+        last = self._run.state.last_reply or {}
         wanted = [b.get("id") for b in last.get("content") or [] if b.get("type") == "tool_use"]
         given = [b.get("tool_use_id") for b in edit.tool_results]
         if sorted(map(str, given)) != sorted(map(str, wanted)):

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.reply import reply_problems
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 
 def summarized_refs(transcript: Transcript, length: int) -> list[str] | None:
@@ -49,7 +49,7 @@ def summarized_refs(transcript: Transcript, length: int) -> list[str] | None:
 class BackgroundCompaction:
     """The run's background compaction, while one is under way (this execution's own: never carried)."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self._task: asyncio.Task[dict[str, Any] | None] | None = None
         self._keep_from = 0
@@ -63,11 +63,11 @@ class BackgroundCompaction:
     def start(self, conversation: Conversation, compaction: dict[str, Any], keep_from: int) -> None:
         """Summarize the messages before ``keep_from`` while the run goes on."""
         run = self._run
-        spec = run._spec
+        spec = run.spec
         assert spec is not None and self._task is None
         turn = conversation.turn(compaction, keep_from)
         if spec.refusal_fallbacks:
-            turn = hop_turn(turn, spec.refusal_fallbacks, run._state.fallback_index)
+            turn = hop_turn(turn, spec.refusal_fallbacks, run.state.fallback_index)
         self._keep_from = keep_from
         self._summarized = summarized_refs(conversation.transcript, keep_from)
         options = spec.model_activity
@@ -105,7 +105,7 @@ class BackgroundCompaction:
         self._task = None
         if reply is None:
             return
-        state = self._run._state
+        state = self._run.state
         state.usage = state.usage.add(reply.get("usage"))
         if not any(isinstance(b, dict) and b.get("type") == "compaction" for b in reply.get("content") or []):
             workflow.logger.warning(

@@ -18,13 +18,13 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.reply import parse_tool_use_ready
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 
 class EagerTools:
     """The tools started early for the model call under way."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self._started: dict[str, tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]] = {}
         """The blocks and tasks of tools started before the reply ended, by ``tool_use_id``."""
@@ -46,21 +46,21 @@ class EagerTools:
         if ready is None or not self.token or ready.token != self.token:
             workflow.logger.warning("Ignored a tool_use_ready signal: %s", problem or "not from the call under way")
             return
-        if ready.iteration != run._in_flight or ready.attempt < self._attempt:
+        if ready.iteration != run.in_flight or ready.attempt < self._attempt:
             return
         block = ready.block
         # An unknown tool only gets an error, and a person must not be asked about a call that the reply may yet not
         # run: both start with the reply instead.
-        spec = run._state.tools.get(str(block["name"]))
-        if run._tool_calls.toolsets.takes(block):
+        spec = run.state.tools.get(str(block["name"]))
+        if run.tool_calls.toolsets.takes(block):
             return  # a toolset's actions start with the reply, in order (``toolsets.py``), never early
-        if spec is None or run._approvals.needed(spec) or run._tool_calls.withdrawn(spec.name):
+        if spec is None or run.approvals.needed(spec) or run.tool_calls.withdrawn(spec.name):
             return
         if ready.attempt > self._attempt:
             self._started, self._attempt = {}, ready.attempt
         tool_use_id = str(block["id"])
         if tool_use_id not in self._started:
-            task = asyncio.create_task(run._tool_calls.run(block, iteration=ready.iteration))
+            task = asyncio.create_task(run.tool_calls.run(block, iteration=ready.iteration))
             self._started[tool_use_id] = (block, task)
 
     def take(self, reply: dict[str, Any], reply_attempt: int) -> dict[str, asyncio.Task[dict[str, Any]]]:

@@ -211,3 +211,22 @@ def parse_update(model: type[_ModelT], raw: object) -> _ModelT:
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
         raise ValueError(f"Invalid {model.__name__} update: {problems}.") from None
+
+
+def check_open(ended: bool, status: str) -> None:
+    """An edit needs a run that has not ended."""
+    # An edit sent before the run set up its conversation is queued like any other: it applies at the first
+    # boundary, before the first request.
+    if ended:
+        raise ValueError(
+            f"The run has ended ({status}); it takes no edits. Start a new run from its transcript to go on."
+        )
+
+
+def check_version(expected: int | None, version: int) -> None:
+    """An edit that names the transcript version it was made against needs the transcript still at it."""
+    if expected is not None and expected != version:
+        raise ValueError(
+            f"The transcript changed since version {expected} (it is now at {version}). Read "
+            "the transcript again and resend the edit with its version."
+        )

@@ -25,7 +25,7 @@ from agent_runner.contract.steering import InjectMessage, ReplaceHistory, Wake
 from agent_runner.contract.types import ToolResult
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 SLEEP_TOOL = "sleep"
 """The built-in tool's name, as Claude calls it."""
@@ -122,7 +122,7 @@ def _bad_input(problem: str) -> str:
 class Sleeps:
     """The run's sleeps under way, and the ``wake`` updates that cut them short."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self.until: dict[str, datetime] = {}
         """When each sleep under way ends, by ``tool_use_id``."""
@@ -142,8 +142,8 @@ class Sleeps:
         """The ``wake`` validator: refuse a wake when nothing sleeps."""
         if not self.until:
             raise ValueError(
-                f"The run is not sleeping (it is {self._run._status}): `wake` cuts short a sleep Claude started with "
-                f"the `{SLEEP_TOOL}` tool."
+                f"The run is not sleeping (it is {self._run.current_status}): `wake` cuts short a sleep Claude started "
+                f"with the `{SLEEP_TOOL}` tool."
             )
 
     def wake(self, edit: Wake) -> None:
@@ -154,13 +154,13 @@ class Sleeps:
     async def call(self, block: dict[str, Any]) -> ToolResult:
         """Sleep as the ``tool_use`` ``block`` asks; the result says how the sleep ended."""
         run = self._run
-        assert run._spec is not None and run._spec.sleep is not None
+        assert run.spec is not None and run.spec.sleep is not None
         now = workflow.now()
         planned = _planned(block.get("input"), now)
         if isinstance(planned, str):
             return ToolResult(content=_bad_input(planned), is_error=True)
         seconds, what = planned
-        limit = run._spec.sleep.max_seconds
+        limit = run.spec.sleep.max_seconds
         text = _ran_out(what)
         if seconds > limit:
             seconds, text = limit, _capped(limit, what)
@@ -170,10 +170,10 @@ class Sleeps:
         tool_use_id = str(block.get("id"))
         wakes = self._wakes
         self.until[tool_use_id] = now + timedelta(seconds=seconds)
-        run._set_status("sleeping")
+        run.set_status("sleeping")
         try:
             await workflow.wait_condition(
-                lambda: self._wakes != wakes or run._abandoned() is not None or self._message_queued(),
+                lambda: self._wakes != wakes or run.abandoned() is not None or self._message_queued(),
                 timeout=timedelta(seconds=seconds),
             )
         except TimeoutError:
@@ -181,16 +181,16 @@ class Sleeps:
         finally:
             del self.until[tool_use_id]
             if not self.until:
-                run._set_status("waiting_for_approval" if run._approvals.pending else "running")
-        if run._abandoned() is not None:
-            why = "the run was stopped." if run._state.stop is not None else "the turn is being retried."
+                run.set_status("waiting_for_approval" if run.approvals.pending else "running")
+        if run.abandoned() is not None:
+            why = "the run was stopped." if run.state.stop is not None else "the turn is being retried."
             return ToolResult(content=_abandoned(what, why))
         if self._wakes != wakes:
             return ToolResult(content=_woken(what, self._reason))
         return ToolResult(content=_message(what))
 
     def _message_queued(self) -> bool:
-        return any(isinstance(edit.payload, InjectMessage | ReplaceHistory) for edit in self._run._state.queue)
+        return any(isinstance(edit.payload, InjectMessage | ReplaceHistory) for edit in self._run.state.queue)
 
 
 def _planned(tool_input: Any, now: datetime) -> tuple[float, str] | str:

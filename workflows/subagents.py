@@ -46,8 +46,8 @@ from agent_runner.contract.events import AGENT_STARTED
 from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, ToolResult, Usage
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
     from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.workflows.run_view import RunView
 
 STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
 """Signal a parent sends its running children when it is stopped: the child stops at its next step, as on ``stop``
@@ -184,18 +184,18 @@ def _summary(error: ValidationError) -> str:
 class SubAgents:
     """The run's calls of its agents."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
 
     def find(self, name: str) -> AgentSpec | None:
         """The run's agent called ``name``, if it has one."""
-        spec = self._run._spec
+        spec = self._run.spec
         return next((a for a in spec.agents if a.name == name), None) if spec is not None else None
 
     async def call(self, agent: AgentSpec, block: dict[str, Any]) -> ToolResult:
         """Run the child for one ``tool_use`` of ``agent``; its result, or an error result saying why there is none."""
         run = self._run
-        spec = run._spec
+        spec = run.spec
         assert spec is not None
         limits = spec.agent_limits
         tool_use_id = str(block.get("id"))
@@ -209,7 +209,7 @@ class SubAgents:
                 f"Agent '{agent.name}' was not started: one reply may start at most {limits.max_fan_out} agents "
                 "(`agent_limits.max_fan_out`). Call it again in a later turn."
             )
-        abandoned = run._abandoned()
+        abandoned = run.abandoned()
         if abandoned is not None:
             return ToolResult(content=abandoned, is_error=True)
         child_id = f"{workflow.info().workflow_id}/{tool_use_id}"
@@ -233,18 +233,18 @@ class SubAgents:
         except ChildWorkflowError as e:
             return _error(f"Agent '{agent.name}' could not be started: {_cause(e)}.")
         child = ChildRun(id=child_id, name=agent.name, tool_use_id=tool_use_id)
-        run._state.children.append(child)
+        run.state.children.append(child)
         # The stream's events (and their offsets) and the run's usage change with this: a run begun before replays
         # as it ran.
         tree = workflow.patched(TREE_PATCH)
         if tree:
-            run._event(AGENT_STARTED, tool_use_id=tool_use_id, name=agent.name, run_id=child_id)
+            run.event(AGENT_STARTED, tool_use_id=tool_use_id, name=agent.name, run_id=child_id)
         try:
-            await workflow.wait_condition(lambda: handle.done() or run._state.stop is not None)
+            await workflow.wait_condition(lambda: handle.done() or run.state.stop is not None)
             if not handle.done():
                 # The parent was stopped: so is the child, at its next step; its result says what it got to.
                 try:
-                    await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run._state.stop}")
+                    await handle.signal(STOP_FROM_PARENT_SIGNAL, f"The parent run was stopped: {run.state.stop}")
                 except FailureError:
                     pass  # the child ended before the signal reached it: its result says how
             outcome: dict[str, Any] = await handle
@@ -260,12 +260,12 @@ class SubAgents:
         child.status = str(outcome.get("status"))
         if tree:
             # What the child spent is the parent's: its budget and usage count it (and the child's own children's).
-            run._state.usage = run._state.usage.add(outcome.get("usage"))
+            run.state.usage = run.state.usage.add(outcome.get("usage"))
         return _result(agent.name, outcome)
 
     def _place(self, tool_use_id: str) -> int:
         """This call's place among the reply's agent calls, in block order (0 for the first)."""
-        reply = self._run._state.last_reply or {}
+        reply = self._run.state.last_reply or {}
         calls = [
             str(b.get("id"))
             for b in reply.get("content") or []
@@ -275,7 +275,7 @@ class SubAgents:
 
     def _child_input(self, agent: AgentSpec, spec: RunSpec, tool_input: Any) -> dict[str, Any]:
         """The child run's input: the agent's settings, the parent's where it has none, bounded by the parent."""
-        state = self._run._state
+        state = self._run.state
         child: dict[str, Any] = {
             "model": agent.model or spec.params["model"],
             "max_tokens": agent.max_tokens or spec.params["max_tokens"],

@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.toolsets import Toolsets
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 _ResultT = TypeVar("_ResultT", ToolResult, ReconcileOutput)
 
@@ -59,7 +59,7 @@ MAX_UNKNOWN_ROUNDS = 3
 class ToolCalls:
     """The run's tool calls."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self.agents = SubAgents(run)
         self._added: dict[str, asyncio.Task[ToolSpec | None]] = {}
@@ -70,19 +70,19 @@ class ToolCalls:
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
         run = self._run
-        iteration = iteration if iteration is not None else run._state.reply_count
+        iteration = iteration if iteration is not None else run.state.reply_count
         if self.toolsets.takes(block):
             return await self.toolsets.call(block, iteration)  # an action of a runnable toolset
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
         spec = await self._runnable(name)
-        run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
+        run.event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         agent = self.agents.find(name) if spec is None else None
         if agent is not None:
             result = await self.agents.call(agent, block)  # an agent is a tool: a child run answers the call
-        elif spec is None and name == SLEEP_TOOL and run._spec is not None and run._spec.sleep is not None:
+        elif spec is None and name == SLEEP_TOOL and run.spec is not None and run.spec.sleep is not None:
             result = await self.sleeps.call(block)  # the built-in sleep: a durable timer in the workflow
         elif spec is None:
             # Raw definitions (server tools among them) are sent, never executed, exactly as in the SDK.
@@ -90,16 +90,16 @@ class ToolCalls:
                 "Tool %r not found: it is not registered, or the conversation withdrew it (registered: %s). A raw "
                 "tool definition is sent to Claude but never executed.",
                 name,
-                sorted(run._state.tools),
+                sorted(run.state.tools),
             )
             result = ToolResult(content=f"Error: Tool '{name}' not found", is_error=True)
         else:
-            refusal, tool_input = await run._approvals.gate(block, spec, iteration)
+            refusal, tool_input = await run.approvals.gate(block, spec, iteration)
             result = refusal if refusal is not None else await self._execute(spec, block, tool_input, iteration)
         tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
         if result.is_error:
             tool_result["is_error"] = True
-        run._event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
+        run.event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
 
     async def _runnable(self, name: str) -> ToolSpec | None:
@@ -108,7 +108,7 @@ class ToolCalls:
         A queued ``add_tools`` counts already, as the SDK's does for the reply being handled: a registered tool added
         by name runs, and a raw definition added under a tool's name stops it running.
         """
-        state = self._run._state
+        state = self._run.state
         spec = state.tools.get(name) if not self.withdrawn(name) else None
         addition = last_addition(state.queue, name)
         # Asked only where the queue decides otherwise, so runs recorded before replay as they ran.
@@ -122,7 +122,7 @@ class ToolCalls:
         return spec
 
     async def _describe_added(self, name: str) -> ToolSpec | None:
-        described = await self._run._describe_tools([name])
+        described = await self._run.describe_tools([name])
         return next((tool for tool in described.tools if tool.name == name), None)
 
     def withdrawn(self, name: str) -> bool:
@@ -131,7 +131,7 @@ class ToolCalls:
         The SDK dispatches only on the names its history leaves available (``Conversation.withdrawn_tools``). Queued
         ``remove_tools`` and ``add_tools`` count already, as the SDK's do for the reply being handled.
         """
-        state = self._run._state
+        state = self._run.state
         if state.conversation is None or name not in state.tools:
             return False
         queued: list[tuple[str, bool]] = []
@@ -147,7 +147,7 @@ class ToolCalls:
         self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """Run the run's result hooks over the reply's tool results; a hook may end the run after them."""
-        state = self._run._state
+        state = self._run.state
         try:
             output: ProcessResultsOutput = await workflow.execute_activity(
                 PROCESS_RESULTS_ACTIVITY,
@@ -213,7 +213,7 @@ class ToolCalls:
                 workflow.logger.warning(
                     "Outcome of at-most-once tool %s (tool_use_id=%s) unknown: %s", spec.name, call.tool_use_id, cause
                 )
-                self._run._event(
+                self._run.event(
                     events.TOOL_OUTCOME_UNKNOWN,
                     iteration=iteration,
                     tool_use_id=call.tool_use_id,
@@ -224,7 +224,7 @@ class ToolCalls:
                 settled = await self._settle_unknown(spec, block, call, iteration, cause)
                 if settled is not None:
                     return settled
-                abandoned = self._run._abandoned()
+                abandoned = self._run.abandoned()
                 if abandoned is not None:
                     return ToolResult(content=abandoned, is_error=True)  # it did not happen, and must not now
                 reruns += 1  # it did not happen: run it again, a bounded number of times
@@ -259,7 +259,7 @@ class ToolCalls:
                 return answer.result or ToolResult(content=None)
             return None
         if spec.on_unknown == "ask":
-            decision = await self._run._approvals.ask(
+            decision = await self._run.approvals.ask(
                 {**block, "input": call.input},
                 spec,
                 iteration,

@@ -31,13 +31,13 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.failures import retry_policy
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.agent_run import AgentRun
+    from agent_runner.workflows.run_view import RunView
 
 
 class Toolsets:
     """The run's toolset actions."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self._last: dict[tuple[int, str], asyncio.Future[bool]] = {}
         """Per turn and family, the last action asked for: it resolves to whether that action or one before failed."""
@@ -46,7 +46,7 @@ class Toolsets:
         """Whether ``block`` is for a toolset: an action, or a call named after one (the SDK calls it malformed)."""
         if block.get("toolset_name") is not None:
             return True
-        spec = self._run._state.tools.get(str(block.get("name")))
+        spec = self._run.state.tools.get(str(block.get("name")))
         return spec is not None and toolset_family(spec.definition) == spec.name
 
     async def call(self, block: dict[str, Any], iteration: int) -> dict[str, Any]:
@@ -93,16 +93,16 @@ class Toolsets:
         tool_use_id = str(block.get("id"))
         if halted:
             return ToolResult(content=HALT_TEXT.get(family, NOT_EXECUTED), is_error=True), True
-        spec = run._state.tools.get(family)
+        spec = run.state.tools.get(family)
         if spec is None or toolset_family(spec.definition) != family:
             workflow.logger.warning("Toolset %r (action %r) not found in the run", family, name)
             # The SDK's words when a run has no runnable toolset of that family.
             return ToolResult(content=f"Error: Toolset '{family}' member '{name}' not found", is_error=True), False
         tool_input = block.get("input")
-        run._event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
-        refusal, tool_input = await run._approvals.gate(block, spec, iteration)
+        run.event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
+        refusal, tool_input = await run.approvals.gate(block, spec, iteration)
         result = refusal if refusal is not None else await self._execute(spec, family, block, tool_input, iteration)
-        run._event(
+        run.event(
             events.TOOL_FINISHED,
             iteration=iteration,
             tool_use_id=tool_use_id,

@@ -21,9 +21,8 @@ from agent_runner.cli.common import (
 )
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
 from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
-from agent_runner.client import AgentRunner, Run
+from agent_runner.client import AgentRunner, Run, check_run_input
 from agent_runner.contract.errors import ConfigurationError, RunAlreadyExists, RunCancelled
-from agent_runner.workflows.run_input import parse_run_input
 
 
 def _load_run_file(path: str) -> dict[str, Any]:
@@ -60,7 +59,7 @@ def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
         data["max_iterations"] = args.max_iterations
     if args.no_thread:
         data["thread"] = False
-    parse_run_input(data)
+    check_run_input(data)
     return data
 
 

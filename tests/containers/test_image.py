@@ -8,7 +8,8 @@ deploy/Dockerfile's `PYTHON_IMAGE` build argument names a local Debian bookworm 
 a debootstrap root filesystem), and its build stage gets the lock's prebuilt wheels with `PIP_NO_INDEX=1
 PIP_FIND_LINKS=/wheels`. Every other line of deploy/Dockerfile runs as written, runtime stage included.
 
-No workflow is defined here: the workflow sandbox cannot import testcontainers (infra.md section 4).
+No workflow is defined here: the workflow sandbox re-imports the module that defines a workflow, and importing
+testcontainers there fails (``RestrictedWorkflowAccessError`` on ``http.client``).
 """
 
 from __future__ import annotations

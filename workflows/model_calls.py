@@ -1,0 +1,250 @@
+"""The run's model calls: one request to Claude and its reply, with the SDK's thread and refusal fallbacks.
+
+``ModelCalls.create`` runs the ``create_message`` activity for a turn (or a compaction) and hands back the reply,
+unrecorded: ``AgentRun`` takes it into the run. On the way it follows the ``refusal_fallbacks`` chain
+(``fallbacks.py``) and the thread fallbacks (``conversation.py``), each behind its ``workflow.patched`` id, so runs
+recorded before replay as they ran.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract import events
+    from agent_runner.contract.errors import MalformedReply
+    from agent_runner.contract.transcript import message_ref, next_head
+    from agent_runner.contract.types import (
+        CREATE_MESSAGE_ACTIVITY,
+        THREAD_LOST_ERROR,
+        CreateMessageInput,
+        CreateMessageOutput,
+        Usage,
+    )
+    from agent_runner.workflows import live
+    from agent_runner.workflows.conversation import (
+        THREAD_UNSUPPORTED_CODE,
+        THREAD_UNSUPPORTED_ERROR,
+        Conversation,
+        served_by_fallback,
+    )
+    from agent_runner.workflows.eager import EagerTools
+    from agent_runner.workflows.failures import activity_failure, fail, retry_policy
+    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
+    from agent_runner.workflows.reply import reply_problems
+    from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.workflows.state import RunState
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.run_view import RunView
+
+THREAD_FALLBACKS_PATCH = "thread-fallbacks-as-the-sdk"
+"""``workflow.patched`` id of the SDK's thread fallbacks (issue 13): resend without a thread after
+``thread_unsupported_request`` or a thread lost again right after a replay, and a new thread after a reply a fallback
+model served. Asked where one of them first decides, so runs recorded before keep the rules they ran with
+(``Conversation.thread_fallbacks``)."""
+
+REFUSED_TURN_PATCH = "refused-turn-not-kept-on-a-thread"
+"""``workflow.patched`` id of leaving a refused reply out of a threaded history, as the SDK does (issue 13); runs
+recorded before keep it in their history."""
+
+
+def drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
+    """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
+    return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
+
+
+def take_thread_fallbacks(conversation: Conversation) -> None:
+    """Follow the SDK's thread fallbacks from now on, unless this run was recorded without them.
+
+    Asked only where one of them decides differently, so the marker is recorded there and nowhere else.
+    """
+    if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
+        conversation.thread_fallbacks = True
+
+
+def take_reply(state: RunState, conversation: Conversation, reply: dict[str, Any]) -> None:
+    """Add a reply to the run: its replies, usage, fork points and history (stored when the call says so)."""
+    transcript = conversation.transcript
+    # A fork starts from the history Claude answered, named by its head (unknown for runs older than the store).
+    state.fork_points.append(transcript.head if state.stored else None)
+    state.replies.append(reply)
+    state.usage = state.usage.add(reply.get("usage"))
+    state.turn_input_tokens = Usage().add(reply.get("usage")).all_input_tokens
+    if drops_refused_turn(conversation, reply):
+        # The SDK does not record a refused turn on a thread (`_thread_state.py`, before `_store_turn`): the
+        # conversation goes on without it, on a new thread.
+        if conversation.previous_message_id is not None:
+            conversation.start_new_thread("refusal")
+    else:
+        conversation.record_reply(reply)
+    if state.stored:
+        transcript.store_pending()
+
+
+class ModelCalls:
+    """The run's model calls, and which one is under way."""
+
+    def __init__(self, run: RunView, eager: EagerTools) -> None:
+        self._run = run
+        self._eager = eager
+        self.in_flight: int | None = None
+        """The reply number of the model call under way."""
+        self.reply_attempt = 0
+        """The attempt that wrote the last reply."""
+
+    async def create(
+        self,
+        spec: RunSpec,
+        conversation: Conversation,
+        compaction: dict[str, Any] | None = None,
+        keep_from: int | None = None,
+    ) -> dict[str, Any]:
+        """One model call. The reply is returned, not recorded; ``RunState.stored`` says whether it stored the turn.
+
+        A compaction that keeps recent turns sends only the messages before ``keep_from``.
+        """
+        state = self._run.state
+        options = spec.model_activity
+        reply_number = state.reply_count + 1
+        eager = spec.eager_tools and spec.step is None and compaction is None
+        self._run.event(events.ITERATION_STARTED)
+        token: str | None = None
+        refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
+        while True:
+            turn = conversation.turn(compaction, keep_from)
+            if spec.refusal_fallbacks:
+                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
+            if turn.settings_ref == state.settings_stored:
+                turn = turn.model_copy(update={"settings": None})
+            try:
+                self.in_flight = reply_number
+                self._eager.token = str(workflow.uuid4()) if eager else ""
+                output: CreateMessageOutput = await workflow.execute_activity(
+                    CREATE_MESSAGE_ACTIVITY,
+                    CreateMessageInput(
+                        turn=turn,
+                        replies_head=state.replies_head,
+                        run_id=workflow.info().workflow_id,
+                        iteration=reply_number,
+                        eager_tools=eager,
+                        eager_token=self._eager.token,
+                    ),
+                    result_type=CreateMessageOutput,
+                    start_to_close_timeout=options.start_to_close_timeout,
+                    heartbeat_timeout=live.model_heartbeat_timeout(options),
+                    retry_policy=retry_policy(options),
+                    task_queue=options.task_queue,
+                    summary=f"turn {reply_number} · {conversation.params['model']}",
+                )
+                problems = reply_problems(output.message)
+                if problems:
+                    raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
+                state.stored = output.stored
+                hop = self._falls_back(spec, conversation, output.message)
+                if output.stored:
+                    state.settings_stored = turn.settings_ref
+                    if not hop:  # a refused hop is not one of the run's replies
+                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
+                    if keep_from is None:
+                        # The call stored the turn's pending messages, which are the history's only when it sent
+                        # the whole history.
+                        conversation.transcript.store_pending()
+                self.reply_attempt = output.attempt
+                if hop:
+                    token, refusal = credit_token(output.message), output.message
+                    continue
+                if live.records_calls():
+                    self._run.event(events.RECORDED_CALL, attempt=output.attempt)
+                self._run.event(events.REPLY, message=output.message)
+                if conversation.threading and served_by_fallback(output.message):
+                    take_thread_fallbacks(conversation)
+                return output.message
+            except ActivityError as e:
+                cause = e.cause
+                if isinstance(cause, ApplicationError) and cause.type in (THREAD_LOST_ERROR, THREAD_UNSUPPORTED_ERROR):
+                    code = cause.message if cause.type == THREAD_LOST_ERROR else THREAD_UNSUPPORTED_CODE
+                    previous = turn.previous_message_id
+                    if conversation.takes_thread_fallback(code, continuing=previous is not None):
+                        take_thread_fallbacks(conversation)
+                    if conversation.recover(code, continuing=previous is not None):
+                        if conversation.threading:
+                            workflow.logger.info(
+                                "Replaying the full message history under a new thread: reason=%s "
+                                "previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        else:
+                            workflow.logger.info(
+                                "Continuing without a thread for the rest of the run: reason=%s previous_message_id=%s",
+                                code,
+                                previous,
+                            )
+                        continue
+                    if cause.type == THREAD_UNSUPPORTED_ERROR:
+                        # Not recoverable here (the run does not thread, or it predates the fallback): a rejection.
+                        raise ApplicationError(
+                            cause.message, *cause.details, type="ModelRequestRejected", non_retryable=True
+                        ) from None
+                if isinstance(cause, CancelledError):
+                    raise  # the run was cancelled: let it end as cancelled, not failed
+                if refusal is not None:
+                    # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
+                    # to the next entry); when every entry failed, the refusal stands.
+                    if self._skips_failed_hop(spec, e):
+                        continue
+                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
+                    self._run.event(events.REPLY, message=refusal)
+                    return refusal
+                raise activity_failure(e) from None
+            finally:
+                self.in_flight = None
+                self._eager.token = ""
+
+    def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
+        """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
+
+        If it does, the run is pinned to the next entry, and the refused hop's usage, which is billed, is counted. A
+        refused ``continue`` is sent again on a new thread, since the server may hold the refused turn (the rule
+        ``Conversation.record_reply`` follows for a refusal the run keeps).
+        """
+        state = self._run.state
+        following = -1 if state.fallback_index is None else state.fallback_index
+        if (
+            reply.get("stop_reason") != "refusal"
+            or following + 1 >= len(spec.refusal_fallbacks)
+            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
+        ):
+            return False
+        state.fallback_index = following + 1
+        state.usage = state.usage.add(reply.get("usage"))
+        if conversation.threading and conversation.previous_message_id is not None:
+            conversation.start_new_thread("refusal")
+        workflow.logger.info(
+            "Refused (%s): trying the turn again on fallback %d, %s",
+            reply.get("model"),
+            state.fallback_index,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
+
+    def _skips_failed_hop(self, spec: RunSpec, error: ActivityError) -> bool:
+        """Whether the run goes on to the next ``refusal_fallbacks`` entry after a hop's request failed."""
+        state = self._run.state
+        assert state.fallback_index is not None
+        failed = spec.refusal_fallbacks[state.fallback_index].get("model")
+        if state.fallback_index + 1 >= len(spec.refusal_fallbacks):
+            workflow.logger.warning("The last refusal fallback, %s, failed (%s); the refusal stands", failed, error)
+            return False
+        state.fallback_index += 1
+        workflow.logger.warning(
+            "Refusal fallback %s failed (%s); trying %s",
+            failed,
+            error,
+            spec.refusal_fallbacks[state.fallback_index].get("model"),
+        )
+        return True
