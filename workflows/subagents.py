@@ -251,7 +251,7 @@ class SubAgents:
         except ChildWorkflowError as e:
             child.status = _ended(e)
             if workflow.patched(CHARGE_PATCH):
-                run._state.usage = run._state.usage.add(await _spent(child_id))
+                run.state.usage = run.state.usage.add(await _spent(child_id))
             return _error(_failure(agent.name, e))
         except asyncio.CancelledError:
             child.status = "cancelled"
