@@ -303,6 +303,8 @@ class AgentRun:
         """Look up the run's tools and set up its conversation."""
         state = self._state
         names = [t for t in spec.tools if isinstance(t, str)]
+        if spec.continue_from is not None and spec.continue_from.tools is not None:
+            names = spec.continue_from.tools  # Run.send: the tools the ended run could run, as it left them
         described = await self._describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
             raise fail(self._not_registered(described.missing + described.missing_hooks))
@@ -310,7 +312,11 @@ class AgentRun:
         state.registered = sorted(described.registered) if described.registered is not None else None
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
-        definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
+        # A send's tools as its input named them (one the ended run removed stands for its name, for the MCP tools).
+        definitions = [
+            t if isinstance(t, dict) else state.tools[t].definition if t in state.tools else {"name": t}
+            for t in spec.tools
+        ]
         messages = as_held(spec.messages, spec.held)
         if spec.mcp:  # the tools of the MCP servers the run names, listed once: the run's list for good
             mcp_tools = await pin_mcp_tools(spec.mcp, [str(d.get("name")) for d in definitions])
@@ -1195,7 +1201,9 @@ class AgentRun:
             raise ValueError("The run ended before it had a conversation; start a new run instead.")
         params = state.conversation.params if state.input_trimmed else {}
         run_input = {k: v for k, v in {**params, **self._input}.items() if k not in ("messages", "continue_from")}
-        point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
+        point = send_point(
+            workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index, state.tools
+        )
         return {"input": run_input, "continue_from": point}
 
     @workflow.query(name=REPLIES_QUERY)
