@@ -97,7 +97,8 @@ async def test_send_resends_the_whole_history_without_a_thread(
 async def test_send_keeps_the_model_a_refusal_fell_back_to(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    refused = Reply([text("No.")], "refusal", stop_details={"type": "refusal", "category": None})
+    details = {"type": "refusal", "category": None, "fallback_credit_token": "tok_N"}
+    refused = Reply([text("No.")], "refusal", stop_details=details)
     fake_api.script(refused, end_turn("Sunny."), end_turn("Cold."))
     async with worker(get_weather):
         run = await runner.start(
@@ -107,7 +108,8 @@ async def test_send_keeps_the_model_a_refusal_fell_back_to(
         after = await run.send("And in Oslo?")
         await after.until_done()
     assert [b["model"] for b in fake_api.bodies()] == ["claude-fake-1", "claude-fallback-2", "claude-fallback-2"]
-    assert fake_api.bodies()[2]["messages"] == [USER, SUNNY, AGAIN]
+    spliced = {"role": "assistant", "content": [text("No."), text("Sunny.")]}  # the seam between them is not sent
+    assert fake_api.bodies()[2]["messages"] == [USER, spliced, AGAIN]
 
 
 async def test_send_goes_on_with_the_tools_the_run_ended_with(

@@ -130,7 +130,13 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import activity_failure, fail, refused, retry_policy
-    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
+    from agent_runner.workflows.fallbacks import (
+        FALLBACK_SPLICE_PATCH,
+        REFUSAL_FALLBACKS_PATCH,
+        Splice,
+        credit_token,
+        hop_turn,
+    )
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.pending_edits import (
@@ -974,10 +980,14 @@ class AgentRun:
         self._event(events.ITERATION_STARTED)
         token: str | None = None
         refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
+        chain: Splice | None = None  # the middleware's streaming splice of the hops (fallbacks.py)
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
-                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
+                index = state.fallback_index
+                splice = chain.hop(str(spec.refusal_fallbacks[index]["model"])) if chain and index is not None else None
+                turn = hop_turn(turn, spec.refusal_fallbacks, index, token, splice)
+            model = str((turn.settings or {}).get("params", {}).get("model"))
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -1016,6 +1026,10 @@ class AgentRun:
                 self._reply_attempt = output.attempt
                 if hop:
                     token, refusal = credit_token(output.message), output.message
+                    if chain is not None and turn.splice is not None:
+                        chain.refused(output.message, turn.splice, output.attempt)
+                    elif workflow.patched(FALLBACK_SPLICE_PATCH):
+                        chain = Splice(output.message, model, output.attempt)
                     continue
                 if live.records_calls():
                     self._event(events.RECORDED_CALL, attempt=output.attempt)
@@ -1056,6 +1070,8 @@ class AgentRun:
                     # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
                     # to the next entry); when every entry failed, the refusal stands.
                     if self._skips_failed_hop(spec, e):
+                        if chain is not None:
+                            chain.failed(options.maximum_attempts)
                         continue
                     state.replies_head = next_head(state.replies_head, message_ref(refusal))
                     self._event(events.REPLY, message=refusal)
@@ -1084,6 +1100,10 @@ class AgentRun:
             or following + 1 >= len(spec.refusal_fallbacks)
             or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
         ):
+            return False
+        if credit_token(reply) is None and reply.get("content") and workflow.patched(FALLBACK_SPLICE_PATCH):
+            # As the middleware's stream: a refusal after output goes down the chain only with a credit token.
+            workflow.logger.info("Refused after output without a fallback credit token: the refusal stands")
             return False
         state.fallback_index = following + 1
         state.usage = state.usage.add(reply.get("usage"))

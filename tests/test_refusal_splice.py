@@ -1,0 +1,88 @@
+"""Refusal fallbacks spliced as the SDK 2.14.0 ``BetaRefusalFallbackMiddleware`` streams them (``fallbacks.py``).
+
+Differential: each script goes through the SDK's streaming tool runner with the middleware (and a shared
+``BetaFallbackState``, so later turns stay on the model that accepted) and through a durable run with the same chain as
+``refusal_fallbacks``. Both must send identical request bodies (the refused partial output resent as a prefill when
+the refusal grants it, seam blocks left out of the history) and end with the identical reply (the refused output, a
+``fallback`` seam block per model boundary, then the fallback's content, under the first refused reply's id, with the
+chain in ``usage.iterations``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import pytest
+from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddleware
+
+from agent_runner.client import AgentRunner
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, thinking
+from agent_runner.testing.replies import ScriptItem
+from tests.test_parity import (
+    PARAMS,
+    SYNC_TOOLS,
+    Outcome,
+    _observed,
+    _reset,
+    assert_same,
+    durable_outcome,
+    parity_runner,  # noqa: F401 (the module's shared worker, a fixture)
+    weather,
+)
+
+CHAIN = ["claude-fallback-2", "claude-fallback-3"]
+
+
+def refused(*content: dict[str, Any], token: str | None = "tok_A", prefill: bool = True) -> Reply:
+    details: dict[str, Any] = {"type": "refusal", "category": "cyber", "explanation": "Not this."}
+    if token is not None:
+        details["fallback_credit_token"] = token
+    if prefill:
+        details["fallback_has_prefill_claim"] = True
+    return Reply(list(content), "refusal", stop_details=details)
+
+
+def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem]) -> Outcome:
+    """The SDK's streaming tool runner over a client with the middleware (call it in a thread: it blocks)."""
+    _reset(fake, script)
+    middleware = BetaRefusalFallbackMiddleware([{"model": m} for m in CHAIN])
+    client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
+    with BetaFallbackState():
+        runner = client.beta.messages.tool_runner(**PARAMS, tools=SYNC_TOOLS, thread=False, stream=True)
+        for stream in runner:
+            stream.get_final_message()
+        return _observed(fake, runner.until_done())
+
+
+SCRIPTS: dict[str, list[ScriptItem]] = {
+    "refused_mid_stream_with_a_prefill_claim": [refused(text("Here is how to")), end_turn(" check it: sunny.")],
+    "refused_without_a_prefill_claim": [refused(text("Here is how to"), prefill=False), end_turn("Sunny.")],
+    "refused_before_any_output": [refused(token=None, prefill=False), end_turn("Sunny.")],
+    "refused_after_output_without_a_token_stands": [refused(text("Here is"), token=None)],
+    "the_last_entry_refuses_too": [refused(text("Here")), refused(text(" is"), token="tok_B"), refused(token="tok_C")],
+    "trailing_thinking_is_not_resent": [refused(text("Let me"), thinking("hmm")), end_turn(" see: sunny.")],
+    "two_hops_each_resending_the_output_so_far": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B"),
+        end_turn(" the weather."),
+    ],
+    "seams_are_left_out_of_the_next_request": [
+        refused(text("Checking")),
+        Reply([weather("toolu_W1")], "tool_use"),
+        end_turn("Sunny."),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+async def test_a_refusal_splices_as_the_middleware_streams_it(
+    name: str,
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    script = SCRIPTS[name]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script)
+    actual = await durable_outcome(fake_server, parity_runner, script, {"refusal_fallbacks": CHAIN}, thread=False)
+    assert_same(actual, expected)
