@@ -138,7 +138,10 @@ class ClaudeActivities:
                 prefill = await self.content.resolve(splice.prefill)
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
-        reply = await self._call(request, input, attempt=attempt, prefix=prefix)
+        # A replayed reply streamed already (as the refused hops'): it is only recorded.
+        reply = (
+            turn.replay if turn.replay is not None else await self._call(request, input, attempt=attempt, prefix=prefix)
+        )
         if splice is not None:
             reply = spliced_reply(reply, splice)
         message = await self.content.offload_reply(reply)

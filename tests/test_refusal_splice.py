@@ -18,7 +18,7 @@ import pytest
 from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddleware
 
 from agent_runner.client import AgentRunner
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, thinking
+from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
 from agent_runner.testing.replies import ScriptItem
 from tests.test_parity import (
     PARAMS,
@@ -61,6 +61,21 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
     "refused_without_a_prefill_claim": [refused(text("Here is how to"), prefill=False), end_turn("Sunny.")],
     "refused_before_any_output": [refused(token=None, prefill=False), end_turn("Sunny.")],
     "refused_after_output_without_a_token_stands": [refused(text("Here is"), token=None)],
+    "a_rejected_prefill_is_sent_once_more_without_it": [
+        refused(text("Here")),
+        bad_request("bad prefill"),
+        end_turn("."),
+    ],
+    "when_every_hop_fails_the_refusal_stands_recommending_nothing": [
+        refused(text("Here"), prefill=False),
+        bad_request("no such model"),
+        bad_request("no such model"),
+    ],
+    "when_the_last_hop_is_over_capacity_the_refusal_recommends_it": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B", prefill=False),
+        Fault(529),
+    ],
     "the_last_entry_refuses_too": [refused(text("Here")), refused(text(" is"), token="tok_B"), refused(token="tok_C")],
     "trailing_thinking_is_not_resent": [refused(text("Let me"), thinking("hmm")), end_turn(" see: sunny.")],
     "two_hops_each_resending_the_output_so_far": [
@@ -84,5 +99,7 @@ async def test_a_refusal_splices_as_the_middleware_streams_it(
 ) -> None:
     script = SCRIPTS[name]
     expected = await asyncio.to_thread(sdk_outcome, fake_server, script)
-    actual = await durable_outcome(fake_server, parity_runner, script, {"refusal_fallbacks": CHAIN}, thread=False)
+    # One attempt per model call, as the SDK client's `max_retries=0`: a hop's 529 fails it at once.
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
     assert_same(actual, expected)

@@ -981,11 +981,14 @@ class AgentRun:
         token: str | None = None
         refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
         chain: Splice | None = None  # the middleware's streaming splice of the hops (fallbacks.py)
+        with_partial = True  # False once the hop's server rejected the prefill: it is sent once without it
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
                 index = state.fallback_index
-                splice = chain.hop(str(spec.refusal_fallbacks[index]["model"])) if chain and index is not None else None
+                splice = None
+                if chain is not None and index is not None:
+                    splice = chain.hop(str(spec.refusal_fallbacks[index]["model"]), with_partial=with_partial)
                 turn = hop_turn(turn, spec.refusal_fallbacks, index, token, splice)
             model = str((turn.settings or {}).get("params", {}).get("model"))
             if turn.settings_ref == state.settings_stored:
@@ -1025,7 +1028,7 @@ class AgentRun:
                         conversation.transcript.store_pending()
                 self._reply_attempt = output.attempt
                 if hop:
-                    token, refusal = credit_token(output.message), output.message
+                    token, refusal, with_partial = credit_token(output.message), output.message, True
                     if chain is not None and turn.splice is not None:
                         chain.refused(output.message, turn.splice, output.attempt)
                     elif workflow.patched(FALLBACK_SPLICE_PATCH):
@@ -1069,10 +1072,19 @@ class AgentRun:
                 if refusal is not None:
                     # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
                     # to the next entry); when every entry failed, the refusal stands.
+                    if chain is not None and with_partial and chain.rejected_prefill(turn.splice, cause):
+                        with_partial = False
+                        chain.failed(options.maximum_attempts)
+                        continue
+                    with_partial = True
                     if self._skips_failed_hop(spec, e):
                         if chain is not None:
                             chain.failed(options.maximum_attempts)
                         continue
+                    if chain is not None:  # replayed as the middleware does, through the model call that records it
+                        kind = cause.type if isinstance(cause, ApplicationError) else None
+                        stood = chain.standing(refusal, model, kind)
+                        refusal = await self._record_replay(spec, conversation, stood, reply_number)
                     state.replies_head = next_head(state.replies_head, message_ref(refusal))
                     self._event(events.REPLY, message=refusal)
                     return refusal
@@ -1080,6 +1092,28 @@ class AgentRun:
             finally:
                 self._in_flight = None
                 self._eager.token = ""
+
+    async def _record_replay(
+        self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any], reply_number: int
+    ) -> dict[str, Any]:
+        """Store ``reply`` as the model call stores a reply, without calling the API; the reply as stored."""
+        state = self._state
+        turn = conversation.turn().model_copy(update={"replay": reply})
+        options = spec.model_activity
+        output: CreateMessageOutput = await workflow.execute_activity(
+            CREATE_MESSAGE_ACTIVITY,
+            CreateMessageInput(
+                turn=turn, replies_head=state.replies_head, run_id=workflow.info().workflow_id, iteration=reply_number
+            ),
+            result_type=CreateMessageOutput,
+            start_to_close_timeout=options.start_to_close_timeout,
+            retry_policy=retry_policy(options),
+            task_queue=options.task_queue,
+            summary=f"turn {reply_number} · the refusal stands",
+        )
+        state.settings_stored = turn.settings_ref
+        conversation.transcript.store_pending()
+        return output.message
 
     @staticmethod
     def _drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:

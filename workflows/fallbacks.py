@@ -47,6 +47,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from temporalio.exceptions import ApplicationError
+
 from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import FallbackSplice, ModelTurn
 
@@ -270,12 +272,18 @@ class Splice:
         claim = isinstance(details, dict) and details.get("fallback_has_prefill_claim") is True
         return prefill_blocks(refusal.get("content") or []) if claim else []
 
-    def hop(self, model: str) -> FallbackSplice:
-        """What the hop to ``model`` sends (the prefill) and splices (the seam to it after the output so far)."""
+    def hop(self, model: str, *, with_partial: bool = True) -> FallbackSplice:
+        """What the hop to ``model`` sends (the prefill) and splices (the seam to it after the output so far).
+
+        Args:
+            model: The hop's model.
+            with_partial: Whether the prefill ends with the newest refused output; without it (the server rejected
+                it) the hop sends the continuation the refused hop was sent.
+        """
         return FallbackSplice(
             id=self.id,
             prefix=[*self.content, seam_block(self.from_model, model, self.category)],
-            prefill=[*self.base, *self.partial],
+            prefill=[*self.base, *self.partial] if with_partial else list(self.base),
             iterations=self.iterations,
             model=model,
             attempt_base=self.attempts,
@@ -295,6 +303,25 @@ class Splice:
         self.from_model = splice.model
         self.category = _category(own)
         self.attempts = attempt
+
+    def standing(self, refusal: dict[str, Any], failed_model: str, error_type: str | None) -> dict[str, Any]:
+        """The last ``refusal`` as the reply when the last hop failed.
+
+        The middleware replays it with the chain's ``usage.iterations`` and ``recommended_model`` (``recommended``).
+        """
+        usage = refusal.get("usage") if isinstance(refusal.get("usage"), dict) else {}
+        stood = {**refusal, "id": self.id, "usage": {**(usage or {}), "iterations": copy.deepcopy(self.iterations)}}
+        return recommended(stood, failed_model, error_type)
+
+    def rejected_prefill(self, splice: FallbackSplice | None, error: object) -> bool:
+        """Whether a hop's failure is the server rejecting its prefill (a 400).
+
+        The middleware then sends the hop once more without the newest refused output.
+        """
+        if splice is None or not splice.prefill or not isinstance(error, ApplicationError):
+            return False
+        details = error.details[0] if error.details else None
+        return isinstance(details, dict) and details.get("status_code") == 400
 
     def failed(self, maximum_attempts: int) -> None:
         """A hop failed: the next hop's attempts count on past all of its."""

@@ -256,6 +256,9 @@ class ModelTurn(BaseModel):
     replies, and the API rejects them)."""
     splice: FallbackSplice | None = Field(default=None, exclude_if=lambda splice: splice is None)
     """Set for a refusal-fallback hop that splices its reply onto the refused ones'."""
+    replay: dict[str, Any] | None = Field(default=None, exclude_if=lambda replay: replay is None)
+    """A reply to store and return without calling the API: the refusal that stands when the last refusal-fallback
+    hop failed, as the middleware replays it (``recommended_model`` stamped)."""
 
 
 class CreateMessageInput(BaseModel):
