@@ -18,8 +18,11 @@ import pytest
 from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddleware
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.events import BlockStart
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
 from agent_runner.testing.replies import ScriptItem
+from tests.conftest import WorkerFactory
+from tests.test_events import collect, streamed_text, without_deltas
 from tests.test_parity import (
     PARAMS,
     SYNC_TOOLS,
@@ -103,3 +106,39 @@ async def test_a_refusal_splices_as_the_middleware_streams_it(
     options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
     actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
     assert_same(actual, expected)
+
+
+async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The hop's live events count their attempt on from the refused one's: ``Run.events`` retracts what the refused
+    hop streamed, then the hop streams the whole spliced reply, the kept output, the seam and the fallback's text,
+    under the indices the reply has (as the middleware's stream shifts them)."""
+    fake_api.script(refused(text("Here is how to")), end_turn(" check it."))
+    async with worker(*SYNC_TOOLS):
+        run = await runner.start(
+            **PARAMS, tools=SYNC_TOOLS, thread=False, refusal_fallbacks=CHAIN, model_activity={"maximum_attempts": 1}
+        )
+        events = await asyncio.wait_for(collect(run), 30)
+        final = await run.result()
+    assert final.final_message is not None
+    assert [b["type"] for b in final.final_message["content"]] == ["text", "fallback", "text"]
+    assert streamed_text(events) == "Here is how to check it."
+    starts = [(e.index, e.block["type"]) for e in events if isinstance(e, BlockStart) and e.attempt == 2]
+    assert starts == [(0, "text"), (1, "fallback"), (2, "text")]
+    hop = [("block_start", 1, 2), ("text", 1, 2), ("block_stop", 1, 2)]
+    assert without_deltas(events) == [
+        ("iteration_started", 1, None),
+        ("model_call_started", 1, 1),
+        ("block_start", 1, 1),
+        ("text", 1, 1),
+        ("block_stop", 1, 1),
+        ("retracted", 1, 1),
+        ("model_call_started", 1, 2),
+        *hop,
+        ("block_start", 1, 2),
+        ("block_stop", 1, 2),
+        *hop,
+        ("reply", 1, None),
+        ("run_finished", 1, None),
+    ]
