@@ -14,6 +14,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
+    python tests/histories/record.py NAME splice       # writes NAME.json (refusal fallbacks spliced, as the middleware)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -23,6 +24,10 @@ unknown and reconciled; then step mode with an advance, an approval and a review
 The ``features`` scenario: on a thread, a refusal retried on a fallback model, a tool call, a compaction in the
 background beside a turn refused again with the chain exhausted (so left out of the history); then ``Run.send``
 going on with the ended run in a new run.
+
+The ``splice`` scenario: a refusal after output spliced onto its fallback's reply (the output resent as a prefill),
+a tool call, then a refusal on the pinned fallback whose hop rejects the prefill, is sent once more without it, fails
+again, and leaves the refusal standing, replayed with ``recommended_model``.
 
 The ``parity`` scenario (step mode) holds tool changes through a ``pause_turn``, runs a tool that a queued
 ``add_tools`` names for the reply being handled, stops running it once a raw definition replaces it, and keeps the
@@ -55,7 +60,7 @@ from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_c
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
-from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use  # noqa: E402
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, bad_request, end_turn, text, tool_use  # noqa: E402
 from agent_runner.worker import build_worker  # noqa: E402
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN  # noqa: E402
 from tests.test_toolsets import RecordingBrowser, RecordingComputer, action  # noqa: E402
@@ -149,6 +154,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "features":
                 await features(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "splice":
+                await splice(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "toolsets":
@@ -529,6 +538,39 @@ async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
 
 
+async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``splice`` scenario (see the module's docstring)."""
+
+    def refused(token: str) -> dict[str, Any]:
+        return {
+            "type": "refusal",
+            "category": "cyber",
+            "fallback_credit_token": token,
+            "fallback_has_prefill_claim": True,
+        }
+
+    fake.script(
+        Reply([text("Let me")], "refusal", stop_details=refused("tok_1")),
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([text("No")], "refusal", stop_details=refused("tok_2")),
+        bad_request("prefill rejected"),
+        bad_request("no such model"),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        thread=False,
+        refusal_fallbacks=["claude-fake-2", "claude-fake-3"],
+    )
+    result = await run.result()
+    assert (result.status, result.stop_reason) == ("completed", "refusal"), result
+    assert result.final_message is not None and result.final_message["stop_details"]["recommended_model"] is None
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
     one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
@@ -588,6 +630,7 @@ if __name__ == "__main__":
         "mcp",
         "features",
         "toolsets",
+        "splice",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
