@@ -47,13 +47,13 @@ def refused(*content: dict[str, Any], token: str | None = "tok_A", prefill: bool
     return Reply(list(content), "refusal", stop_details=details)
 
 
-def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem]) -> Outcome:
+def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], **params: Any) -> Outcome:
     """The SDK's streaming tool runner over a client with the middleware (call it in a thread: it blocks)."""
     _reset(fake, script)
     middleware = BetaRefusalFallbackMiddleware([{"model": m} for m in CHAIN])
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
     with BetaFallbackState():
-        runner = client.beta.messages.tool_runner(**PARAMS, tools=SYNC_TOOLS, thread=False, stream=True)
+        runner = client.beta.messages.tool_runner(**PARAMS, **params, tools=SYNC_TOOLS, thread=False, stream=True)
         for stream in runner:
             stream.get_final_message()
         return _observed(fake, runner.until_done())
@@ -106,6 +106,18 @@ async def test_a_refusal_splices_as_the_middleware_streams_it(
     options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
     actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
     assert_same(actual, expected)
+
+
+async def test_an_entry_over_capacity_that_inherited_fast_speed_is_sent_once_more_without_it(
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    script: list[ScriptItem] = [refused(text("Here")), Fault(529), end_turn(" it is.")]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, speed="fast")
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}, "speed": "fast"}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
+    assert_same(actual, expected)
+    assert ["speed" in b for b in actual.bodies] == [True, True, False]
 
 
 async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(

@@ -136,6 +136,8 @@ with workflow.unsafe.imports_passed_through():
         Splice,
         credit_token,
         hop_turn,
+        inherits_fast_speed,
+        without_fast_speed,
     )
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.metrics import count, record_reply
@@ -981,7 +983,8 @@ class AgentRun:
         token: str | None = None
         refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
         chain: Splice | None = None  # the middleware's streaming splice of the hops (fallbacks.py)
-        with_partial = True  # False once the hop's server rejected the prefill: it is sent once without it
+        with_partial = True  # False once the hop's server rejected the prefill: it is sent once more without it
+        without_speed = False  # True once an entry that inherited `speed: fast` was over capacity
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
@@ -989,7 +992,8 @@ class AgentRun:
                 splice = None
                 if chain is not None and index is not None:
                     splice = chain.hop(str(spec.refusal_fallbacks[index]["model"]), with_partial=with_partial)
-                turn = hop_turn(turn, spec.refusal_fallbacks, index, token, splice)
+                entries = without_fast_speed(spec.refusal_fallbacks, index) if without_speed else spec.refusal_fallbacks
+                turn = hop_turn(turn, entries, index, token, splice)
             model = str((turn.settings or {}).get("params", {}).get("model"))
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
@@ -1029,6 +1033,7 @@ class AgentRun:
                 self._reply_attempt = output.attempt
                 if hop:
                     token, refusal, with_partial = credit_token(output.message), output.message, True
+                    without_speed = False
                     if chain is not None and turn.splice is not None:
                         chain.refused(output.message, turn.splice, output.attempt)
                     elif workflow.patched(FALLBACK_SPLICE_PATCH):
@@ -1069,6 +1074,13 @@ class AgentRun:
                         ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
+                if (
+                    not without_speed
+                    and inherits_fast_speed(spec.refusal_fallbacks, state.fallback_index, conversation.params, cause)
+                    and workflow.patched(FALLBACK_SPLICE_PATCH)
+                ):
+                    without_speed = True  # as the middleware: once more on that entry, without `speed`
+                    continue
                 if refusal is not None:
                     # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
                     # to the next entry); when every entry failed, the refusal stands.
@@ -1077,6 +1089,7 @@ class AgentRun:
                         chain.failed(options.maximum_attempts)
                         continue
                     with_partial = True
+                    without_speed = False
                     if self._skips_failed_hop(spec, e):
                         if chain is not None:
                             chain.failed(options.maximum_attempts)

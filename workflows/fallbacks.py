@@ -158,6 +158,25 @@ def hop_turn(
     return turn.model_copy(update=update)
 
 
+def inherits_fast_speed(
+    chain: list[dict[str, Any]], index: int | None, params: dict[str, Any], error: BaseException | None
+) -> bool:
+    """Whether a request on entry ``index`` failed over capacity with a ``speed: "fast"`` the entry did not set.
+
+    The middleware then sends it once more without ``speed`` (``send_hop``).
+    """
+    if index is None or "speed" in chain[index] or params.get("speed") != "fast":
+        return False
+    return isinstance(error, ApplicationError) and error.type in CAPACITY_ERRORS
+
+
+def without_fast_speed(chain: list[dict[str, Any]], index: int | None) -> list[dict[str, Any]]:
+    """``chain`` with entry ``index`` unsetting ``speed`` (not ``standard``: a model without fast mode rejects it)."""
+    if index is None:
+        return chain
+    return [*chain[:index], {**chain[index], "speed": None}, *chain[index + 1 :]]
+
+
 def seam_block(from_model: str, to_model: str, category: str | None) -> dict[str, Any]:
     """The ``fallback`` content block that marks one model boundary (the middleware's ``_seam_block``)."""
     return {
