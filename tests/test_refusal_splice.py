@@ -47,13 +47,14 @@ def refused(*content: dict[str, Any], token: str | None = "tok_A", prefill: bool
     return Reply(list(content), "refusal", stop_details=details)
 
 
-def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], **params: Any) -> Outcome:
+def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = False, **params: Any) -> Outcome:
     """The SDK's streaming tool runner over a client with the middleware (call it in a thread: it blocks)."""
     _reset(fake, script)
     middleware = BetaRefusalFallbackMiddleware([{"model": m} for m in CHAIN])
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
     with BetaFallbackState():
-        runner = client.beta.messages.tool_runner(**PARAMS, **params, tools=SYNC_TOOLS, thread=False, stream=True)
+        wire = {} if thread else {"thread": False}
+        runner = client.beta.messages.tool_runner(**PARAMS, **params, **wire, tools=SYNC_TOOLS, stream=True)
         for stream in runner:
             stream.get_final_message()
         return _observed(fake, runner.until_done())
@@ -94,17 +95,19 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
 }
 
 
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
 @pytest.mark.parametrize("name", list(SCRIPTS))
 async def test_a_refusal_splices_as_the_middleware_streams_it(
     name: str,
+    thread: bool,
     parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
     fake_server: FakeMessagesAPI,
 ) -> None:
     script = SCRIPTS[name]
-    expected = await asyncio.to_thread(sdk_outcome, fake_server, script)
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, thread)
     # One attempt per model call, as the SDK client's `max_retries=0`: a hop's 529 fails it at once.
     options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
-    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=thread)
     assert_same(actual, expected)
 
 

@@ -51,9 +51,7 @@ from temporalio.exceptions import ApplicationError
 
 from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import FallbackSplice, ModelTurn
-
-FALLBACK_CREDIT_BETA = "fallback-credit-2026-07-01"
-"""The beta a refusal needs to mint a ``fallback_credit_token`` (the middleware's ``DEFAULT_BETAS``)."""
+from agent_runner.workflows.conversation import FALLBACK_CREDIT_BETA
 
 REFUSAL_FALLBACKS_PATCH = "refusal-fallbacks"
 """``workflow.patched`` id of the first hop down a run's ``refusal_fallbacks`` chain."""
