@@ -17,8 +17,7 @@ rules (``anthropic/lib/middleware/_fallbacks.py``), with each hop its own model-
 - a hop whose request fails (a rejection, or a failure left after Temporal's retries) is skipped: its token was never
   redeemed, so the next entry gets it;
 - when the chain is exhausted the last refusal stands: it is the run's reply, and the run stops on it as on any
-  refusal. (The middleware stamps ``recommended_model`` on a refusal it replays after failed hops; a run keeps the
-  refusal as stored, since its replies are named by their content.)
+  refusal.
 
 A run streams every model call, so it follows the middleware's streaming splice (behind
 ``FALLBACK_SPLICE_PATCH``; ``Splice`` keeps the chain while a turn hops, ``spliced_reply`` builds the reply):
@@ -31,6 +30,12 @@ A run streams every model call, so it follows the middleware's streaming splice 
   model's content; it keeps the first refused reply's id, and its ``usage.iterations`` lists each refused hop as a
   ``message`` and the accepting one as the ``fallback_message`` (which also starts a new thread, as the SDK's thread
   does after a fallback model's reply);
+- a refusal after output goes down the chain only with a credit token (one before any output goes without);
+- a hop whose server rejects the prefill (a 400) is sent once more without the newest refused output, and one over
+  capacity (429, 529, after its retries) that inherited ``speed: "fast"`` once more without ``speed``;
+- when the last hop fails, the refusal that stands is replayed: the chain's ``usage.iterations``, and
+  ``stop_details.recommended_model`` (the failed model after a capacity error, else ``None``); the model call
+  records it (``ModelTurn.replay``), since the run's replies are named by their content;
 - seam blocks in the history are left out of every request (the API rejects them), an assistant turn left empty
   dropped whole;
 - the hop's live events count their attempts on from the refused hop's, so a watcher is told the refused stream is
