@@ -17,6 +17,7 @@ import anthropic
 import pytest
 from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddleware
 
+from agent_runner.cli.render import render_block
 from agent_runner.client import AgentRunner
 from agent_runner.contract.events import BlockStart
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
@@ -156,4 +157,11 @@ async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(
         *hop,
         ("reply", 1, None),
         ("run_finished", 1, None),
+    ]
+
+
+def test_follow_shows_the_seam_between_the_refused_output_and_the_fallbacks() -> None:
+    seam = {"type": "fallback", "from": {"model": "claude-fake-1"}, "to": {"model": "claude-fallback-2"}}
+    assert render_block({**seam, "trigger": {"type": "refusal", "category": "cyber"}}) == [
+        "↪ claude-fake-1 refused; claude-fallback-2 goes on"
     ]
