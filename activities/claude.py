@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import os
 import time
@@ -53,6 +54,7 @@ from agent_runner.workflows.conversation import (
     build_request,
     compaction_params,
 )
+from agent_runner.workflows.fallbacks import spliced_reply, strip_seams
 from agent_runner.workflows.params import mcp_token_env
 from agent_runner.workflows.reply import reply_problems
 
@@ -126,14 +128,43 @@ class ClaudeActivities:
         )
         if turn.compaction is not None:
             request["compaction"] = turn.compaction
-        reply = await self._call(request, input)
+        if turn.strip_seams:
+            request["messages"] = strip_seams(request["messages"])
+        splice = turn.splice
+        prefix: list[dict[str, Any]] = []
+        if splice is not None:  # a refusal-fallback hop (workflows/fallbacks.py): it goes on from the refused output
+            prefix = await self.content.resolve(splice.prefix)
+            if splice.prefill:
+                prefill = await self.content.resolve(splice.prefill)
+                request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
+        attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
+        # A replayed reply streamed already (as the refused hops'): it is only recorded.
+        reply = (
+            turn.replay if turn.replay is not None else await self._call(request, input, attempt=attempt, prefix=prefix)
+        )
+        if splice is not None:
+            reply = spliced_reply(reply, splice)
         message = await self.content.offload_reply(reply)
         await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}])
         await self.content.append(input.replies_head, [message])
-        return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)
+        return CreateMessageOutput(message=message, stored=True, attempt=attempt)
 
-    async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
-        """One Messages API request; the reply's body."""
+    async def _call(
+        self,
+        request: dict[str, Any],
+        input: CreateMessageInput,
+        *,
+        attempt: int | None = None,
+        prefix: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """One Messages API request; the reply's body.
+
+        Args:
+            request: The request.
+            input: The activity's input.
+            attempt: The attempt its live events name (a fallback hop counts on from the refused hop's).
+            prefix: Content the reply is spliced after (a fallback hop's): streamed first, as its live events.
+        """
         request = with_worker_credentials(request)
         info = activity.info()
         logger.info(
@@ -146,9 +177,11 @@ class ClaudeActivities:
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
         async with EventPublisher(
-            self.content.store, input.run_id, iteration=input.iteration, attempt=info.attempt
+            self.content.store, input.run_id, iteration=input.iteration, attempt=attempt or info.attempt
         ) as events:
-            call = asyncio.ensure_future(self._stream(request, input, timeout, events))
+            for index, block in enumerate(prefix or []):
+                _publish_block(events, index, block)
+            call = asyncio.ensure_future(self._stream(request, input, timeout, events, len(prefix or [])))
             try:
                 # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
                 # like a dead worker and a cancellation of the run reaches the call.
@@ -190,13 +223,21 @@ class ClaudeActivities:
         return body
 
     async def _stream(
-        self, request: dict[str, Any], input: CreateMessageInput, timeout: float, events: EventPublisher
+        self,
+        request: dict[str, Any],
+        input: CreateMessageInput,
+        timeout: float,
+        events: EventPublisher,
+        shift: int = 0,
     ) -> dict[str, Any]:
-        """Read the reply's stream, publishing it as live events; the final message as a response body."""
+        """Read the reply's stream, publishing it as live events; the final message as a response body.
+
+        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix).
+        """
         set_on_wire: set[str] = set()
         eager = input.eager_tools and bool(input.eager_token)
         closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
-        fallback = False
+        fallback = shift > 0  # a fallback hop's reply follows its seam block
         async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
             # No heartbeat per event: `_call` heartbeats (and writes live events) every `FLUSH_INTERVAL` while the
             # stream is read, which is as good a sign of life and costs nothing per token.
@@ -219,17 +260,17 @@ class ClaudeActivities:
                     set_on_wire |= event.delta.model_fields_set
                 elif event.type == "content_block_start":
                     block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                    events.publish(BLOCK_START, index=event.index, block=escape(block))  # clients resolve events
+                    events.publish(BLOCK_START, index=event.index + shift, block=escape(block))  # clients resolve them
                 elif event.type == "content_block_delta":
                     delta = event.delta
                     if delta.type == "text_delta":
-                        events.delta(TEXT, event.index, delta.text)
+                        events.delta(TEXT, event.index + shift, delta.text)
                     elif delta.type == "thinking_delta":
-                        events.delta(THINKING, event.index, delta.thinking)
+                        events.delta(THINKING, event.index + shift, delta.thinking)
                     elif delta.type == "input_json_delta":
-                        events.delta(TOOL_INPUT, event.index, delta.partial_json)
+                        events.delta(TOOL_INPUT, event.index + shift, delta.partial_json)
                 elif event.type == "content_block_stop":
-                    events.publish(BLOCK_STOP, index=event.index)
+                    events.publish(BLOCK_STOP, index=event.index + shift)
                     if eager and not fallback and event.content_block.type == "tool_use":
                         block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
                         closed = escape(block)  # held, as the reply's own block
@@ -241,6 +282,23 @@ class ClaudeActivities:
         for key in _DELTA_KEYS - set_on_wire:
             body.pop(key, None)
         return body
+
+
+def _publish_block(events: EventPublisher, index: int, block: dict[str, Any]) -> None:
+    """A whole block as the live events its stream would have been (a fallback hop's spliced prefix)."""
+    kind = block.get("type")
+    if kind == "text":
+        events.publish(BLOCK_START, index=index, block=escape({**block, "text": ""}))
+        events.delta(TEXT, index, str(block.get("text", "")))
+    elif kind == "thinking":
+        events.publish(BLOCK_START, index=index, block=escape({**block, "thinking": ""}))
+        events.delta(THINKING, index, str(block.get("thinking", "")))
+    elif kind == "tool_use":
+        events.publish(BLOCK_START, index=index, block=escape({**block, "input": {}}))
+        events.delta(TOOL_INPUT, index, json.dumps(block.get("input", {})))
+    else:
+        events.publish(BLOCK_START, index=index, block=escape(block))
+    events.publish(BLOCK_STOP, index=index)
 
 
 async def _tool_use_ready(input: CreateMessageInput, block: dict[str, Any]) -> None:

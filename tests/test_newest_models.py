@@ -129,3 +129,38 @@ async def test_a_background_compaction_without_a_summary_leaves_the_history_as_i
     assert result.status == "completed"
     sunny = {"role": "assistant", "content": [text("Sunny.")]}
     assert transcript == [USER, asked("toolu_P", "Paris"), answered("toolu_P", "Paris"), sunny]
+
+
+async def test_a_background_summary_is_discarded_when_an_edit_changed_what_it_summarized(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A message joins the last message summarized after the compaction started: the summary no longer stands for the
+    run's messages, so it is discarded (its usage still counts) and the run goes on with the history as it is."""
+    fake_api.responder = by_kind([call("toolu_P", "Paris"), call("toolu_O", "Oslo"), end_turn("Both sunny.")])
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        # Both apply at the next boundary, in this order: the compaction starts, then the message joins the results.
+        await run.compact(background=True, wait=False)
+        await run.inject("Metric units, please.", wait=False)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 3)
+        await run.advance()
+        result = await run.result()
+        transcript = await run.transcript()
+        status = await run.status()
+    turns, compactions = split(fake_api.bodies())
+    oslo = answered("toolu_O", "Oslo")
+    summarized = [USER, asked("toolu_P", "Paris"), answered("toolu_P", "Paris"), asked("toolu_O", "Oslo"), oslo]
+    joined = {"role": "user", "content": [*oslo["content"], text("Metric units, please.")]}
+    tools = [get_weather.to_dict()]
+    assert compactions == [
+        {**BASE, "messages": summarized, "compaction": {"type": "summarize"}, "tools": tools, "stream": True}
+    ]
+    assert turns[2] == {**BASE, "messages": [*summarized[:-1], joined], "tools": tools, "stream": True}
+    sunny = {"role": "assistant", "content": [text("Both sunny.")]}
+    assert transcript == [*summarized[:-1], joined, sunny]
+    assert (result.status, result.iterations) == ("completed", 3)
+    assert (status.usage.input_tokens, status.usage.output_tokens) == (40, 20)  # the discarded summary was billed

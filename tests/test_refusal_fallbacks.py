@@ -68,10 +68,12 @@ async def test_a_refused_turn_is_retried_on_the_fallback_and_the_run_stays_there
         result = await run.result()
         status = await run.status()
         replies = [m.stop_reason async for m in run.messages()]
+    # The refused output stays in the reply the fallback spliced onto it (its seam block is never sent back).
+    spliced_call = {"role": "assistant", "content": [text("I can't help with that."), *CALL["content"]]}
     assert fake_api.bodies() == [
         body("claude-fake-1", [USER]),
         body("claude-fallback-2", [USER], token="tok_A"),
-        body("claude-fallback-2", [USER, CALL, RESULT]),
+        body("claude-fallback-2", [USER, spliced_call, RESULT]),
     ]
     assert all(BETA in r.headers["anthropic-beta"].split(",") for r in fake_api.requests)
     # The refused hop is not one of the run's replies, but it is billed: its usage counts.
@@ -83,9 +85,9 @@ async def test_a_refused_turn_is_retried_on_the_fallback_and_the_run_stays_there
 async def test_an_exhausted_chain_leaves_the_last_refusal_as_the_reply(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """Each hop patches the run's own parameters (hops never compound) and carries the newest refusal's token; a
-    refusal without a token is retried without one; the last entry's refusal stops the run."""
-    fake_api.script(refusal("tok_A"), refusal(None), refusal("tok_C"))
+    """Each hop patches the run's own parameters (hops never compound) and carries the newest refusal's token; the
+    last entry's refusal stops the run, the middleware's ``recommended_model`` slot in its details."""
+    fake_api.script(refusal("tok_A"), refusal("tok_B"), refusal("tok_C"))
     async with worker(get_weather):
         run = await runner.start(
             **BASE,
@@ -99,7 +101,7 @@ async def test_an_exhausted_chain_leaves_the_last_refusal_as_the_reply(
     assert fake_api.bodies() == [
         body("claude-fake-1", [USER]),
         body("claude-fallback-2", [USER], token="tok_A"),
-        without_system,
+        {**without_system, "fallback_credit_token": {"token": "tok_B", "mode": "best_effort"}},
     ]
     assert (result.status, result.iterations, result.stop_reason) == ("completed", 1, "refusal")
     assert result.final_message is not None
@@ -108,7 +110,22 @@ async def test_an_exhausted_chain_leaves_the_last_refusal_as_the_reply(
         "category": "cyber",
         "explanation": "Not this.",
         "fallback_credit_token": "tok_C",
+        "recommended_model": None,
     }
+
+
+async def test_a_refusal_after_output_without_a_token_stands(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the middleware's stream: output already streamed, and no credit token to pay for a continuation."""
+    fake_api.script(refusal(None))
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], thread=False, refusal_fallbacks=["claude-fallback-2"]
+        )
+        result = await run.result()
+    assert fake_api.bodies() == [body("claude-fake-1", [USER])]
+    assert (result.status, result.stop_reason) == ("completed", "refusal")
 
 
 async def test_a_fallback_whose_request_fails_is_skipped_and_when_all_fail_the_refusal_stands(

@@ -17,8 +17,9 @@ from agent_runner.contract.errors import AgentRunError, InvalidRunInput
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
-from tests.tools_for_tests import get_weather
+from tests.tools_for_tests import get_time, get_weather
 
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
 USER = {"role": "user", "content": "What's the weather in Paris?"}
@@ -96,7 +97,8 @@ async def test_send_resends_the_whole_history_without_a_thread(
 async def test_send_keeps_the_model_a_refusal_fell_back_to(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    refused = Reply([text("No.")], "refusal", stop_details={"type": "refusal", "category": None})
+    details = {"type": "refusal", "category": None, "fallback_credit_token": "tok_N"}
+    refused = Reply([text("No.")], "refusal", stop_details=details)
     fake_api.script(refused, end_turn("Sunny."), end_turn("Cold."))
     async with worker(get_weather):
         run = await runner.start(
@@ -106,7 +108,49 @@ async def test_send_keeps_the_model_a_refusal_fell_back_to(
         after = await run.send("And in Oslo?")
         await after.until_done()
     assert [b["model"] for b in fake_api.bodies()] == ["claude-fake-1", "claude-fallback-2", "claude-fallback-2"]
-    assert fake_api.bodies()[2]["messages"] == [USER, SUNNY, AGAIN]
+    spliced = {"role": "assistant", "content": [text("No."), text("Sunny.")]}  # the seam between them is not sent
+    assert fake_api.bodies()[2]["messages"] == [USER, spliced, AGAIN]
+
+
+async def test_send_goes_on_with_the_tools_the_run_ended_with(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A tool ``add_tools`` gave the ended run runs in the new one: the conversation told Claude it has it."""
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+        end_turn("14:05."),
+    )
+    async with worker(get_weather, get_time):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(get_time)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+        after = await run.send("And the time in Oslo?")
+        for iteration in (1, 2):
+            await wait_status(after, "waiting_for_step", iteration)
+            await after.advance()
+        await after.until_done()
+    added = {
+        "role": "system",
+        "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": get_time.to_dict()}}],
+    }
+    ask = {"role": "user", "content": [text("And the time in Oslo?")]}
+    call = {"role": "assistant", "content": [tool_use("toolu_T1", "get_time", {"city": "Oslo"})]}
+    result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"}],
+    }
+    history = [USER, CALL, RESULT, added, SUNNY, ask]
+    # The tools the request names stay as the run started (the prompt cache); the addition is in the history.
+    assert fake_api.bodies()[2:] == [
+        {**BASE, "messages": history, "tools": [GET_WEATHER_DEF], "stream": True},
+        {**BASE, "messages": [*history, call, result], "tools": [GET_WEATHER_DEF], "stream": True},
+    ]
 
 
 async def test_send_to_a_run_still_going_says_to_inject(

@@ -246,6 +246,8 @@ class AgentRun:
         """Look up the run's tools and set up its conversation (``new_conversation.py``)."""
         state = self._state
         names = [t for t in spec.tools if isinstance(t, str)]
+        if spec.continue_from is not None and spec.continue_from.tools is not None:
+            names = spec.continue_from.tools  # Run.send: the tools the ended run could run, as it left them
         described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
             raise fail(not_registered(described.missing + described.missing_hooks))

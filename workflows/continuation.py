@@ -2,7 +2,9 @@
 
 The ended run answers ``SEND_POINT_QUERY`` with what a continuation needs, and the client starts a new run whose
 input names it in ``continue_from``: the old run's conversation (its transcript by reference, its request parameters
-as the run last sent them, its place on the server-side thread), usage and refusal-fallback pin. The new run starts
+as the run last sent them, its place on the server-side thread), usage, refusal-fallback pin and the tools it could
+run when it ended (its ``add_tools`` and ``remove_tools`` applied: the conversation goes on with the tools it ended
+with). The new run starts
 from that conversation with its own ``messages`` joined to it, so on a thread its first turn is a ``continue`` that
 sends only the new message. The old run is left as it is (its fork points stay available); the new one counts its
 own iterations.
@@ -17,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_runner.contract.types import SEND_POINT_QUERY, Usage
+from agent_runner.contract.types import SEND_POINT_QUERY, ToolSpec, Usage
 from agent_runner.workflows.conversation import Conversation
 
 
@@ -34,14 +36,28 @@ class ContinueFrom(BaseModel):
     """Its usage (and that of the runs it continued), which the new run adds to."""
     fallback_index: int | None = None
     """The refusal-fallback entry it was pinned to (``fallbacks.py``)."""
+    tools: list[str] | None = None
+    """The registered tools it could run when it ended (its ``tools`` with ``add_tools`` and ``remove_tools``
+    applied), which the new run runs instead of its input's; ``None`` from a run that did not say."""
 
 
-def send_point(run_id: str, conversation: Conversation, usage: Usage, fallback_index: int | None) -> dict[str, Any]:
-    """An ended run's ``continue_from``: its conversation (by reference, as continue-as-new carries it)."""
+def send_point(
+    run_id: str, conversation: Conversation, usage: Usage, fallback_index: int | None, tools: dict[str, ToolSpec]
+) -> dict[str, Any]:
+    """An ended run's ``continue_from``: its conversation (by reference, as continue-as-new carries it).
+
+    The tool set goes by name: the new run looks the tools up again, as any run does, so a worker's newer
+    registration counts. The tools of MCP servers are left out, since the new run lists its servers afresh.
+    """
     carried = conversation.model_copy(update={"transcript": conversation.transcript.carry()})
-    return ContinueFrom(run_id=run_id, conversation=carried, usage=usage, fallback_index=fallback_index).model_dump(
-        mode="json"
+    point = ContinueFrom(
+        run_id=run_id,
+        conversation=carried,
+        usage=usage,
+        fallback_index=fallback_index,
+        tools=[name for name, tool in tools.items() if tool.mcp is None],
     )
+    return point.model_dump(mode="json")
 
 
 def continued_conversation(point: ContinueFrom, messages: list[dict[str, Any]]) -> Conversation:

@@ -40,6 +40,9 @@ from pydantic import BaseModel
 from agent_runner.contract.transcript import Transcript, canonical, is_placeholder, ref_for, splice
 from agent_runner.contract.types import MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
 
+FALLBACK_CREDIT_BETA = "fallback-credit-2026-07-01"
+"""The beta a refusal needs to mint a ``fallback_credit_token`` (the middleware's ``DEFAULT_BETAS``)."""
+
 THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
 """The ``ApplicationError.type`` of a model call the API refused to thread (``error_code``
 ``thread_unsupported_request``): the workflow resends the turn without a thread, as the SDK does."""
@@ -79,7 +82,9 @@ def build_request(
         return request
     betas = list(request.get("betas") or [])
     if MESSAGE_THREADS_BETA not in betas:
-        betas.append(MESSAGE_THREADS_BETA)
+        # Before the refusal-fallback beta, which the SDK's middleware adds after the thread's own betas.
+        at = betas.index(FALLBACK_CREDIT_BETA) if FALLBACK_CREDIT_BETA in betas else len(betas)
+        betas.insert(at, MESSAGE_THREADS_BETA)
     request["betas"] = betas
     if previous_message_id is not None:
         request["thread"] = {"type": "continue", "previous_message_id": previous_message_id}

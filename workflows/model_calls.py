@@ -33,7 +33,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.failures import activity_failure, fail, retry_policy
-    from agent_runner.workflows.fallbacks import REFUSAL_FALLBACKS_PATCH, credit_token, hop_turn
+    from agent_runner.workflows.fallbacks import (
+        FALLBACK_SPLICE_PATCH,
+        REFUSAL_FALLBACKS_PATCH,
+        Splice,
+        credit_token,
+        hop_turn,
+        inherits_fast_speed,
+        without_fast_speed,
+    )
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.state import RunState
@@ -114,10 +122,19 @@ class ModelCalls:
         self._run.event(events.ITERATION_STARTED)
         token: str | None = None
         refusal: dict[str, Any] | None = None  # the refusal being fallen back from, while hopping down the chain
+        chain: Splice | None = None  # the middleware's streaming splice of the hops (fallbacks.py)
+        with_partial = True  # False once the hop's server rejected the prefill: it is sent once more without it
+        without_speed = False  # True once an entry that inherited `speed: fast` was over capacity
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
-                turn = hop_turn(turn, spec.refusal_fallbacks, state.fallback_index, token)
+                index = state.fallback_index
+                splice = None
+                if chain is not None and index is not None:
+                    splice = chain.hop(str(spec.refusal_fallbacks[index]["model"]), with_partial=with_partial)
+                entries = without_fast_speed(spec.refusal_fallbacks, index) if without_speed else spec.refusal_fallbacks
+                turn = hop_turn(turn, entries, index, token, splice)
+            model = str((turn.settings or {}).get("params", {}).get("model"))
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -155,7 +172,12 @@ class ModelCalls:
                         conversation.transcript.store_pending()
                 self.reply_attempt = output.attempt
                 if hop:
-                    token, refusal = credit_token(output.message), output.message
+                    token, refusal, with_partial = credit_token(output.message), output.message, True
+                    without_speed = False
+                    if chain is not None and turn.splice is not None:
+                        chain.refused(output.message, turn.splice, output.attempt)
+                    elif workflow.patched(FALLBACK_SPLICE_PATCH):
+                        chain = Splice(output.message, model, output.attempt)
                     continue
                 if live.records_calls():
                     self._run.event(events.RECORDED_CALL, attempt=output.attempt)
@@ -192,11 +214,30 @@ class ModelCalls:
                         ) from None
                 if isinstance(cause, CancelledError):
                     raise  # the run was cancelled: let it end as cancelled, not failed
+                if (
+                    not without_speed
+                    and inherits_fast_speed(spec.refusal_fallbacks, state.fallback_index, conversation.params, cause)
+                    and workflow.patched(FALLBACK_SPLICE_PATCH)
+                ):
+                    without_speed = True  # as the middleware: once more on that entry, without `speed`
+                    continue
                 if refusal is not None:
                     # As the middleware: a hop that fails is skipped (its token was never redeemed, so it goes on
                     # to the next entry); when every entry failed, the refusal stands.
-                    if self._skips_failed_hop(spec, e):
+                    if chain is not None and with_partial and chain.rejected_prefill(turn.splice, cause):
+                        with_partial = False
+                        chain.failed(options.maximum_attempts)
                         continue
+                    with_partial = True
+                    without_speed = False
+                    if self._skips_failed_hop(spec, e):
+                        if chain is not None:
+                            chain.failed(options.maximum_attempts)
+                        continue
+                    if chain is not None:  # replayed as the middleware does, through the model call that records it
+                        kind = cause.type if isinstance(cause, ApplicationError) else None
+                        stood = chain.standing(refusal, model, kind)
+                        refusal = await self._record_replay(spec, conversation, stood, reply_number)
                     state.replies_head = next_head(state.replies_head, message_ref(refusal))
                     self._run.event(events.REPLY, message=refusal)
                     return refusal
@@ -204,6 +245,28 @@ class ModelCalls:
             finally:
                 self.in_flight = None
                 self._eager.token = ""
+
+    async def _record_replay(
+        self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any], reply_number: int
+    ) -> dict[str, Any]:
+        """Store ``reply`` as the model call stores a reply, without calling the API; the reply as stored."""
+        state = self._run.state
+        turn = conversation.turn().model_copy(update={"replay": reply})
+        options = spec.model_activity
+        output: CreateMessageOutput = await workflow.execute_activity(
+            CREATE_MESSAGE_ACTIVITY,
+            CreateMessageInput(
+                turn=turn, replies_head=state.replies_head, run_id=workflow.info().workflow_id, iteration=reply_number
+            ),
+            result_type=CreateMessageOutput,
+            start_to_close_timeout=options.start_to_close_timeout,
+            retry_policy=retry_policy(options),
+            task_queue=options.task_queue,
+            summary=f"turn {reply_number} · the refusal stands",
+        )
+        state.settings_stored = turn.settings_ref
+        conversation.transcript.store_pending()
+        return output.message
 
     def _falls_back(self, spec: RunSpec, conversation: Conversation, reply: dict[str, Any]) -> bool:
         """Whether a refused reply goes down the ``refusal_fallbacks`` chain (``fallbacks.py``).
@@ -219,6 +282,10 @@ class ModelCalls:
             or following + 1 >= len(spec.refusal_fallbacks)
             or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
         ):
+            return False
+        if credit_token(reply) is None and reply.get("content") and workflow.patched(FALLBACK_SPLICE_PATCH):
+            # As the middleware's stream: a refusal after output goes down the chain only with a credit token.
+            workflow.logger.info("Refused after output without a fallback credit token: the refusal stands")
             return False
         state.fallback_index = following + 1
         state.usage = state.usage.add(reply.get("usage"))

@@ -18,7 +18,10 @@ with workflow.unsafe.imports_passed_through():
 
 async def start_conversation(state: RunState, spec: RunSpec) -> None:
     """Set up ``state.conversation`` for a run whose tools ``state.tools`` holds (the workers described them)."""
-    definitions = [state.tools[t].definition if isinstance(t, str) else t for t in spec.tools]
+    # A send's tools as its input named them (one the ended run removed stands for its name, for the MCP tools).
+    definitions = [
+        t if isinstance(t, dict) else state.tools[t].definition if t in state.tools else {"name": t} for t in spec.tools
+    ]
     messages = as_held(spec.messages, spec.held)
     if spec.mcp:  # the tools of the MCP servers the run names, listed once: the run's list for good
         mcp_tools = await pin_mcp_tools(spec.mcp, [str(d.get("name")) for d in definitions])

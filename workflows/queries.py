@@ -89,7 +89,7 @@ def send_point_of(run: RunView) -> dict[str, Any]:
         raise ValueError("The run ended before it had a conversation; start a new run instead.")
     params = state.conversation.params if state.input_trimmed else {}
     run_input = {k: v for k, v in {**params, **run.run_input}.items() if k not in ("messages", "continue_from")}
-    point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index)
+    point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index, state.tools)
     return {"input": run_input, "continue_from": point}
 
 

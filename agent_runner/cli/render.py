@@ -90,7 +90,14 @@ def render_block(block: Mapping[str, Any], *, color: bool = False) -> list[str]:
         return [call]
     if isinstance(kind, str) and kind.endswith("_tool_result"):
         return [f"← [{kind}]"]
+    if kind == "fallback":  # a refusal handed the reply to another model (refusal fallbacks' seam)
+        return [paint(f"↪ {_seam_model(block, 'from')} refused; {_seam_model(block, 'to')} goes on", YELLOW, color)]
     return [f"[{kind}]"]
+
+
+def _seam_model(block: Mapping[str, Any], side: str) -> str:
+    end = block.get(side)
+    return str(end.get("model")) if isinstance(end, Mapping) else "?"
 
 
 def result_text(content: Any) -> str:

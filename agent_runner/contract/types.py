@@ -207,6 +207,29 @@ class DescribeToolsOutput(BaseModel):
     """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
 
+class FallbackSplice(BaseModel):
+    """A refusal-fallback hop's splice, as ``BetaRefusalFallbackMiddleware`` streams it (``workflows/fallbacks.py``).
+
+    The hop's request ends with ``prefill`` as a trailing assistant turn (the refused partial output, when the refusal
+    granted a prefill claim); its reply is given the refused hops' output and a ``fallback`` seam block before its own
+    content, the first refused reply's id, and the chain's ``usage.iterations``.
+    """
+
+    id: str
+    """The id of the first refused reply, which the spliced reply keeps."""
+    prefix: list[dict[str, Any]]
+    """The content before the hop's own: the refused hops' output and their seams, this hop's seam last."""
+    prefill: list[dict[str, Any]] = []
+    """The trailing assistant turn of the hop's request; none when empty."""
+    iterations: list[dict[str, Any]]
+    """The ``usage.iterations`` entries of the refused hops."""
+    model: str
+    """The hop's model, for its ``fallback_message`` entry."""
+    attempt_base: int
+    """Attempts of the turn's model call before this hop: the hop's live events count on from there, so a watcher
+    drops what the refused hop streamed and reads the spliced reply from the start."""
+
+
 class ModelTurn(BaseModel):
     """What a model call needs to build its request, with the history by reference (``contract/transcript.py``)."""
 
@@ -229,6 +252,15 @@ class ModelTurn(BaseModel):
     previous_message_id: str | None = None
     compaction: dict[str, Any] | None = None
     """Set for a compaction request: the ``compaction`` field, sent with the full history on a new thread."""
+    # Left out of the JSON while unset, so a turn dumps as it did before refusal-fallback splices.
+    strip_seams: bool = Field(default=False, exclude_if=lambda strip: not strip)
+    """Leave ``fallback`` seam blocks out of the messages sent (a run with ``refusal_fallbacks`` keeps them in its
+    replies, and the API rejects them)."""
+    splice: FallbackSplice | None = Field(default=None, exclude_if=lambda splice: splice is None)
+    """Set for a refusal-fallback hop that splices its reply onto the refused ones'."""
+    replay: dict[str, Any] | None = Field(default=None, exclude_if=lambda replay: replay is None)
+    """A reply to store and return without calling the API: the refusal that stands when the last refusal-fallback
+    hop failed, as the middleware replays it (``recommended_model`` stamped)."""
 
 
 class CreateMessageInput(BaseModel):

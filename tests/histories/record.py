@@ -15,6 +15,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
+    python tests/histories/record.py NAME splice       # writes NAME.json (refusal fallbacks spliced, as the middleware)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -24,6 +25,10 @@ unknown and reconciled; then step mode with an advance, an approval and a review
 The ``features`` scenario: on a thread, a refusal retried on a fallback model, a tool call, a compaction in the
 background beside a turn refused again with the chain exhausted (so left out of the history); then ``Run.send``
 going on with the ended run in a new run.
+
+The ``splice`` scenario: a refusal after output spliced onto its fallback's reply (the output resent as a prefill),
+a tool call, then a refusal on the pinned fallback whose hop rejects the prefill, is sent once more without it, fails
+again, and leaves the refusal standing, replayed with ``recommended_model``.
 
 The ``parity`` scenario (step mode) holds tool changes through a ``pause_turn``, runs a tool that a queued
 ``add_tools`` names for the reply being handled, stops running it once a raw definition replaces it, and keeps the
@@ -163,6 +168,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "features":
                 await features(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "splice":
+                await splice(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "toolsets":
@@ -578,6 +587,39 @@ async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
 
 
+async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``splice`` scenario (see the module's docstring)."""
+
+    def refused(token: str) -> dict[str, Any]:
+        return {
+            "type": "refusal",
+            "category": "cyber",
+            "fallback_credit_token": token,
+            "fallback_has_prefill_claim": True,
+        }
+
+    fake.script(
+        Reply([text("Let me")], "refusal", stop_details=refused("tok_1")),
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([text("No")], "refusal", stop_details=refused("tok_2")),
+        bad_request("prefill rejected"),
+        bad_request("no such model"),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        thread=False,
+        refusal_fallbacks=["claude-fake-2", "claude-fake-3"],
+    )
+    result = await run.result()
+    assert (result.status, result.stop_reason) == ("completed", "refusal"), result
+    assert result.final_message is not None and result.final_message["stop_details"]["recommended_model"] is None
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
     one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
@@ -638,6 +680,7 @@ if __name__ == "__main__":
         "mcp",
         "features",
         "toolsets",
+        "splice",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(

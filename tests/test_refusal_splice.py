@@ -1,0 +1,167 @@
+"""Refusal fallbacks spliced as the SDK 2.14.0 ``BetaRefusalFallbackMiddleware`` streams them (``fallbacks.py``).
+
+Differential: each script goes through the SDK's streaming tool runner with the middleware (and a shared
+``BetaFallbackState``, so later turns stay on the model that accepted) and through a durable run with the same chain as
+``refusal_fallbacks``. Both must send identical request bodies (the refused partial output resent as a prefill when
+the refusal grants it, seam blocks left out of the history) and end with the identical reply (the refused output, a
+``fallback`` seam block per model boundary, then the fallback's content, under the first refused reply's id, with the
+chain in ``usage.iterations``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import pytest
+from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddleware
+
+from agent_runner.cli.render import render_block
+from agent_runner.client import AgentRunner
+from agent_runner.contract.events import BlockStart
+from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
+from agent_runner.testing.replies import ScriptItem
+from tests.conftest import WorkerFactory
+from tests.test_events import collect, streamed_text, without_deltas
+from tests.test_parity import (
+    PARAMS,
+    SYNC_TOOLS,
+    Outcome,
+    _observed,
+    _reset,
+    assert_same,
+    durable_outcome,
+    parity_runner,  # noqa: F401 (the module's shared worker, a fixture)
+    weather,
+)
+
+CHAIN = ["claude-fallback-2", "claude-fallback-3"]
+
+
+def refused(*content: dict[str, Any], token: str | None = "tok_A", prefill: bool = True) -> Reply:
+    details: dict[str, Any] = {"type": "refusal", "category": "cyber", "explanation": "Not this."}
+    if token is not None:
+        details["fallback_credit_token"] = token
+    if prefill:
+        details["fallback_has_prefill_claim"] = True
+    return Reply(list(content), "refusal", stop_details=details)
+
+
+def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = False, **params: Any) -> Outcome:
+    """The SDK's streaming tool runner over a client with the middleware (call it in a thread: it blocks)."""
+    _reset(fake, script)
+    middleware = BetaRefusalFallbackMiddleware([{"model": m} for m in CHAIN])
+    client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
+    with BetaFallbackState():
+        wire = {} if thread else {"thread": False}
+        runner = client.beta.messages.tool_runner(**PARAMS, **params, **wire, tools=SYNC_TOOLS, stream=True)
+        for stream in runner:
+            stream.get_final_message()
+        return _observed(fake, runner.until_done())
+
+
+SCRIPTS: dict[str, list[ScriptItem]] = {
+    "refused_mid_stream_with_a_prefill_claim": [refused(text("Here is how to")), end_turn(" check it: sunny.")],
+    "refused_without_a_prefill_claim": [refused(text("Here is how to"), prefill=False), end_turn("Sunny.")],
+    "refused_before_any_output": [refused(token=None, prefill=False), end_turn("Sunny.")],
+    "refused_after_output_without_a_token_stands": [refused(text("Here is"), token=None)],
+    "a_rejected_prefill_is_sent_once_more_without_it": [
+        refused(text("Here")),
+        bad_request("bad prefill"),
+        end_turn("."),
+    ],
+    "when_every_hop_fails_the_refusal_stands_recommending_nothing": [
+        refused(text("Here"), prefill=False),
+        bad_request("no such model"),
+        bad_request("no such model"),
+    ],
+    "when_the_last_hop_is_over_capacity_the_refusal_recommends_it": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B", prefill=False),
+        Fault(529),
+    ],
+    "the_last_entry_refuses_too": [refused(text("Here")), refused(text(" is"), token="tok_B"), refused(token="tok_C")],
+    "trailing_thinking_is_not_resent": [refused(text("Let me"), thinking("hmm")), end_turn(" see: sunny.")],
+    "two_hops_each_resending_the_output_so_far": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B"),
+        end_turn(" the weather."),
+    ],
+    "seams_are_left_out_of_the_next_request": [
+        refused(text("Checking")),
+        Reply([weather("toolu_W1")], "tool_use"),
+        end_turn("Sunny."),
+    ],
+}
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+@pytest.mark.parametrize("name", list(SCRIPTS))
+async def test_a_refusal_splices_as_the_middleware_streams_it(
+    name: str,
+    thread: bool,
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    script = SCRIPTS[name]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, thread)
+    # One attempt per model call, as the SDK client's `max_retries=0`: a hop's 529 fails it at once.
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=thread)
+    assert_same(actual, expected)
+
+
+async def test_an_entry_over_capacity_that_inherited_fast_speed_is_sent_once_more_without_it(
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    script: list[ScriptItem] = [refused(text("Here")), Fault(529), end_turn(" it is.")]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, speed="fast")
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}, "speed": "fast"}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
+    assert_same(actual, expected)
+    assert ["speed" in b for b in actual.bodies] == [True, True, False]
+
+
+async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The hop's live events count their attempt on from the refused one's: ``Run.events`` retracts what the refused
+    hop streamed, then the hop streams the whole spliced reply, the kept output, the seam and the fallback's text,
+    under the indices the reply has (as the middleware's stream shifts them)."""
+    fake_api.script(refused(text("Here is how to")), end_turn(" check it."))
+    async with worker(*SYNC_TOOLS):
+        run = await runner.start(
+            **PARAMS, tools=SYNC_TOOLS, thread=False, refusal_fallbacks=CHAIN, model_activity={"maximum_attempts": 1}
+        )
+        events = await asyncio.wait_for(collect(run), 30)
+        final = await run.result()
+    assert final.final_message is not None
+    assert [b["type"] for b in final.final_message["content"]] == ["text", "fallback", "text"]
+    assert streamed_text(events) == "Here is how to check it."
+    starts = [(e.index, e.block["type"]) for e in events if isinstance(e, BlockStart) and e.attempt == 2]
+    assert starts == [(0, "text"), (1, "fallback"), (2, "text")]
+    hop = [("block_start", 1, 2), ("text", 1, 2), ("block_stop", 1, 2)]
+    assert without_deltas(events) == [
+        ("iteration_started", 1, None),
+        ("model_call_started", 1, 1),
+        ("block_start", 1, 1),
+        ("text", 1, 1),
+        ("block_stop", 1, 1),
+        ("retracted", 1, 1),
+        ("model_call_started", 1, 2),
+        *hop,
+        ("block_start", 1, 2),
+        ("block_stop", 1, 2),
+        *hop,
+        ("reply", 1, None),
+        ("run_finished", 1, None),
+    ]
+
+
+def test_follow_shows_the_seam_between_the_refused_output_and_the_fallbacks() -> None:
+    seam = {"type": "fallback", "from": {"model": "claude-fake-1"}, "to": {"model": "claude-fallback-2"}}
+    assert render_block({**seam, "trigger": {"type": "refusal", "category": "cyber"}}) == [
+        "↪ claude-fake-1 refused; claude-fallback-2 goes on"
+    ]
