@@ -170,10 +170,13 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
     async with worker(long_report):
         run = await runner.start(**BASE, tools=[long_report], thread=False)
         await run.until_done()
-        status, data = await get(http, f"{console}/api/runs/{run.id}")
+        own = await run.transcript()
+    # No worker polls any more: an ended run's page comes from its history and the content store, not a query.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
     assert status == 200
+    assert data["transcript"]["messages"] == own
     assert data["transcript"] == {
-        "version": 3,
+        "version": None,
         "messages": [
             USER,
             {
@@ -193,9 +196,42 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
         2,
         None,
     )
-    assert isinstance(data["events_offset"], int) and data["events_offset"] > 0
+    assert data["status"]["usage"] == (await run.result()).usage.model_dump(mode="json")
+    assert data["events_offset"] is None  # nothing more to follow
     # What the run itself sent Claude, for comparison: the same long result (the store is not a lossy summary).
     assert fake_api.bodies()[1]["messages"][2]["content"][0]["content"] == f"disk:\n{BIG}"
+
+
+async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call())
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        own = await run.transcript()
+    await run.terminate("runaway")
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"]["messages"] == own == [
+        USER,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Deleting."},
+                {"type": "tool_use", "id": "toolu_D", "name": "delete_file", "input": {"path": "/etc"}},
+            ],
+        },
+    ]
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["stop_reason_detail"]) == (
+        "terminated",
+        1,
+        "tool_use",
+        "runaway",
+    )
+    assert (page["pending_approvals"], data["waiting"], data["events_offset"]) == ([], None, None)
+    assert CALLS == []
 
 
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:

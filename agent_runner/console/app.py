@@ -5,7 +5,7 @@
 - ``GET /api/runs?waiting=approval|step|review|sleep|any&task_queue=Q&limit=N``: runs, newest first, each with what
   it waits for, from Temporal's visibility store (the runs' search attributes; ``listing.py``);
 - ``GET /api/runs/<id>``: the run's status, its transcript with stored content put back, and the offset its live
-  events go on from;
+  events go on from; for an ended run, read from its history and the content store (``ended.py``), without a worker;
 - ``GET /api/runs/<id>/events?after=N``: the live events as a Server-Sent Events stream (each ``id:`` is the event's
   offset, so a reconnecting browser resumes where it was), ``event: end`` once the run finished;
 - ``POST /api/runs/<id>/{approve,deny,inject,retry,stop,fork}``: the steering actions, JSON in and out.
@@ -39,6 +39,7 @@ from agent_runner.contract.errors import (
 )
 from agent_runner.contract.events import RUN_FINISHED
 
+from .ended import ended_page
 from .listing import WAITING_FOR, list_rows
 from .security import DEFAULT_HOST, check_binding, guard, is_loopback
 
@@ -152,7 +153,11 @@ async def _events_offset(runner: AgentRunner, run_id: str) -> int | None:
 async def get_run(request: web.Request) -> web.StreamResponse:
     """``GET /api/runs/<id>``: status, transcript (stored content put back) and the live events' offset."""
     run = _run(request)
-    status = await run.status()  # first: it says plainly when the run does not exist or no worker answers
+    ended = await run.ended()  # first: it says plainly when the run does not exist
+    if ended is not None:  # from its history: a closed run's queries need a worker to replay it
+        page = await ended_page(request.app[RUNNER], run.id, ended)
+        return web.json_response(page, dumps=_dumps)
+    status = await run.status()  # says plainly when no worker answers
     # Read before the transcript, so that no event between the two is missed (one read twice is harmless: the page
     # reads the transcript again after each reply).
     offset = await _events_offset(request.app[RUNNER], run.id)
