@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from anthropic import beta_async_tool
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
@@ -29,6 +30,7 @@ from agent_runner.console import create_app, main, serving
 from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
 from agent_runner.contract.errors import ConfigurationError
+from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
@@ -146,6 +148,16 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
     assert (await listed(http, runs, [terminated, (done.id, "completed", None, 1, None)]))[0] == terminated
 
 
+async def test_the_dev_stack_keeps_search_attributes_only_where_the_namespace_has_them(
+    client: Client, tmp_path: Path
+) -> None:
+    from agent_runner.dev import _search_attributes_registered
+
+    assert await _search_attributes_registered(client)  # the session's server registers them, as `connect()`'s does
+    with EmbeddedTemporal(tmp_path / "bare.db") as bare:  # a server nobody registered them on
+        assert not await _search_attributes_registered(await Client.connect(bare.address))
+
+
 async def test_a_run_whose_workers_keep_no_search_attributes_is_listed_with_a_note(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
 ) -> None:
@@ -213,16 +225,20 @@ async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
     await run.terminate("runaway")
     status, data = await get(http, f"{console}/api/runs/{run.id}")
     assert status == 200
-    assert data["transcript"]["messages"] == own == [
-        USER,
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "Deleting."},
-                {"type": "tool_use", "id": "toolu_D", "name": "delete_file", "input": {"path": "/etc"}},
-            ],
-        },
-    ]
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Deleting."},
+                    {"type": "tool_use", "id": "toolu_D", "name": "delete_file", "input": {"path": "/etc"}},
+                ],
+            },
+        ]
+    )
     page = data["status"]
     assert (page["status"], page["iterations"], page["stop_reason"], page["stop_reason_detail"]) == (
         "terminated",
