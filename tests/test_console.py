@@ -29,7 +29,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.console import create_app, main, serving
 from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
-from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -248,6 +248,29 @@ async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
     )
     assert (page["pending_approvals"], data["waiting"], data["events_offset"]) == ([], None, None)
     assert CALLS == []
+
+
+async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
+    runner: AgentRunner, worker: WorkerFactory, console: str, http: aiohttp.ClientSession
+) -> None:
+    async with worker():
+        run = await runner.start(**BASE, tools=["no_such_tool"])
+        with pytest.raises(ToolNotRegistered):
+            await run.result()
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], data["transcript"]["messages"]) == (
+        "failed",
+        0,
+        None,
+        [],
+    )
+    assert page["stop_reason_detail"] == (
+        f"No worker on task queue {runner.task_queue!r} registered 'no_such_tool'. Start a worker with `python "
+        "worker.py --tools <module that defines it>`, or pass the tool's definition as a JSON object to send it "
+        "without running it."
+    )
 
 
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:
