@@ -34,13 +34,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.example_tools import CITIES
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
 from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 __all__ = [
     "EXAMPLE_TOOLS",
@@ -322,6 +325,26 @@ def _clip(value: str) -> str:
     return value if len(value) <= _QUOTE_LIMIT else f"{value[: _QUOTE_LIMIT - 1]}…"
 
 
+async def _search_attributes_registered(client: Client) -> bool:
+    """Whether the namespace has every ``AgentRun*`` search attribute, so the stack's runs keep them current.
+
+    The embedded server registers them, and with them the console lists what runs wait for; on a server without
+    them, a run that set them would fail its workflow tasks, so the stack leaves them off there.
+    """
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+    from temporalio.service import RPCError
+
+    from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
+
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError:  # not allowed to look (a cloud namespace's API key, say): leave them off
+        return False
+    return all(name in listed.custom_attributes for name in SEARCH_ATTRIBUTE_TYPES)
+
+
 # --------------------------------------------------------------------------------------------
 # The stack's files
 # --------------------------------------------------------------------------------------------
@@ -515,6 +538,7 @@ async def serve(
                 store=store,
                 graceful_shutdown_timeout=DRAIN,
                 mcp=load_mcp_config(os.environ[MCP_CONFIG_ENV]) if os.environ.get(MCP_CONFIG_ENV) else None,
+                search_attributes=await _search_attributes_registered(client),
             )
             async with worker:
                 await _wait_for_poller(client, task_queue, started)

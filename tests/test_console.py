@@ -8,6 +8,7 @@ browser tier (tests/console/) drives the page itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,12 +22,15 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from anthropic import beta_async_tool
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
 from agent_runner.console import create_app, main, serving
+from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
-from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
+from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
@@ -100,32 +104,72 @@ async def sse(http: aiohttp.ClientSession, url: str, **kw: Any) -> list[tuple[st
 # --- Reading runs -----------------------------------------------------------------------------------------------
 
 
-async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval(
+Row = tuple[Any, ...]
+
+
+def rows(listing: dict[str, Any]) -> list[Row]:
+    return [(r["id"], r["status"], r["waiting"], r["iterations"], r["note"]) for r in listing["runs"]]
+
+
+async def listed(http: aiohttp.ClientSession, url: str, expected: list[Row]) -> list[Row]:
+    """The list at ``url`` once it shows ``expected``: Temporal's visibility store follows a run a moment later."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(10):
+            while (current := rows((await get(http, url))[1])) != expected:
+                await asyncio.sleep(0.1)
+    return current
+
+
+async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_without_asking_any_run(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
 ) -> None:
     fake_api.script(end_turn("Nothing to do."), delete_call())
-    async with worker(delete_file):
+    async with worker(delete_file, search_attributes=True):
         done = await runner.start(**BASE)
         await done.until_done()
         waiting = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
         await wait_status(waiting, "waiting_for_approval")
-        status, everything = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}")
-        _, approvals = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}&waiting=approval")
-        _, steps = await get(http, f"{console}/api/runs?task_queue={runner.task_queue}&waiting=step")
-        bad, refusal = await get(http, f"{console}/api/runs?waiting=lunch")
-        await waiting.stop()
-
-    def rows(listing: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [(r["id"], r["status"], r["waiting"], r["pending_tools"], r["iterations"]) for r in listing["runs"]]
-
-    assert status == 200
-    assert rows(everything) == [
-        (waiting.id, "waiting_for_approval", "approval", ["delete_file"], 1),
-        (done.id, "completed", None, [], None),  # ended: Temporal's word, without asking a worker to replay it
+    # No worker polls the runs' task queue now: the list asks no run anything, Temporal's visibility store answers.
+    runs = f"{console}/api/runs?task_queue={runner.task_queue}"
+    waits = (waiting.id, "waiting_for_approval", "approval", 1, None)
+    assert await listed(http, runs, [waits, (done.id, "completed", None, 1, None)]) == [
+        waits,
+        (done.id, "completed", None, 1, None),  # the run's own word for how it ended, kept by the attribute
     ]
-    assert rows(approvals) == [(waiting.id, "waiting_for_approval", "approval", ["delete_file"], 1)]
-    assert rows(steps) == []
-    assert (bad, refusal) == (400, {"error": "waiting must be approval, step, review, sleep or any."})
+    assert await listed(http, f"{runs}&waiting=approval", [waits]) == [waits]
+    assert await listed(http, f"{runs}&waiting=any", [waits]) == [waits]
+    assert await listed(http, f"{runs}&waiting=step", []) == []
+    assert await get(http, f"{console}/api/runs?waiting=lunch") == (
+        400,
+        {"error": "waiting must be approval, step, review, sleep or any."},
+    )
+    await waiting.terminate("done with it")
+    terminated = (waiting.id, "terminated", None, 1, None)
+    assert (await listed(http, runs, [terminated, (done.id, "completed", None, 1, None)]))[0] == terminated
+
+
+async def test_the_dev_stack_keeps_search_attributes_only_where_the_namespace_has_them(
+    client: Client, tmp_path: Path
+) -> None:
+    from agent_runner.dev import _search_attributes_registered
+
+    assert await _search_attributes_registered(client)  # the session's server registers them, as `connect()`'s does
+    with EmbeddedTemporal(tmp_path / "bare.db") as bare:  # a server nobody registered them on
+        assert not await _search_attributes_registered(await Client.connect(bare.address))
+
+
+async def test_a_run_whose_workers_keep_no_search_attributes_is_listed_with_a_note(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call())
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        runs = f"{console}/api/runs?task_queue={runner.task_queue}"
+        expected = [(run.id, "running", None, None, NO_ATTRIBUTES_NOTE)]
+        assert await listed(http, runs, expected) == expected
+        assert await listed(http, f"{runs}&waiting=approval", []) == []  # the list cannot know: it does not ask
+        await run.stop()
 
 
 async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
@@ -138,10 +182,13 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
     async with worker(long_report):
         run = await runner.start(**BASE, tools=[long_report], thread=False)
         await run.until_done()
-        status, data = await get(http, f"{console}/api/runs/{run.id}")
+        own = await run.transcript()
+    # No worker polls any more: an ended run's page comes from its history and the content store, not a query.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
     assert status == 200
+    assert data["transcript"]["messages"] == own
     assert data["transcript"] == {
-        "version": 3,
+        "version": None,
         "messages": [
             USER,
             {
@@ -161,9 +208,69 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
         2,
         None,
     )
-    assert isinstance(data["events_offset"], int) and data["events_offset"] > 0
+    assert data["status"]["usage"] == (await run.result()).usage.model_dump(mode="json")
+    assert data["events_offset"] is None  # nothing more to follow
     # What the run itself sent Claude, for comparison: the same long result (the store is not a lossy summary).
     assert fake_api.bodies()[1]["messages"][2]["content"][0]["content"] == f"disk:\n{BIG}"
+
+
+async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(delete_call())
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        own = await run.transcript()
+    await run.terminate("runaway")
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Deleting."},
+                    {"type": "tool_use", "id": "toolu_D", "name": "delete_file", "input": {"path": "/etc"}},
+                ],
+            },
+        ]
+    )
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["stop_reason_detail"]) == (
+        "terminated",
+        1,
+        "tool_use",
+        "runaway",
+    )
+    assert (page["pending_approvals"], data["waiting"], data["events_offset"]) == ([], None, None)
+    assert CALLS == []
+
+
+async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
+    runner: AgentRunner, worker: WorkerFactory, console: str, http: aiohttp.ClientSession
+) -> None:
+    async with worker():
+        run = await runner.start(**BASE, tools=["no_such_tool"])
+        with pytest.raises(ToolNotRegistered):
+            await run.result()
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], data["transcript"]["messages"]) == (
+        "failed",
+        0,
+        None,
+        [],
+    )
+    assert page["stop_reason_detail"] == (
+        f"No worker on task queue {runner.task_queue!r} registered 'no_such_tool'. Start a worker with `python "
+        "worker.py --tools <module that defines it>`, or pass the tool's definition as a JSON object to send it "
+        "without running it."
+    )
 
 
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:

@@ -209,15 +209,46 @@ def test_lock_pins_the_installed_version_of_each_pinned_dependency(name: str) ->
     assert str(pinned.specifier) == f"=={installed}"
 
 
+def image_requirements() -> list[Requirement]:
+    """What the image installs: the project's requirements and those of the extras the Dockerfile asks for."""
+    extras = ("", *load_update_lock().IMAGE_EXTRAS)
+    return [
+        r for r in project_requirements() if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras)
+    ]
+
+
 def test_lock_satisfies_pyproject_and_holds_runtime_packages_only() -> None:
     pins = lock_pins()
-    runtime = [r for r in project_requirements() if r.marker is None or r.marker.evaluate({"extra": ""})]
+    runtime = image_requirements()
     for requirement in runtime:
         version = pins.get(canonicalize_name(requirement.name))
         assert version is not None, f"{requirement.name} is missing from the lock"
         assert requirement.specifier.contains(version, prereleases=True), f"{requirement}: lock has {version}"
-    dev_only = {canonicalize_name(r.name) for r in project_requirements() if r not in runtime}
+    # A package of the dev extra that the image also installs (mcp) is a runtime package.
+    dev_only = {canonicalize_name(r.name) for r in project_requirements() if r not in runtime} - {
+        canonicalize_name(r.name) for r in runtime
+    }
     assert not dev_only & set(pins), f"development packages in the image's lock: {dev_only & set(pins)}"
+
+
+def test_the_image_installs_the_mcp_extra_from_the_lock() -> None:
+    """A worker given --mcp-config needs the ``mcp`` package: the image installs the extra, pinned by the lock."""
+    (_, stages) = dockerfile_stages()
+    installs = [
+        shlex.split(arguments.split("&&")[0])
+        for stage in stages
+        for keyword, arguments in stage
+        if keyword == "RUN" and arguments.startswith("pip install") and " -c " in arguments
+    ]
+    assert installs == [["pip", "install", "--no-cache-dir", "-c", "deploy/requirements.lock", ".[mcp]"]]
+    assert load_update_lock().IMAGE_EXTRAS == ("mcp",)
+    (mcp,) = [r for r in project_requirements() if canonicalize_name(r.name) == "mcp" and r in image_requirements()]
+    assert mcp.specifier.contains(lock_pins()["mcp"])
+    # Its own dependencies are locked too, or the build would resolve them afresh.
+    for line in metadata.requires("mcp") or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            assert canonicalize_name(requirement.name) in lock_pins(), requirement
 
 
 def test_lock_is_what_update_lock_writes_from_this_venv() -> None:

@@ -30,6 +30,10 @@ def publish(state: RunState, status: RunStatusName) -> None:
     """Write the values that changed since the last call, when the fleet registered the attributes."""
     if not state.search_attributes:
         return
+    if not workflow.in_workflow():
+        # A worker evicting the run closes its coroutines, and a `finally` that sets the status (an approval's) runs
+        # outside the workflow's event loop: nothing can be upserted then, and the run goes on elsewhere.
+        return
     values: dict[str, Any] = {
         "AgentRunStatus": status,
         "AgentRunIterations": state.iterations,

@@ -2,10 +2,10 @@
 
 ``GET /`` and ``GET /runs/<id>`` serve the page (``static/``); its script reads:
 
-- ``GET /api/runs?waiting=approval|step|review|any&task_queue=Q&limit=N``: runs, newest first, each with what it
-  waits for (the run's own status, asked of the running ones);
+- ``GET /api/runs?waiting=approval|step|review|sleep|any&task_queue=Q&limit=N``: runs, newest first, each with what
+  it waits for, from Temporal's visibility store (the runs' search attributes; ``listing.py``);
 - ``GET /api/runs/<id>``: the run's status, its transcript with stored content put back, and the offset its live
-  events go on from;
+  events go on from; for an ended run, read from its history and the content store (``ended.py``), without a worker;
 - ``GET /api/runs/<id>/events?after=N``: the live events as a Server-Sent Events stream (each ``id:`` is the event's
   offset, so a reconnecting browser resumes where it was), ``event: end`` once the run finished;
 - ``POST /api/runs/<id>/{approve,deny,inject,retry,stop,fork}``: the steering actions, JSON in and out.
@@ -29,7 +29,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
-from agent_runner.client import AgentRunner, Run, RunSummary
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import (
     AgentRunnerError,
     EditRejected,
@@ -39,6 +39,8 @@ from agent_runner.contract.errors import (
 )
 from agent_runner.contract.events import RUN_FINISHED
 
+from .ended import ended_page
+from .listing import WAITING_FOR, list_rows
 from .security import DEFAULT_HOST, check_binding, guard, is_loopback
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -46,18 +48,6 @@ STATIC = Path(__file__).resolve().parent / "static"
 RUNNER = web.AppKey("runner", AgentRunner)
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("streams")
 
-WAITING_FOR = {
-    "waiting_for_approval": "approval",
-    "waiting_for_step": "step",
-    "waiting_for_review": "review",
-    "sleeping": "sleep",
-}
-"""What a run in each waiting status waits for, as the list shows and filters it."""
-
-STATUS_TIMEOUT = 5.0
-"""How long the list waits for one run's status before showing it without."""
-STATUS_CONCURRENCY = 8
-"""Status queries the list sends at once (each one a query its worker answers)."""
 KEEPALIVE = 15.0
 """Seconds between comments on a quiet event stream, so that proxies keep it open and a closed tab is noticed."""
 MAX_LIMIT = 500
@@ -133,42 +123,9 @@ async def page(_request: web.Request) -> web.StreamResponse:
 # --- Reading ----------------------------------------------------------------------------------------------------
 
 
-async def _row(runner: AgentRunner, summary: RunSummary, limit: asyncio.Semaphore) -> dict[str, Any]:
-    """One line of the list: Temporal's view of the run, and for a running one, its own status."""
-    row: dict[str, Any] = {
-        "id": summary.id,
-        "status": summary.status,
-        "start_time": summary.start_time,
-        "close_time": summary.close_time,
-        "waiting": None,
-        "pending_tools": [],
-        "iterations": None,
-        "note": None,
-    }
-    if summary.status != "running":
-        return row  # an ended run's own status needs a worker to replay it: the page asks when it is opened
-    try:
-        async with limit, asyncio.timeout(STATUS_TIMEOUT):
-            status = await runner.attach(summary.id).status()
-    except NoWorker:
-        row["note"] = "no worker polls its task queue"
-    except TimeoutError:
-        row["note"] = f"its status did not come within {STATUS_TIMEOUT:g}s"
-    except AgentRunnerError as e:
-        row["note"] = str(e)
-    else:
-        row.update(
-            status=status.status,
-            waiting=WAITING_FOR.get(status.status),
-            pending_tools=[p.get("name") for p in status.pending_approvals],
-            iterations=status.iterations,
-        )
-    return row
-
-
 @_api
 async def list_runs(request: web.Request) -> web.StreamResponse:
-    """``GET /api/runs``: runs, newest first, with what each waits for."""
+    """``GET /api/runs``: runs, newest first, with what each waits for, from Temporal's visibility store."""
     waiting = request.query.get("waiting") or None
     if waiting not in (None, "any", *WAITING_FOR.values()):
         raise _BadRequest("waiting must be approval, step, review, sleep or any.")
@@ -178,22 +135,9 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         raise _BadRequest("limit must be a whole number.") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise _BadRequest(f"limit must be between 1 and {MAX_LIMIT}.")
-    clauses = []
-    task_queue = request.query.get("task_queue")
-    if task_queue:
-        escaped = task_queue.replace("\\", "\\\\").replace("'", "\\'")
-        clauses.append(f"TaskQueue = '{escaped}'")
-    if waiting is not None:
-        clauses.append("ExecutionStatus = 'Running'")  # only a running run waits for anything
-    runner = request.app[RUNNER]
-    try:
-        summaries = await runner.list(" AND ".join(clauses) or None, limit=limit)
-    except RPCError as e:
-        return web.json_response({"error": f"Temporal refused to list runs: {e.message}"}, status=502)
-    semaphore = asyncio.Semaphore(STATUS_CONCURRENCY)
-    rows = await asyncio.gather(*(_row(runner, s, semaphore) for s in summaries))
-    if waiting is not None:
-        rows = [r for r in rows if r["waiting"] is not None and waiting in ("any", r["waiting"])]
+    rows = await list_rows(
+        request.app[RUNNER].client, task_queue=request.query.get("task_queue"), waiting=waiting, limit=limit
+    )
     return web.json_response({"runs": rows})
 
 
@@ -209,7 +153,11 @@ async def _events_offset(runner: AgentRunner, run_id: str) -> int | None:
 async def get_run(request: web.Request) -> web.StreamResponse:
     """``GET /api/runs/<id>``: status, transcript (stored content put back) and the live events' offset."""
     run = _run(request)
-    status = await run.status()  # first: it says plainly when the run does not exist or no worker answers
+    ended = await run.ended()  # first: it says plainly when the run does not exist
+    if ended is not None:  # from its history: a closed run's queries need a worker to replay it
+        page = await ended_page(request.app[RUNNER], run.id, ended)
+        return web.json_response(page, dumps=_dumps)
+    status = await run.status()  # says plainly when no worker answers
     # Read before the transcript, so that no event between the two is missed (one read twice is harmless: the page
     # reads the transcript again after each reply).
     offset = await _events_offset(request.app[RUNNER], run.id)

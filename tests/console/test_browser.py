@@ -42,6 +42,8 @@ def drive(driver: Any, url: str, task_queue: str, run_id: str) -> dict[str, Any]
         old.unlink()
     driver.get(f"{url}/?token={TOKEN}&task_queue={task_queue}")
     seen["address"] = driver.current_url
+    # The list refreshes itself; Temporal's visibility store shows what the run waits for a moment after it does.
+    wait.until(lambda d: any("approval 1" in r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tbody tr")))
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 2)
     seen["list"] = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
     driver.save_screenshot(str(SCREENSHOTS / "list.png"))
@@ -99,7 +101,7 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
         DropMidStream(end_turn(FINAL), 5),
         SlowStream(end_turn(FINAL), event_delay=0.1, chunks=30),
     )
-    async with worker(delete_file):
+    async with worker(delete_file, search_attributes=True):
         done = await runner.start(**{**BASE, "messages": [{"role": "user", "content": "Anything to clean in /home?"}]})
         await done.until_done()
         run = await runner.start(
@@ -110,7 +112,7 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
             seen = await asyncio.to_thread(drive, browser, url, runner.task_queue, run.id)
         result = await run.result()
 
-    assert seen["list"][0].startswith(f"{run.id} waiting for approval approval: delete_file 1 ")
+    assert seen["list"][0].startswith(f"{run.id} waiting for approval approval 1 ")
     assert seen["list"][1].startswith(f"{done.id} completed ")
     assert seen["filtered"] == [run.id]
     assert seen["address"] == f"{url}/?task_queue={runner.task_queue}"

@@ -208,6 +208,9 @@ async def test_a_run_through_the_worker_image_then_sigterm_drains(
             await wait_for_log(worker, r"Worker ready: task_queue=agent-runner tools=\S*get_weather")
             uid = worker.exec(["id", "-u"])
             assert uid.output.decode().strip() == "10001"
+            # The mcp extra is in the image: a worker given --mcp-config can reach its MCP servers.
+            mcp = worker.exec(["python", "-c", "import agent_runner.activities.mcp; print('mcp')"])
+            assert (mcp.exit_code, mcp.output.decode().strip()) == (0, "mcp")
 
             runner = AgentRunner(client)
             run = await runner.start(

@@ -119,7 +119,7 @@ async function showList() {
       el("td", {}, el("a", { href: runPath(run.id), class: "run-link", text: run.id })),
       el("td", {}, badge(run.status)),
       el("td", { class: run.waiting ? "waiting" : "" },
-        run.waiting ? `${run.waiting}${run.pending_tools.length ? ": " + run.pending_tools.join(", ") : ""}` : "",
+        run.waiting || "",
         run.note ? el("span", { class: "muted note", text: run.note }) : null),
       el("td", { text: run.iterations ?? "" }),
       el("td", { text: when(run.start_time) }),

@@ -1,0 +1,138 @@
+"""An ended run's page, read from its Temporal history and the content store: no worker needs to answer.
+
+A query to a closed run is a workflow task some worker must pick up and replay, so a page built from queries would
+hang once the fleet is gone or serves other task queues. What the page needs is in the history already: the last
+model call's input names the conversation it sent (the head of its chain in the store, and the messages after it),
+its result is Claude's reply, and the run's result (or its failure) says how it ended.
+
+The conversation shown ends with the last reply. Tool results that followed it (a run cut off by ``max_iterations``
+runs the last reply's tools) are not shown: they never reached a model call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.api.common.v1 import Payloads
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.converter import DataConverter
+from temporalio.service import RPCError
+
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import AgentRunError
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult, RunStatus, RunStatusName, Usage
+
+_ENDED: dict[str, RunStatusName] = {
+    "completed": "completed",
+    "failed": "failed",
+    "canceled": "cancelled",
+    "terminated": "terminated",
+    "timed_out": "timed_out",
+}
+"""The run's status for how Temporal says it ended (``Run.ended``), when its result does not say."""
+
+
+class _Reading:
+    """What the history says, event by event."""
+
+    def __init__(self) -> None:
+        self.turns: dict[int, dict[str, Any]] = {}
+        """Each model call's ``turn`` (``ModelTurn`` as plain JSON), by its scheduled event's id."""
+        self.last: tuple[dict[str, Any], dict[str, Any]] | None = None
+        """The last model call that got a reply: its turn, and the reply as held."""
+        self.replies = 0
+        self.usage = Usage()
+        self.result: dict[str, Any] | None = None
+        self.detail: str | None = None
+
+
+async def _payloads(converter: DataConverter, payloads: Payloads) -> list[Any]:
+    # The client's converter, codec included: an encrypting fleet's console holds its keys.
+    return await converter.decode(payloads.payloads) if payloads.payloads else []
+
+
+async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        scheduled = event.activity_task_scheduled_event_attributes
+        if scheduled.activity_type.name == CREATE_MESSAGE_ACTIVITY:
+            (model_input,) = await _payloads(converter, scheduled.input) or [{}]
+            if isinstance(model_input, dict) and isinstance(model_input.get("turn"), dict):
+                reading.turns[event.event_id] = model_input["turn"]
+    elif event.HasField("activity_task_completed_event_attributes"):
+        completed = event.activity_task_completed_event_attributes
+        turn = reading.turns.get(completed.scheduled_event_id)
+        if turn is not None:
+            (output,) = await _payloads(converter, completed.result) or [{}]
+            message = output.get("message") if isinstance(output, dict) else None
+            if isinstance(message, dict):
+                reading.last = (turn, message)
+                reading.replies += 1
+                usage = message.get("usage") or {}
+                reading.usage = Usage(
+                    input_tokens=reading.usage.input_tokens + int(usage.get("input_tokens") or 0),
+                    output_tokens=reading.usage.output_tokens + int(usage.get("output_tokens") or 0),
+                )
+    elif event.HasField("workflow_execution_completed_event_attributes"):
+        (result,) = await _payloads(converter, event.workflow_execution_completed_event_attributes.result) or [None]
+        reading.result = result if isinstance(result, dict) else None
+    elif event.HasField("workflow_execution_failed_event_attributes"):
+        reading.detail = event.workflow_execution_failed_event_attributes.failure.message
+    elif event.HasField("workflow_execution_terminated_event_attributes"):
+        reading.detail = event.workflow_execution_terminated_event_attributes.reason or None
+
+
+async def ended_page(runner: AgentRunner, run_id: str, ended: str) -> dict[str, Any]:
+    """The page's data for a run that has ended: its status, its conversation up to its last reply.
+
+    Args:
+        runner: The console's runner (its client and content store).
+        run_id: The run.
+        ended: How Temporal says it ended (``Run.ended``), for a run whose result does not say.
+
+    Raises:
+        AgentRunError: Temporal would not give the run's history.
+    """
+    handle = runner.client.get_workflow_handle(run_id)
+    reading = _Reading()
+    try:
+        async for event in handle.fetch_history_events():
+            await _read(runner.client.data_converter, event, reading)
+    except RPCError as e:
+        raise AgentRunError(f"Temporal would not give run {run_id}'s history: {e.message}") from e
+    messages: list[dict[str, Any]] = []
+    stop_reason: str | None = None
+    if reading.last is not None:
+        turn, reply = reading.last
+        held = [
+            *(await runner.content.messages(turn.get("head"))),
+            *(turn.get("pending") or []),
+            {"role": "assistant", "content": reply.get("content") or []},
+        ]
+        messages = await runner.content.resolve(held)
+        stop_reason = reply.get("stop_reason")
+    if reading.result is not None:
+        result = RunResult.model_validate(reading.result)
+        status = RunStatus(
+            status=result.status,
+            iterations=result.iterations,
+            stop_reason=result.stop_reason,
+            usage=result.usage,
+            stop_reason_detail=result.detail,
+            transcript_length=len(messages),
+        )
+    else:
+        status = RunStatus(
+            status=_ENDED.get(ended, "failed"),
+            iterations=reading.replies,
+            stop_reason=stop_reason,
+            usage=reading.usage,
+            stop_reason_detail=reading.detail,
+            transcript_length=len(messages),
+        )
+    return {
+        "id": run_id,
+        "status": status.model_dump(mode="json"),
+        "waiting": None,
+        "transcript": {"version": None, "messages": messages},
+        "events_offset": None,
+    }

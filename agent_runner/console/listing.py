@@ -1,0 +1,101 @@
+"""The console's list of runs, read from Temporal's visibility store in one listing: no run is asked anything.
+
+A run whose workers keep the ``AgentRun*`` search attributes current (``--search-attributes``;
+``workflows/search_attributes.py``) shows its own status, what it waits for and its turns, as of its last workflow
+task; the list filters on ``AgentRunWaiting`` in the listing itself. A run without them shows Temporal's word for
+it (``running``) and a note saying how to get more: asking each run in turn would make the list cost a query per run,
+each one a workflow task a worker must replay, and hang on runs no worker serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
+
+from agent_runner.client import CLOSED_STATUSES
+from agent_runner.contract.errors import AgentRunError
+from agent_runner.contract.types import WORKFLOW_TYPE
+
+WAITING_FOR = {
+    "waiting_for_approval": "approval",
+    "waiting_for_step": "step",
+    "waiting_for_review": "review",
+    "sleeping": "sleep",
+}
+"""What a run in each waiting status waits for, as the list shows and filters it (``AgentRunWaiting``'s values)."""
+
+STATUS = SearchAttributeKey.for_keyword("AgentRunStatus")
+WAITING = SearchAttributeKey.for_keyword("AgentRunWaiting")
+ITERATIONS = SearchAttributeKey.for_int("AgentRunIterations")
+
+NO_ATTRIBUTES_NOTE = "its workers keep no search attributes (--search-attributes): open it to see what it waits for"
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def visibility_query(*, task_queue: str | None, waiting: str | None) -> str:
+    """The listing's visibility query.
+
+    Args:
+        task_queue: Only runs on this task queue, or all.
+        waiting: Only running runs waiting for this (``approval``, ``step``, ``review``, ``sleep``), ``any`` of
+            them, or ``None`` for every run.
+    """
+    clauses = [f"WorkflowType = {_quoted(WORKFLOW_TYPE)}"]
+    if task_queue:
+        clauses.append(f"TaskQueue = {_quoted(task_queue)}")
+    if waiting is not None:
+        kinds = list(WAITING_FOR.values()) if waiting == "any" else [waiting]
+        clauses.append("ExecutionStatus = 'Running'")  # a closed run keeps the attribute it had, waits for nothing
+        clauses.append(f"AgentRunWaiting IN ({', '.join(map(_quoted, kinds))})")
+    return " AND ".join(clauses)
+
+
+def row(execution: WorkflowExecution) -> dict[str, Any]:
+    """One line of the list, from what Temporal's visibility store holds of the run."""
+    attributes = execution.typed_search_attributes
+    own = attributes.get(STATUS)
+    temporal = execution.status
+    running = temporal in (None, WorkflowExecutionStatus.RUNNING)
+    if temporal is not None and temporal in CLOSED_STATUSES:
+        status: str = CLOSED_STATUSES[temporal]  # the run could not publish how it ended: Temporal's word
+    elif own is not None:
+        status = own
+    else:
+        status = temporal.name.lower() if temporal is not None else "unknown"
+    waiting = attributes.get(WAITING) if running else None
+    return {
+        "id": execution.id,
+        "status": status,
+        "start_time": execution.start_time.isoformat(),
+        "close_time": execution.close_time.isoformat() if execution.close_time else None,
+        "waiting": waiting or None,
+        "iterations": attributes.get(ITERATIONS),
+        "note": NO_ATTRIBUTES_NOTE if running and own is None else None,
+    }
+
+
+async def list_rows(client: Client, *, task_queue: str | None, waiting: str | None, limit: int) -> list[dict[str, Any]]:
+    """Runs, newest first, as lines of the list.
+
+    Raises:
+        AgentRunError: Temporal refused the listing; when it filters on what runs wait for, most likely because the
+            namespace does not have the ``AgentRun*`` search attributes.
+    """
+    query = visibility_query(task_queue=task_queue, waiting=waiting)
+    try:
+        return [row(execution) async for execution in client.list_workflows(query, limit=limit)]
+    except RPCError as e:
+        hint = (
+            " Filtering on what runs wait for needs the AgentRun* search attributes: register them (`temporal "
+            "operator search-attribute create --name AgentRunWaiting --type Keyword`, and the others of "
+            "agent_runner.contract.types.SEARCH_ATTRIBUTE_TYPES) and start workers with --search-attributes."
+            if waiting is not None
+            else ""
+        )
+        raise AgentRunError(f"Temporal refused to list runs: {e.message}.{hint}") from e
