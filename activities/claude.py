@@ -105,7 +105,9 @@ class ClaudeActivities:
         """
         turn = input.turn
         if turn is None:
-            return CreateMessageOutput(message=await self._call(input.request, input), attempt=activity.info().attempt)
+            async with self._publisher(input) as events:
+                reply = await self._call(input.request, input, events)
+            return CreateMessageOutput(message=reply, attempt=activity.info().attempt)
         settings = turn.settings
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
@@ -126,14 +128,27 @@ class ClaudeActivities:
         )
         if turn.compaction is not None:
             request["compaction"] = turn.compaction
-        reply = await self._call(request, input)
-        message = await self.content.offload_reply(reply)
-        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}])
-        await self.content.append(input.replies_head, [message])
+        async with self._publisher(input) as events:
+            reply = await self._call(request, input, events)
+            message = await self.content.offload_reply(reply)
+            # One commit (one disk sync) for the turn's transcript, the reply and the attempt's last live events.
+            await self.content.append_many(
+                [
+                    (turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}]),
+                    (input.replies_head, [message]),
+                ],
+                live=await events.take(),
+            )
         return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)
 
-    async def _call(self, request: dict[str, Any], input: CreateMessageInput) -> dict[str, Any]:
-        """One Messages API request; the reply's body."""
+    def _publisher(self, input: CreateMessageInput) -> EventPublisher:
+        """The attempt's live events, written to the run's live log."""
+        return EventPublisher(
+            self.content.store, input.run_id, iteration=input.iteration, attempt=activity.info().attempt
+        )
+
+    async def _call(self, request: dict[str, Any], input: CreateMessageInput, events: EventPublisher) -> dict[str, Any]:
+        """One Messages API request, its stream published to ``events``; the reply's body."""
         request = with_worker_credentials(request)
         info = activity.info()
         logger.info(
@@ -145,32 +160,28 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        async with EventPublisher(
-            self.content.store, input.run_id, iteration=input.iteration, attempt=info.attempt
-        ) as events:
-            call = asyncio.ensure_future(self._stream(request, input, timeout, events))
-            try:
-                # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
-                # like a dead worker and a cancellation of the run reaches the call.
-                while not call.done():
-                    activity.heartbeat()
-                    events.tick()
-                    await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
-                body = call.result()
-            except anthropic.APIStatusError as e:
-                raise api_status_error(e) from e
-            except (TypeError, ValueError) as e:
-                raise _bad_request(e) from e
-            except (anthropic.APIConnectionError, httpx2.TransportError) as e:
-                # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
-                # error, not as the SDK's APIConnectionError: both are worth another attempt.
-                raise ApplicationError(
-                    f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); "
-                    "retrying.",
-                    type=type(e).__name__,
-                ) from e
-            finally:
-                call.cancel()
+        call = asyncio.ensure_future(self._stream(request, input, timeout, events))
+        try:
+            # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
+            # like a dead worker and a cancellation of the run reaches the call.
+            while not call.done():
+                activity.heartbeat()
+                events.tick()
+                await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
+            body = call.result()
+        except anthropic.APIStatusError as e:
+            raise api_status_error(e) from e
+        except (TypeError, ValueError) as e:
+            raise _bad_request(e) from e
+        except (anthropic.APIConnectionError, httpx2.TransportError) as e:
+            # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
+            # error, not as the SDK's APIConnectionError: both are worth another attempt.
+            raise ApplicationError(
+                f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); retrying.",
+                type=type(e).__name__,
+            ) from e
+        finally:
+            call.cancel()
         problems = reply_problems(body)
         if problems:
             # Another attempt is billed and would most likely get the same: fail the run, saying what was wrong.

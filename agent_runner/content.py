@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from temporalio import activity
@@ -35,7 +35,7 @@ from agent_runner.contract.transcript import (
     resolve,
     stored,
 )
-from agent_runner.store import ChainNode, ContentStore, open_store
+from agent_runner.store import ChainNode, ContentStore, LiveEntries, open_store
 
 
 class Content:
@@ -122,26 +122,42 @@ class Content:
         """Store ``messages`` after the transcript ``head``; return the new head."""
         if not messages:
             return head
-        # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
-        known = [] if head is None else self._chains.get(head)
+        (new_head,) = await self.append_many([(head, messages)])
+        return new_head
+
+    async def append_many(
+        self, appends: Sequence[tuple[str | None, list[dict[str, Any]]]], *, live: LiveEntries | None = None
+    ) -> list[str | None]:
+        """Store each ``(head, messages)`` as ``append`` does, and a run's live events, in one store commit.
+
+        Returns:
+            The new head of each transcript, in order.
+        """
         blobs: dict[str, bytes] = {}
         nodes: list[ChainNode] = []
-        new_refs = list(known or [])
-        for message in messages:
-            data = canonical(message)
-            ref = ref_for(data)  # message_ref(message), without serializing it again
-            blobs[ref] = data
-            new_head = next_head(head, ref)
-            nodes.append(ChainNode(head=new_head, parent=head, message=ref))
-            head = new_head
-            new_refs.append(ref)
-            self._remember(ref, message, len(data))
-        await self.store.put(blobs)
-        await self.store.put_nodes(nodes)
-        if known is not None:
-            assert head is not None
-            self._remember_chain(head, new_refs)
-        return head
+        heads: list[str | None] = []
+        chains: list[tuple[str, list[str]]] = []
+        for head, messages in appends:
+            # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
+            known = [] if head is None else self._chains.get(head)
+            new_refs = list(known or [])
+            for message in messages:
+                data = canonical(message)
+                ref = ref_for(data)  # message_ref(message), without serializing it again
+                blobs[ref] = data
+                new_head = next_head(head, ref)
+                nodes.append(ChainNode(head=new_head, parent=head, message=ref))
+                head = new_head
+                new_refs.append(ref)
+                self._remember(ref, message, len(data))
+            if known is not None and head is not None:
+                chains.append((head, new_refs))
+            heads.append(head)
+        if blobs or nodes or (live is not None and live[1]):
+            await self.store.commit(blobs, nodes, live)
+        for head, refs in chains:
+            self._remember_chain(head, refs)
+        return heads
 
     async def offload(self, value: Any) -> Any:
         """Plain ``value`` as held: escaped, its big parts stored and replaced by placeholders (``offload``)."""
