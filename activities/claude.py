@@ -163,11 +163,13 @@ class ClaudeActivities:
         call = asyncio.ensure_future(self._stream(request, input, timeout, events))
         try:
             # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
-            # like a dead worker and a cancellation of the run reaches the call.
+            # like a dead worker and a cancellation of the run reaches the call. Not at once: Temporal sends a first
+            # heartbeat unthrottled, and a reply that comes within the first wait needs none (one server call less).
             while not call.done():
-                activity.heartbeat()
                 events.tick()
                 await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
+                if not call.done():
+                    activity.heartbeat()
             body = call.result()
         except anthropic.APIStatusError as e:
             raise api_status_error(e) from e
