@@ -130,13 +130,16 @@ class ClaudeActivities:
             request["compaction"] = turn.compaction
         async with self._publisher(input) as events:
             reply = await self._call(request, input, events)
-            message = await self.content.offload_reply(reply)
-            # One commit (one disk sync) for the turn's transcript, the reply and the attempt's last live events.
+            big_blocks: dict[str, bytes] = {}
+            message = await self.content.offload_reply(reply, deferred=big_blocks)
+            # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
+            # live events: all of it is stored before the reply (which names them) is returned.
             await self.content.append_many(
                 [
                     (turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}]),
                     (input.replies_head, [message]),
                 ],
+                blobs=big_blocks,
                 live=await events.take(),
             )
         return CreateMessageOutput(message=message, stored=True, attempt=activity.info().attempt)

@@ -475,6 +475,33 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
     assert len(fake_api.requests) == 1
 
 
+async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A reply's blocks too big for history are stored in the model call's one commit, and come back exactly."""
+    long_text, city = "word " * 2000, "P" * 6000
+    reply = Reply(
+        content=[text(long_text), tool_use("toolu_big", "get_weather", {"city": city})], stop_reason="tool_use"
+    )
+    fake_api.script(reply, end_turn("done"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
+        await run.until_done()
+    assert fake_api.bodies()[1]["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": long_text},
+                {"type": "tool_use", "id": "toolu_big", "name": "get_weather", "input": {"city": city}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": f"sunny, 21C in {city}"}],
+        },
+    ]
+
+
 BREWS: list[int] = []
 
 
