@@ -48,6 +48,7 @@ from agent_runner.contract.types import (
     CreateMessageInput,
     CreateMessageOutput,
 )
+from agent_runner.store import LiveEntries
 from agent_runner.workflows.conversation import (
     THREAD_UNSUPPORTED_CODE,
     THREAD_UNSUPPORTED_ERROR,
@@ -107,7 +108,9 @@ class ClaudeActivities:
         """
         turn = input.turn
         if turn is None:
-            return CreateMessageOutput(message=await self._call(input.request, input), attempt=activity.info().attempt)
+            async with self._publisher(input, activity.info().attempt) as events:
+                reply = await self._call(input.request, input, events)
+            return CreateMessageOutput(message=reply, attempt=activity.info().attempt)
         settings = turn.settings
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
@@ -138,32 +141,45 @@ class ClaudeActivities:
                 prefill = await self.content.resolve(splice.prefill)
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
-        # A replayed reply streamed already (as the refused hops'): it is only recorded.
-        reply = (
-            turn.replay if turn.replay is not None else await self._call(request, input, attempt=attempt, prefix=prefix)
-        )
+        live: LiveEntries | None = None
+        if turn.replay is not None:
+            reply = turn.replay  # a replayed reply streamed already (as the refused hops'): it is only recorded
+        else:
+            async with self._publisher(input, attempt) as events:
+                for index, block in enumerate(prefix):
+                    _publish_block(events, index, block)
+                reply = await self._call(request, input, events, shift=len(prefix))
+                live = await events.take()  # written below, in the reply's commit
         if splice is not None:
             reply = spliced_reply(reply, splice)
-        message = await self.content.offload_reply(reply)
-        await self.content.append(turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}])
-        await self.content.append(input.replies_head, [message])
+        big_blocks: dict[str, bytes] = {}
+        message = await self.content.offload_reply(reply, deferred=big_blocks)
+        # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
+        # live events: all of it is stored before the reply (which names them) is returned.
+        await self.content.append_many(
+            [
+                (turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}]),
+                (input.replies_head, [message]),
+            ],
+            blobs=big_blocks,
+            live=live,
+        )
         return CreateMessageOutput(message=message, stored=True, attempt=attempt)
 
+    def _publisher(self, input: CreateMessageInput, attempt: int) -> EventPublisher:
+        """The attempt's live events, written to the run's live log (a fallback hop's attempt counts on)."""
+        return EventPublisher(self.content.store, input.run_id, iteration=input.iteration, attempt=attempt)
+
     async def _call(
-        self,
-        request: dict[str, Any],
-        input: CreateMessageInput,
-        *,
-        attempt: int | None = None,
-        prefix: list[dict[str, Any]] | None = None,
+        self, request: dict[str, Any], input: CreateMessageInput, events: EventPublisher, *, shift: int = 0
     ) -> dict[str, Any]:
-        """One Messages API request; the reply's body.
+        """One Messages API request, its stream published to ``events``; the reply's body.
 
         Args:
             request: The request.
             input: The activity's input.
-            attempt: The attempt its live events name (a fallback hop counts on from the refused hop's).
-            prefix: Content the reply is spliced after (a fallback hop's): streamed first, as its live events.
+            events: Where the reply's stream is published.
+            shift: The index its first block is published at (a fallback hop's reply follows the spliced prefix).
         """
         request = with_worker_credentials(request)
         info = activity.info()
@@ -176,34 +192,30 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        async with EventPublisher(
-            self.content.store, input.run_id, iteration=input.iteration, attempt=attempt or info.attempt
-        ) as events:
-            for index, block in enumerate(prefix or []):
-                _publish_block(events, index, block)
-            call = asyncio.ensure_future(self._stream(request, input, timeout, events, len(prefix or [])))
-            try:
-                # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
-                # like a dead worker and a cancellation of the run reaches the call.
-                while not call.done():
+        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift))
+        try:
+            # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
+            # like a dead worker and a cancellation of the run reaches the call. Not at once: Temporal sends a first
+            # heartbeat unthrottled, and a reply that comes within the first wait needs none (one server call less).
+            while not call.done():
+                events.tick()
+                await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
+                if not call.done():
                     activity.heartbeat()
-                    events.tick()
-                    await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
-                body = call.result()
-            except anthropic.APIStatusError as e:
-                raise api_status_error(e) from e
-            except (TypeError, ValueError) as e:
-                raise _bad_request(e) from e
-            except (anthropic.APIConnectionError, httpx2.TransportError) as e:
-                # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
-                # error, not as the SDK's APIConnectionError: both are worth another attempt.
-                raise ApplicationError(
-                    f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); "
-                    "retrying.",
-                    type=type(e).__name__,
-                ) from e
-            finally:
-                call.cancel()
+            body = call.result()
+        except anthropic.APIStatusError as e:
+            raise api_status_error(e) from e
+        except (TypeError, ValueError) as e:
+            raise _bad_request(e) from e
+        except (anthropic.APIConnectionError, httpx2.TransportError) as e:
+            # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
+            # error, not as the SDK's APIConnectionError: both are worth another attempt.
+            raise ApplicationError(
+                f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); retrying.",
+                type=type(e).__name__,
+            ) from e
+        finally:
+            call.cancel()
         problems = reply_problems(body)
         if problems:
             # Another attempt is billed and would most likely get the same: fail the run, saying what was wrong.

@@ -5,7 +5,7 @@ watchers without a signal, a history event or a workflow task. Deltas are merged
 become one event) and what gathered is written every ``FLUSH_INTERVAL`` seconds at most, in one store write, so a
 client retracts a failed attempt's text within that time of the next attempt's start. Leaving the publisher writes
 what is left and waits for it, so every event of an attempt is in the log before the attempt's reply reaches the
-run.
+run; or the model call takes what is left (``take``) and writes it in the commit that stores the reply.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from agent_runner.contract.events import DELTA_FIELDS, FLUSH_INTERVAL, MODEL_CALL_STARTED, parse_event
-from agent_runner.store import ContentStore
+from agent_runner.store import ContentStore, LiveEntries
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,19 @@ class EventPublisher:
         self.send()
         while self._sending is not None and not self._sending.done():
             await asyncio.shield(self._sending)
+
+    async def take(self) -> LiveEntries:
+        """What is left to write, for the caller to write itself (``ContentStore.commit``), after the writes under way.
+
+        The caller then writes it in the same commit as the reply (one disk sync instead of two), and the log keeps
+        the events' order. Leaving the publisher afterwards writes only what was published since.
+        """
+        while self._sending is not None and not self._sending.done():
+            await asyncio.shield(self._sending)
+        self._close_delta()
+        entries = [*self._outbox, *(json.dumps(event, separators=(",", ":")).encode() for event in self._buffer)]
+        self._outbox, self._buffer = [], []
+        return self._run_id, entries
 
     def publish(self, event_type: str, **fields: Any) -> None:
         """Queue one event of this attempt.

@@ -511,13 +511,20 @@ class ToolActivities:
             self._forget_old_calls()
         sync = not isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool))
         loop = asyncio.get_running_loop()
+        # Heartbeats after each wait, not at once (Temporal sends a first heartbeat unthrottled: a quick tool then
+        # sends none), and at least twice per heartbeat timeout, however short the tool declared it.
+        heartbeat_timeout = activity.info().heartbeat_timeout
+        wait = self._heartbeat_every
+        if heartbeat_timeout:
+            wait = min(wait, heartbeat_timeout.total_seconds() / 2)
         try:
             while not call.done():
-                activity.heartbeat()
                 left = None if deadline is None else deadline - loop.time()
                 if left is not None and left <= 0:
                     return await self._timed_out(input, call, sync=sync)
-                await asyncio.wait({call}, timeout=self._heartbeat_every if left is None else min(left, 1.0))
+                await asyncio.wait({call}, timeout=wait if left is None else min(left, wait, 1.0))
+                if not call.done():
+                    activity.heartbeat()
         except asyncio.CancelledError:
             if not sync:
                 call.cancel()  # a sync tool's thread cannot be stopped; its outcome stays remembered

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from temporalio import activity
@@ -35,7 +35,7 @@ from agent_runner.contract.transcript import (
     resolve,
     stored,
 )
-from agent_runner.store import ChainNode, ContentStore, open_store
+from agent_runner.store import ChainNode, ContentStore, LiveEntries, open_store
 
 
 class Content:
@@ -122,26 +122,51 @@ class Content:
         """Store ``messages`` after the transcript ``head``; return the new head."""
         if not messages:
             return head
-        # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
-        known = [] if head is None else self._chains.get(head)
-        blobs: dict[str, bytes] = {}
+        (new_head,) = await self.append_many([(head, messages)])
+        return new_head
+
+    async def append_many(
+        self,
+        appends: Sequence[tuple[str | None, list[dict[str, Any]]]],
+        *,
+        blobs: Mapping[str, bytes] | None = None,
+        live: LiveEntries | None = None,
+    ) -> list[str | None]:
+        """Store each ``(head, messages)`` as ``append`` does, other blobs and a run's live events, in one store commit.
+
+        Args:
+            appends: Each transcript's head and the messages to append to it.
+            blobs: More blobs to store, by reference (``offload_reply``'s ``deferred``).
+            live: A run's live events (``EventPublisher.take``).
+
+        Returns:
+            The new head of each transcript, in order.
+        """
+        blobs = dict(blobs or {})
         nodes: list[ChainNode] = []
-        new_refs = list(known or [])
-        for message in messages:
-            data = canonical(message)
-            ref = ref_for(data)  # message_ref(message), without serializing it again
-            blobs[ref] = data
-            new_head = next_head(head, ref)
-            nodes.append(ChainNode(head=new_head, parent=head, message=ref))
-            head = new_head
-            new_refs.append(ref)
-            self._remember(ref, message, len(data))
-        await self.store.put(blobs)
-        await self.store.put_nodes(nodes)
-        if known is not None:
-            assert head is not None
-            self._remember_chain(head, new_refs)
-        return head
+        heads: list[str | None] = []
+        chains: list[tuple[str, list[str]]] = []
+        for head, messages in appends:
+            # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
+            known = [] if head is None else self._chains.get(head)
+            new_refs = list(known or [])
+            for message in messages:
+                data = canonical(message)
+                ref = ref_for(data)  # message_ref(message), without serializing it again
+                blobs[ref] = data
+                new_head = next_head(head, ref)
+                nodes.append(ChainNode(head=new_head, parent=head, message=ref))
+                head = new_head
+                new_refs.append(ref)
+                self._remember(ref, message, len(data))
+            if known is not None and head is not None:
+                chains.append((head, new_refs))
+            heads.append(head)
+        if blobs or nodes or (live is not None and live[1]):
+            await self.store.commit(blobs, nodes, live)
+        for head, refs in chains:
+            self._remember_chain(head, refs)
+        return heads
 
     async def offload(self, value: Any) -> Any:
         """Plain ``value`` as held: escaped, its big parts stored and replaced by placeholders (``offload``)."""
@@ -156,10 +181,19 @@ class Content:
         """
         return await self._offload_block(escape(block))
 
-    async def offload_reply(self, reply: dict[str, Any]) -> dict[str, Any]:
-        """Claude's reply (a response body) as held: escaped, each big content block stored (``offload_block``)."""
+    async def offload_reply(self, reply: dict[str, Any], *, deferred: dict[str, bytes] | None = None) -> dict[str, Any]:
+        """Claude's reply (a response body) as held: escaped, each big content block stored (``offload_block``).
+
+        Args:
+            reply: The response body.
+            deferred: Where to put the big blocks' blobs instead of storing them: the caller stores them, in the
+                commit that stores the reply (``append_many``), before it hands the reply on.
+        """
         held = escape(reply)
-        return {**held, "content": [await self._offload_block(block) for block in held.get("content") or []]}
+        return {
+            **held,
+            "content": [await self._offload_block(block, deferred) for block in held.get("content") or []],
+        }
 
     async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Plain ``messages`` as held, their big content stored.
@@ -179,19 +213,21 @@ class Content:
 
     # The private halves take content already escaped: escaping twice would turn the first escapes into data.
 
-    async def _offload(self, held: Any) -> Any:
+    async def _offload(self, held: Any, deferred: dict[str, bytes] | None = None) -> Any:
         carried, blobs = offload(held)
-        if blobs:
+        if deferred is not None:
+            deferred.update(blobs)
+        elif blobs:
             await self.store.put(blobs)
         return carried
 
-    async def _offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
+    async def _offload_block(self, block: dict[str, Any], deferred: dict[str, bytes] | None = None) -> dict[str, Any]:
         if block.get("type") in ("tool_addition", "tool_removal"):
             return block
         for kind, key in (("tool_use", "input"), ("compaction", "content")):
             if block.get("type") == kind and key in block and len(canonical(block)) > INLINE_LIMIT:
-                return {**block, key: stored(await self.put_value(block[key]))}
-        carried: dict[str, Any] = await self._offload(block)
+                return {**block, key: stored(await self.put_value(block[key], deferred=deferred))}
+        carried: dict[str, Any] = await self._offload(block, deferred)
         return carried
 
     async def _offload_content(self, content: Any) -> Any:
@@ -207,11 +243,17 @@ class Content:
                 blocks.append(block)
         return blocks
 
-    async def put_value(self, value: Any) -> str:
-        """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref."""
+    async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None) -> str:
+        """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref.
+
+        With ``deferred``, the blob is put there for the caller to store instead.
+        """
         data = canonical(value)
         ref = ref_for(data)
-        await self.store.put({ref: data})
+        if deferred is not None:
+            deferred[ref] = data
+        else:
+            await self.store.put({ref: data})
         self._remember(ref, value, len(data))
         return ref
 

@@ -95,6 +95,9 @@ it into an error instead of a query that never ends."""
 
 _T = TypeVar("_T")
 
+LiveEntries = tuple[str, Sequence[bytes]]
+"""A run's live events for ``ContentStore.commit``: its workflow id, and each event's JSON bytes."""
+
 
 @dataclass(frozen=True)
 class ChainNode:
@@ -198,6 +201,33 @@ class ContentStore(abc.ABC):
     @abc.abstractmethod
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
         """The blobs of ``refs`` (no duplicates) that the store holds, as stored; ``get`` checks them."""
+
+    async def commit(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode] = (), live: LiveEntries | None = None
+    ) -> int:
+        """Store blobs, chain nodes and a run's live events at once: in one transaction where the backend has them.
+
+        What an activity writes at its end (a reply, the transcripts it extends, its last live events) then costs
+        one commit, one disk sync, instead of one per kind. Once it returns, all of it is stored, as after ``put``,
+        ``put_nodes`` and ``append_live`` (this default calls them in that order).
+
+        Args:
+            blobs: Each blob by its reference, which must be ``ref_for(blob)``.
+            nodes: Chain nodes whose messages are among ``blobs`` or already stored.
+            live: A run's live events to add to its live log (``append_live``), as ``(run_id, entries)``.
+
+        Returns:
+            The number of blob bytes newly written.
+
+        Raises:
+            StoreError: A key is not the reference of its blob (nothing is written), or the store failed.
+        """
+        written = await self.put(blobs) if blobs else 0
+        if nodes:
+            await self.put_nodes(nodes)
+        if live is not None and live[1]:
+            await self.append_live(*live)
+        return written
 
     @abc.abstractmethod
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
@@ -379,6 +409,27 @@ class _Backend(ContentStore):
     @abc.abstractmethod
     async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
         """Store ``blobs`` by key, unchecked; stamp those already there as written now; return the keys added."""
+
+    async def commit(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode] = (), live: LiveEntries | None = None
+    ) -> int:
+        _check_refs(self.url, blobs)
+        written = await self._write_all(blobs, nodes, live)
+        return sum(len(blobs[key]) for key in written)
+
+    async def _write_all(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode], live: LiveEntries | None
+    ) -> list[str]:
+        """``_write``, ``put_nodes`` and ``append_live`` (the encryption layer's way to ``commit``), one by one.
+
+        A backend with transactions overrides this to make it one.
+        """
+        written = await self._write(blobs) if blobs else []
+        if nodes:
+            await self.put_nodes(nodes)
+        if live is not None and live[1]:
+            await self.append_live(*live)
+        return written
 
 
 # -------------------------------------------------------------------------------------------------------- memory
@@ -585,19 +636,25 @@ class _SqliteStore(_Backend):
         items = list(blobs.items())
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            written = []
+            with _sqlite_write(conn):
+                return _sqlite_put_blobs(conn, items, time.time())
+
+        return await self._run(work)
+
+    async def _write_all(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode], live: LiveEntries | None
+    ) -> list[str]:
+        items = list(blobs.items())
+        rows = [] if live is None else [(live[0], bytes(entry)) for entry in live[1]]
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            # One transaction, so one sync (synchronous=FULL) for all of it; the live events are synced with the
+            # rest, which costs nothing more.
             with _sqlite_write(conn):
                 now = time.time()
-                for key, data in items:
-                    cursor = conn.execute(
-                        "INSERT INTO blobs (ref, data, written_at) VALUES (?, ?, ?) ON CONFLICT (ref) DO NOTHING",
-                        (key, data, now),
-                    )
-                    if cursor.rowcount == 1:
-                        written.append(key)
-                    else:
-                        # Not an upsert: that would rewrite the blob's bytes too, and blobs run to megabytes.
-                        conn.execute("UPDATE blobs SET written_at = ? WHERE ref = ?", (now, key))
+                written = _sqlite_put_blobs(conn, items, now)
+                _sqlite_put_nodes(conn, nodes, now)
+                _sqlite_append_live(conn, rows, now)
             return written
 
         return await self._run(work)
@@ -617,12 +674,7 @@ class _SqliteStore(_Backend):
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
         def work(conn: sqlite3.Connection) -> None:
             with _sqlite_write(conn):
-                now = time.time()
-                conn.executemany(
-                    "INSERT INTO nodes (head, parent, message, written_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
-                    [(node.head, node.parent, node.message, now) for node in nodes],
-                )
+                _sqlite_put_nodes(conn, nodes, time.time())
 
         await self._run(work)
 
@@ -653,11 +705,7 @@ class _SqliteStore(_Backend):
             conn.execute("PRAGMA synchronous = OFF")
             try:
                 with _sqlite_write(conn):
-                    now = time.time()
-                    conn.executemany(
-                        "INSERT INTO live (run_id, data, written_at) VALUES (?, ?, ?)",
-                        [(run_id, data, now) for run_id, data in rows],
-                    )
+                    _sqlite_append_live(conn, rows, time.time())
             finally:
                 conn.execute("PRAGMA synchronous = FULL")
 
@@ -730,6 +778,35 @@ class _SqliteStore(_Backend):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=True)
+
+
+def _sqlite_put_blobs(conn: sqlite3.Connection, items: Sequence[tuple[str, bytes]], now: float) -> list[str]:
+    """Insert blobs (in a write transaction); stamp those already there as written ``now``; the keys added."""
+    written = []
+    for key, data in items:
+        cursor = conn.execute(
+            "INSERT INTO blobs (ref, data, written_at) VALUES (?, ?, ?) ON CONFLICT (ref) DO NOTHING", (key, data, now)
+        )
+        if cursor.rowcount == 1:
+            written.append(key)
+        else:
+            # Not an upsert: that would rewrite the blob's bytes too, and blobs run to megabytes.
+            conn.execute("UPDATE blobs SET written_at = ? WHERE ref = ?", (now, key))
+    return written
+
+
+def _sqlite_put_nodes(conn: sqlite3.Connection, nodes: Sequence[ChainNode], now: float) -> None:
+    """Insert chain nodes (in a write transaction); stamp those already there as written ``now``."""
+    conn.executemany(
+        "INSERT INTO nodes (head, parent, message, written_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
+        [(node.head, node.parent, node.message, now) for node in nodes],
+    )
+
+
+def _sqlite_append_live(conn: sqlite3.Connection, rows: Sequence[tuple[str, bytes]], now: float) -> None:
+    """Add ``(run_id, entry)`` rows to the live log (in a write transaction)."""
+    conn.executemany("INSERT INTO live (run_id, data, written_at) VALUES (?, ?, ?)", [(*row, now) for row in rows])
 
 
 @contextlib.contextmanager
@@ -859,30 +936,21 @@ class _PostgresStore(_Backend):
             raise StoreError(f"the store at {self.url} failed: {exc}") from exc
 
     async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
-        batches: list[list[tuple[str, bytes]]] = [[]]
-        size = 0
-        for ref, data in blobs.items():
-            if batches[-1] and size + len(data) > PUT_CHUNK_BYTES:
-                batches.append([])
-                size = 0
-            batches[-1].append((ref, data))
-            size += len(data)
-
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[str]:
-            written: list[str] = []
-            for batch in batches:
-                if not batch:
-                    continue
-                # %b sends the blobs in binary: as text they would go hex-escaped, at twice the size, and a 12 MB
-                # put took 3x as long. A blob already there gets a new written_at only: its bytes, kept out of
-                # line (TOAST), are not rewritten. xmax = 0 tells a new row from an updated one.
-                cursor = await conn.execute(
-                    f"INSERT INTO blobs (ref, data, written_at) SELECT ref, data, {_PG_NOW} "
-                    "FROM unnest(%s::text[], %b::bytea[]) AS new (ref, data) "
-                    "ON CONFLICT (ref) DO UPDATE SET written_at = excluded.written_at RETURNING ref, xmax = 0",
-                    ([key for key, _ in batch], [data for _, data in batch]),
-                )
-                written.extend(key for key, inserted in await cursor.fetchall() if inserted)
+            return await _pg_put_blobs(conn, blobs)
+
+        result: list[str] = await self._run(work)
+        return result
+
+    async def _write_all(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode], live: LiveEntries | None
+    ) -> list[str]:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[str]:
+            # One transaction, one flush at its commit; the live events are flushed with the rest.
+            written = await _pg_put_blobs(conn, blobs)
+            await _pg_put_nodes(conn, nodes)
+            if live is not None and live[1]:
+                await _pg_append_live(conn, live[0], live[1])
             return written
 
         result: list[str] = await self._run(work)
@@ -902,17 +970,8 @@ class _PostgresStore(_Backend):
         return found
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
-        # One row per head: an upsert may not touch a row twice in one statement.
-        unique = list({node.head: node for node in reversed(nodes)}.values())
-
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:
-            for chunk in _chunks(unique, NODE_CHUNK):
-                await conn.execute(
-                    f"INSERT INTO nodes (head, parent, message, written_at) SELECT head, parent, message, {_PG_NOW} "
-                    "FROM unnest(%s::text[], %s::text[], %s::text[]) AS new (head, parent, message) "
-                    "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
-                    ([n.head for n in chunk], [n.parent for n in chunk], [n.message for n in chunk]),
-                )
+            await _pg_put_nodes(conn, nodes)
 
         await self._run(work)
 
@@ -948,18 +1007,10 @@ class _PostgresStore(_Backend):
         return result
 
     async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
-        rows = [(run_id, bytes(entry)) for entry in entries]
-
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:
             # Not waited on a disk flush: a live event is a preview, its reply is stored (and flushed) on its own.
-            # A sequence allots seq in commit order only roughly: a reader may see a later seq before an earlier one
-            # commits, so writers of one run (one attempt at a time) take a transaction-scoped lock on it.
             await conn.execute("SET LOCAL synchronous_commit = off")
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
-            async with conn.cursor() as cursor:
-                await cursor.executemany(
-                    f"INSERT INTO live (run_id, data, written_at) VALUES (%s, %s, {_PG_NOW})", rows
-                )
+            await _pg_append_live(conn, run_id, entries)
 
         await self._run(work)
 
@@ -1027,6 +1078,58 @@ class _PostgresStore(_Backend):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+async def _pg_put_blobs(conn: AsyncConnection[tuple[Any, ...]], blobs: Mapping[str, bytes]) -> list[str]:
+    """Insert blobs (in the transaction); stamp those already there as written now; the keys added."""
+    batches: list[list[tuple[str, bytes]]] = [[]]
+    size = 0
+    for ref, data in blobs.items():
+        if batches[-1] and size + len(data) > PUT_CHUNK_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append((ref, data))
+        size += len(data)
+    written: list[str] = []
+    for batch in batches:
+        if not batch:
+            continue
+        # %b sends the blobs in binary: as text they would go hex-escaped, at twice the size, and a 12 MB put took
+        # 3x as long. A blob already there gets a new written_at only: its bytes, kept out of line (TOAST), are not
+        # rewritten. xmax = 0 tells a new row from an updated one.
+        cursor = await conn.execute(
+            f"INSERT INTO blobs (ref, data, written_at) SELECT ref, data, {_PG_NOW} "
+            "FROM unnest(%s::text[], %b::bytea[]) AS new (ref, data) "
+            "ON CONFLICT (ref) DO UPDATE SET written_at = excluded.written_at RETURNING ref, xmax = 0",
+            ([key for key, _ in batch], [data for _, data in batch]),
+        )
+        written.extend(key for key, inserted in await cursor.fetchall() if inserted)
+    return written
+
+
+async def _pg_put_nodes(conn: AsyncConnection[tuple[Any, ...]], nodes: Sequence[ChainNode]) -> None:
+    """Insert chain nodes (in the transaction); stamp those already there as written now."""
+    # One row per head: an upsert may not touch a row twice in one statement.
+    unique = list({node.head: node for node in reversed(nodes)}.values())
+    for chunk in _chunks(unique, NODE_CHUNK):
+        await conn.execute(
+            f"INSERT INTO nodes (head, parent, message, written_at) SELECT head, parent, message, {_PG_NOW} "
+            "FROM unnest(%s::text[], %s::text[], %s::text[]) AS new (head, parent, message) "
+            "ON CONFLICT (head) DO UPDATE SET written_at = excluded.written_at",
+            ([n.head for n in chunk], [n.parent for n in chunk], [n.message for n in chunk]),
+        )
+
+
+async def _pg_append_live(conn: AsyncConnection[tuple[Any, ...]], run_id: str, entries: Sequence[bytes]) -> None:
+    """Add a run's live events to its live log (in the transaction)."""
+    # A sequence allots seq in commit order only roughly: a reader may see a later seq before an earlier one commits,
+    # so writers of one run (one attempt at a time) take a transaction-scoped lock on it.
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            f"INSERT INTO live (run_id, data, written_at) VALUES (%s, %s, {_PG_NOW})",
+            [(run_id, bytes(entry)) for entry in entries],
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- encryption
@@ -1145,10 +1248,39 @@ class _EncryptedStore(ContentStore):
     async def put(self, blobs: Mapping[str, bytes]) -> int:
         _check_refs(self.url, blobs)
         addresses = {self._cipher.address(ref): ref for ref in blobs}
-        written = await self._inner._write(
-            {address: self._cipher.seal(blobs[ref], ref.encode()) for address, ref in addresses.items()}
+        written = await self._inner._write(self._sealed_blobs(blobs, addresses))
+        return sum(len(blobs[addresses[address]]) for address in written)
+
+    async def commit(
+        self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode] = (), live: LiveEntries | None = None
+    ) -> int:
+        _check_refs(self.url, blobs)
+        addresses = {self._cipher.address(ref): ref for ref in blobs}
+        written = await self._inner._write_all(
+            self._sealed_blobs(blobs, addresses),
+            self._sealed_nodes(nodes),
+            None if live is None else self._sealed_live(*live),
         )
         return sum(len(blobs[addresses[address]]) for address in written)
+
+    def _sealed_blobs(self, blobs: Mapping[str, bytes], addresses: Mapping[str, str]) -> dict[str, bytes]:
+        return {address: self._cipher.seal(blobs[ref], ref.encode()) for address, ref in addresses.items()}
+
+    def _sealed_nodes(self, nodes: Sequence[ChainNode]) -> list[ChainNode]:
+        address = self._cipher.address
+        return [
+            ChainNode(
+                head=address(node.head),
+                parent=None if node.parent is None else address(node.parent),
+                message=_SEALED_TEXT + base64.b64encode(self._cipher.seal(node.message.encode(), _NODE_AAD)).decode(),
+            )
+            for node in nodes
+        ]
+
+    def _sealed_live(self, run_id: str, entries: Sequence[bytes]) -> LiveEntries:
+        # Each event sealed with its run as associated data: an event filed under another run does not open.
+        aad = _LIVE_AAD + run_id.encode()
+        return self._cipher.address(_LIVE_AAD.decode() + run_id), [self._cipher.seal(entry, aad) for entry in entries]
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
         addresses = {self._cipher.address(ref): ref for ref in refs}
@@ -1160,18 +1292,7 @@ class _EncryptedStore(ContentStore):
         return found
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
-        address = self._cipher.address
-        await self._inner.put_nodes(
-            [
-                ChainNode(
-                    head=address(node.head),
-                    parent=None if node.parent is None else address(node.parent),
-                    message=_SEALED_TEXT
-                    + base64.b64encode(self._cipher.seal(node.message.encode(), _NODE_AAD)).decode(),
-                )
-                for node in nodes
-            ]
-        )
+        await self._inner.put_nodes(self._sealed_nodes(nodes))
 
     async def chain(self, head: str) -> list[str]:
         try:
@@ -1199,11 +1320,7 @@ class _EncryptedStore(ContentStore):
         return messages
 
     async def append_live(self, run_id: str, entries: Sequence[bytes]) -> None:
-        # Each event sealed with its run as associated data: an event filed under another run does not open.
-        aad = _LIVE_AAD + run_id.encode()
-        await self._inner.append_live(
-            self._cipher.address(_LIVE_AAD.decode() + run_id), [self._cipher.seal(entry, aad) for entry in entries]
-        )
+        await self._inner.append_live(*self._sealed_live(run_id, entries))
 
     async def read_live(self, run_id: str, after: int = 0, *, limit: int = LIVE_READ_LIMIT) -> list[tuple[int, bytes]]:
         aad = _LIVE_AAD + run_id.encode()

@@ -137,6 +137,9 @@ class SilentPublisher:
     def tick(self) -> None:
         return None
 
+    async def take(self) -> tuple[str, list[bytes]]:
+        return "", []
+
 
 class Counters:
     """Heartbeats and store transactions since the last ``reset``."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import pytest
 from anthropic import beta_async_tool
 from temporalio.common import WorkflowIDConflictPolicy
 
+from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
@@ -471,6 +473,67 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
         final = await run.until_done()
     assert final.id == "msg_fake_001"
     assert len(fake_api.requests) == 1
+
+
+async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A reply's blocks too big for history are stored in the model call's one commit, and come back exactly."""
+    long_text, city = "word " * 2000, "P" * 6000
+    reply = Reply(
+        content=[text(long_text), tool_use("toolu_big", "get_weather", {"city": city})], stop_reason="tool_use"
+    )
+    fake_api.script(reply, end_turn("done"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False)
+        await run.until_done()
+    assert fake_api.bodies()[1]["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": long_text},
+                {"type": "tool_use", "id": "toolu_big", "name": "get_weather", "input": {"city": city}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": f"sunny, 21C in {city}"}],
+        },
+    ]
+
+
+BREWS: list[int] = []
+
+
+@tool_options(heartbeat_timeout=timedelta(seconds=1))
+@beta_async_tool
+async def brew(minutes: int) -> str:
+    """Brew tea, for 2.5 s: longer than the tool's 1 s heartbeat timeout.
+
+    Args:
+        minutes: How long, as the model asks.
+    """
+    BREWS.append(minutes)
+    await asyncio.sleep(2.5)
+    return f"brewed for {minutes} min"
+
+
+async def test_a_tool_longer_than_its_short_heartbeat_timeout_is_kept_alive(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The worker heartbeats for the tool at least twice per heartbeat timeout, its first after a wait, not at once."""
+    BREWS.clear()
+    fake_api.script(
+        Reply(content=[tool_use("toolu_T", "brew", {"minutes": 3})], stop_reason="tool_use"), end_turn("ok")
+    )
+    async with worker(brew):
+        run = await runner.start(**BASE, messages=[USER], tools=[brew])
+        await run.until_done()
+    assert BREWS == [3]  # one attempt
+    assert fake_api.bodies()[1]["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "brewed for 3 min"}],
+    }
 
 
 async def test_cancelling_a_run_ends_it_as_cancelled(

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -288,6 +289,71 @@ async def test_stats_count_blobs_bytes_and_nodes_exactly(store: ContentStore) ->
     await store.put_nodes(linear_chain(["a", "b", "c", "d", "e"]))
 
     assert await store.stats() == StoreStats(blobs=3, blob_bytes=350, nodes=5)
+
+
+# ------------------------------------------------------------------------------------------------------ commit
+
+
+async def test_commit_stores_blobs_nodes_and_live_events_together(store: ContentStore) -> None:
+    """What a model call writes at its end, in one call: the reply, the transcripts it extends, its live events."""
+    a, b = blob("question"), blob("answer")
+    nodes = linear_chain([a[0], b[0]])
+    run = f"run-{uuid.uuid4()}"  # the session's PostgreSQL live log is shared by the tests
+
+    assert await store.commit(dict([a, b]), nodes, (run, [b'{"type":"text"}', b'{"type":"block_stop"}'])) == 14
+    assert await store.commit(dict([a, b]), nodes, (run, [])) == 0  # again: nothing new, no live events
+
+    assert await store.get([a[0], b[0]]) == dict([a, b])
+    assert await store.chain(nodes[-1].head) == [a[0], b[0]]
+    live = await store.read_live(run)
+    assert [entry for _, entry in live] == [b'{"type":"text"}', b'{"type":"block_stop"}']
+    assert await store.stats() == StoreStats(blobs=2, blob_bytes=14, nodes=2)
+
+
+async def test_commit_refuses_a_wrong_key_and_writes_nothing(store: ContentStore) -> None:
+    good_ref, good = blob("good")
+    wrong_ref = ref_for(b"something else")
+    run = f"run-{uuid.uuid4()}"
+
+    with pytest.raises(StoreError):
+        await store.commit({good_ref: good, wrong_ref: b"not that"}, linear_chain([good_ref]), (run, [b"{}"]))
+
+    assert await store.stats() == StoreStats(blobs=0, blob_bytes=0, nodes=0)
+    assert await store.read_live(run) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_commit_is_one_transaction(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """When its last part fails, none of it is stored: blobs and nodes are never half written."""
+    if backend == "sqlite":
+        url = f"sqlite://{tmp_path}/store.db"
+    else:
+        name = f"commit_{os.getpid()}_{time.monotonic_ns()}"
+        server = request.getfixturevalue("postgres_url")
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = server.rsplit("/", 1)[0] + "/" + name
+    store = open_store(url)
+    try:
+        await store.stats()  # the schema exists
+        # The live log gone: the commit's last statement fails.
+        if backend == "sqlite":
+            with sqlite3.connect(tmp_path / "store.db") as conn:
+                conn.execute("ALTER TABLE live RENAME TO live_gone")
+        else:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("ALTER TABLE live RENAME TO live_gone")
+        a = blob("question")
+
+        with pytest.raises(StoreError):
+            await store.commit(dict([a]), linear_chain([a[0]]), ("run-1", [b"{}"]))
+
+        assert await store.stats() == StoreStats(blobs=0, blob_bytes=0, nodes=0)
+    finally:
+        await store.close()
+        if backend == "postgresql":
+            with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 # ------------------------------------------------------------------------------------------ SQLite, several processes

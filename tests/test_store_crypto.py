@@ -120,6 +120,24 @@ async def test_blobs_and_chains_round_trip_and_nothing_readable_is_at_rest(encry
     assert refs_in(stored) == set()
 
 
+async def test_commit_seals_blobs_nodes_and_live_events_alike(encrypted: ContentStore, url: str) -> None:
+    """``commit`` writes what ``put``, ``put_nodes`` and ``append_live`` would, as ciphertext under addresses."""
+    message = canonical({"role": "user", "content": SECRET})
+    ref = ref_for(message)
+    head = next_head(None, ref)
+    event = b'{"type":"text","text":"the vault code"}'
+
+    assert await encrypted.commit({ref: message}, [ChainNode(head, None, ref)], ("run-1", [event])) == len(message)
+
+    assert await encrypted.get([ref]) == {ref: message}
+    assert await encrypted.chain(head) == [ref]
+    assert [entry for _, entry in await encrypted.read_live("run-1")] == [event]
+    await encrypted.close()
+    stored = at_rest(url)
+    assert b"vault code" not in stored
+    assert ref.encode() not in stored and head.encode() not in stored
+
+
 async def test_a_run_with_keys_leaves_neither_its_text_nor_its_history_refs_in_the_store(
     temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, url: str
 ) -> None:
