@@ -38,6 +38,7 @@ from temporalio.service import RPCError
 
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.content import Content
+from agent_runner.contract.big_params import big_params, resolve_params, stored_params
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.transcript import escape
 from agent_runner.contract.types import (
@@ -116,6 +117,13 @@ class ClaudeActivities:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
             await self.content.put_value(settings)
+            # Stored apart too, so the run can carry them by reference into its continuation (``big_params.py``).
+            for value in big_params(settings["params"]).values():
+                await self.content.put_value(value)
+        refs = stored_params(settings["params"])
+        if refs:
+            found = await self.content.values(list(refs.values()))
+            settings = {**settings, "params": resolve_params(settings["params"], found.__getitem__)}
         # A turn that continues a thread sends only what the server does not hold: read only that. (A compaction
         # turn has no `previous_message_id`, so it reads the whole history.)
         skip = turn.answered if turn.threading and turn.previous_message_id else 0

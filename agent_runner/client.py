@@ -62,6 +62,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
+from agent_runner.contract.big_params import big_params
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
     AgentRunError,
@@ -99,7 +100,7 @@ from agent_runner.contract.steering import (
     WAKE_UPDATE,
     PendingApproval,
 )
-from agent_runner.contract.transcript import escape
+from agent_runner.contract.transcript import escape, stored
 from agent_runner.contract.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
@@ -240,6 +241,11 @@ class AgentRunner:
         """
         if output_format is not None:
             params["output_config"] = _with_output_format(params.get("output_config"), output_format)
+        for key, value in big_params(params).items():
+            # Stored, not carried: a long `system` would push the run's input past Temporal's payload limit. A value
+            # of the wrong type stays, for the run to refuse with the usual message.
+            if isinstance(value, str | list):
+                params[key] = stored(await self.content.put_value(value))
         run_input: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,

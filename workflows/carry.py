@@ -16,6 +16,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
+from agent_runner.contract.big_params import big_params, by_reference
 from agent_runner.contract.transcript import canonical
 from agent_runner.workflows.budget import HistoryLimits
 from agent_runner.workflows.conversation import Conversation
@@ -40,6 +41,10 @@ CARRIED_EVENTS = 256
 
 CARRIED_BYTES = 1_000_000
 """Above this, a continuation drops the carried events: its input must stay well under the 2 MiB payload limit."""
+
+PARAMS_BY_REFERENCE_PATCH = "params-by-reference"
+"""``workflow.patched`` id of carrying big parameters by reference into a continuation (``big_params.py``). Asked
+only where a big parameter is held by value, so other runs carry no marker."""
 
 CARRIED_INPUT_MESSAGES_BYTES = 64_000
 """The run's first messages are repeated in a continuation's input only up to this size (the transcript has them)."""
@@ -109,7 +114,9 @@ def continuation_input(
     dropped_replies = _replies_to_drop(state.replies)
     # Every field of the state goes across (a new one cannot be forgotten); only these are trimmed on the way.
     trimmed = {
-        "conversation": conversation.model_copy(update={"transcript": conversation.transcript.carry()}),
+        "conversation": conversation.model_copy(
+            update={"transcript": conversation.transcript.carry(), "params": _carried_params(state)}
+        ),
         "replies": state.replies[dropped_replies:],
         "reply_offset": state.reply_offset + dropped_replies,
         "outcomes": {seq: state.outcomes[seq] for seq in kept_outcomes},
@@ -152,3 +159,20 @@ def _replies_to_drop(replies: list[dict[str, Any]]) -> int:
             break
         kept += 1
     return len(replies) - kept
+
+
+def _carried_params(state: RunState) -> dict[str, Any]:
+    """The request parameters a continuation carries: the big ones by reference once a model call stored them.
+
+    The model call stores every big parameter it is sent (``activities/claude.py``), so a run that got a long
+    ``system`` by value (plain JSON) has it in the store once its current settings went out; carried by value, it
+    would be in every later continuation's input and could push it past Temporal's payload limit.
+    """
+    conversation = state.conversation
+    assert conversation is not None
+    params = conversation.params
+    if not big_params(params) or conversation.turn().settings_ref != state.settings_stored:
+        return params  # nothing big, or not stored yet: carried as before
+    if not workflow.patched(PARAMS_BY_REFERENCE_PATCH):
+        return params
+    return by_reference(params)

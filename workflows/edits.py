@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from agent_runner.contract.big_params import by_reference
 from agent_runner.contract.steering import (
     AddTools,
     Compact,
@@ -174,7 +175,7 @@ def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
         conversation is not None
         and conversation.threading
         and "system" in edit.params
-        and edit.params["system"] != conversation.params.get("system")
+        and by_reference({"system": edit.params["system"]}) != by_reference(conversation.params).get("system")
     ):
         raise ValueError(
             "Cannot change `system` on a thread: the server keeps the one the thread was created with. To change "

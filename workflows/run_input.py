@@ -19,6 +19,7 @@ from anthropic.types.beta import BetaMessageParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from agent_runner.contract.big_params import stored_params
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
 from agent_runner.contract.transcript import is_placeholder
@@ -217,6 +218,8 @@ def parse_run_input(raw: object) -> RunSpec:
         problems.append("`max_tokens` must be a positive integer.")
     if not problems or all("`model`" not in p and "`max_tokens`" not in p for p in problems):
         params = {k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS}
+        if raw.get("held") is True:  # the client stored the big ones (``big_params.py``): only the store has them
+            params = {k: v for k, v in params.items() if k not in stored_params(params)}
         problems.extend(param_problems({**params, "model": str(raw.get("model")), "max_tokens": 1}))
     messages = raw.get("messages")
     if "messages" in raw:

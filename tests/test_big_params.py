@@ -1,0 +1,150 @@
+"""Big request parameters go by reference (``agent_runner/contract/big_params.py``): a `system` prompt of any size
+reaches Claude whole, and never pushes a run's input, a model call's input or a continuation's input past Temporal's
+2 MB payload limit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic import beta_tool
+from temporalio.api.history.v1 import History
+from temporalio.client import Client
+
+from agent_runner.client import AgentRunner
+from agent_runner.contract.transcript import canonical, ref_for
+from agent_runner.contract.types import WORKFLOW_TYPE
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory, stock_temporal
+
+BASE = {"model": "claude-fake-1", "max_tokens": 256}
+USER = {"role": "user", "content": "Hi."}
+RAN: list[str] = []
+
+
+@beta_tool
+def launch(target: str) -> str:
+    """Launch something.
+
+    Args:
+        target: What to launch.
+    """
+    RAN.append(target)
+    return f"launched {target}"
+
+
+@pytest.fixture(autouse=True)
+def forget_launches() -> None:
+    RAN.clear()
+
+
+def script_three_turns(fake_api: FakeMessagesAPI) -> None:
+    fake_api.script(
+        Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
+        Reply(content=[text("Two."), tool_use("toolu_2", "launch", {"target": "b"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+
+
+async def executions(client: Client, run_id: str, first: str) -> list[History]:
+    """The histories of every execution of the run ``run_id`` from its first, ``first``, following continue-as-new."""
+    histories = []
+    execution: str | None = first
+    while execution:
+        history = await client.get_workflow_handle(run_id, run_id=execution).fetch_history()
+        histories.append(history)
+        last = history.events[-1]
+        execution = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else None
+        )
+    return histories
+
+
+def largest_payloads(histories: list[History]) -> dict[str, int]:
+    """The biggest continue-as-new input and model call input of these histories, in bytes."""
+    continued, scheduled = [0], [0]
+    for history in histories:
+        for event in history.events:
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                attrs = event.workflow_execution_continued_as_new_event_attributes
+                continued.append(sum(len(p.data) for p in attrs.input.payloads))
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                scheduled.append(sum(len(p.data) for p in attrs.input.payloads))
+    return {"continued": max(continued), "activity": max(scheduled), "continuations": len(continued) - 1}
+
+
+async def test_a_2_mb_system_prompt_from_the_python_client_goes_by_reference_through_continue_as_new(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    system = "Be exact. " + "x" * 2_000_000  # over Temporal's 2 MB payload limit by itself
+    script_three_turns(fake_api)
+    async with worker(launch):
+        run = await runner.start(
+            **BASE, system=system, messages=[USER], tools=[launch], thread=False, continue_as_new={"events": 10}
+        )
+        async with asyncio.timeout(60):
+            result = await run.result()
+    assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
+    bodies = fake_api.bodies()
+    assert [body["system"] == system for body in bodies] == [True] * 3  # every request, whole
+    assert run.handle.first_execution_run_id is not None
+    histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
+    first_input = json.loads(histories[0].events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+    assert first_input["system"] == {"agent_runner.stored": ref_for(canonical(system))}
+    sizes = largest_payloads(histories)
+    assert sizes["continuations"] >= 1
+    assert sizes["continued"] < 64_000
+    assert sizes["activity"] < 64_000
+
+
+async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_into_continuations(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The stock CLI sends by value; once a model call stored the prompt, continuations carry its reference."""
+    system = "Be exact. " + "x" * 1_100_000
+    script_three_turns(fake_api)
+    run_input: dict[str, Any] = {
+        **BASE,
+        "system": system,
+        "messages": [USER],
+        "tools": ["launch"],
+        "thread": False,
+        "continue_as_new": {"events": 10},
+    }
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(run_input))
+    async with worker(launch):
+        started = stock_temporal(
+            runner.client,
+            *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
+            *("--workflow-id", "big-plain", "--input-file", str(path)),
+        )
+        run = runner.attach("big-plain")
+        async with asyncio.timeout(60):
+            result = await run.result()
+    assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
+    assert [body["system"] == system for body in fake_api.bodies()] == [True] * 3
+    sizes = largest_payloads(await executions(runner.client, run.id, json.loads(started)["runId"]))
+    assert sizes["continuations"] >= 1
+    assert sizes["continued"] < 64_000
+
+
+async def test_a_run_started_with_a_stored_system_prompt_forks_and_goes_on_with_it(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    system = "Be exact. " + "y" * 100_000
+    fake_api.script(end_turn("Done."), end_turn("Forked."), end_turn("Sent."))
+    async with worker():
+        run = await runner.start(**BASE, system=system, messages=[USER], thread=False)
+        await run.until_done()
+        fork = await run.fork(1)
+        await fork.until_done()
+        sent = await run.send("And then?")
+        await sent.until_done()
+    assert [body["system"] == system for body in fake_api.bodies()] == [True] * 3
