@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,18 @@ async def test_a_run_started_with_a_stored_system_prompt_forks_and_goes_on_with_
         sent = await run.send("And then?")
         await sent.until_done()
     assert [body["system"] == system for body in fake_api.bodies()] == [True] * 3
+
+
+async def test_the_stock_cli_refuses_a_run_input_over_the_payload_limit_with_temporals_message(
+    runner: AgentRunner, tmp_path: Path
+) -> None:
+    """Plain JSON goes by value, so Temporal itself refuses it: `agent-runner run --file` stores it instead."""
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps({**BASE, "system": "x" * 2_100_000, "messages": [USER]}))
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        stock_temporal(
+            runner.client,
+            *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
+            *("--workflow-id", "too-big", "--input-file", str(path)),
+        )
+    assert refused.value.stderr.strip() == "Error: failed starting workflow: Blob data size exceeds limit."
