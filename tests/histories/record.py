@@ -12,6 +12,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
+    python tests/histories/record.py NAME big_params   # writes NAME.json and NAME_continued.json (a big system
+                                                       # prompt by value, carried by reference)
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
@@ -152,6 +154,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "plain":
                 await plain(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "big_params":
+                await big_params(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "sleep":
@@ -448,6 +454,35 @@ async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``big_params`` scenario: a system prompt over 64 KB in plain JSON, as the stock CLI sends it; the
+    run continues as new once, carrying the prompt by reference (``params-by-reference``), then ends."""
+    fake.script(
+        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
+        end_turn("Done."),
+    )
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 512,
+        "system": "Be exact. " + "x" * 65_000,
+        "messages": [{"role": "user", "content": "Paris, then Rome?"}],
+        "tools": ["get_weather"],
+        "thread": False,
+        "continue_as_new": {"events": 10},
+    }
+    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+    run = runner.attach(handle.id)
+    result = await run.result()
+    assert result.status == "completed", result
+    assert handle.first_execution_run_id is not None
+    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
+    last = await run.handle.fetch_history()
+    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
+    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
+    (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
+
+
 async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``compaction_end`` scenario (see the module's docstring)."""
     summary = {"type": "compaction", "content": "Summary: sunny in Paris."}
@@ -677,6 +712,7 @@ if __name__ == "__main__":
         "lookalikes",
         "sleep",
         "plain",
+        "big_params",
         "mcp",
         "features",
         "toolsets",
