@@ -51,6 +51,7 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
@@ -159,13 +160,6 @@ def current_tool_call() -> ToolCall:
         ) from None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Effects:
-    effects: ToolEffects
-    on_unknown: OnUnknown
-    reconcile: Reconcile | None
-
-
 def tool_options(
     *,
     start_to_close_timeout: timedelta | None = None,
@@ -230,20 +224,7 @@ def tool_options(
         )
     except pydantic.ValidationError as e:
         raise ToolRegistrationError(f"tool_options() got options out of range: {e.errors()[0]['msg']}.") from None
-    if effects not in ("idempotent", "at_most_once"):
-        raise ToolRegistrationError(f"tool_options(effects={effects!r}): use 'idempotent' or 'at_most_once'.")
-    if effects == "idempotent" and (on_unknown is not None or reconcile is not None):
-        raise ToolRegistrationError(
-            "tool_options(on_unknown=..., reconcile=...) applies to effects='at_most_once' only: an idempotent "
-            "tool is simply retried."
-        )
-    chosen: OnUnknown = on_unknown or ("reconcile" if reconcile is not None else "tell")
-    if chosen not in ("reconcile", "ask", "tell"):
-        raise ToolRegistrationError(f"tool_options(on_unknown={on_unknown!r}): use 'reconcile', 'ask' or 'tell'.")
-    if chosen == "reconcile" and reconcile is None:
-        raise ToolRegistrationError("tool_options(on_unknown='reconcile') needs reconcile=<function>.")
-    if reconcile is not None and not callable(reconcile):
-        raise ToolRegistrationError("tool_options(reconcile=...) must be a function taking a ToolCall.")
+    policy = effect_policy("tool_options", effects, on_unknown, reconcile)
 
     def apply(tool: ToolT) -> ToolT:
         if not isinstance(tool, TOOL_TYPES):
@@ -253,7 +234,7 @@ def tool_options(
             )
         setattr(tool, _OPTIONS_ATTRIBUTE, options)
         setattr(tool, _APPROVAL_ATTRIBUTE, requires_approval)
-        setattr(tool, _EFFECTS_ATTRIBUTE, _Effects(effects, chosen, reconcile))
+        setattr(tool, _EFFECTS_ATTRIBUTE, policy)
         return tool
 
     return apply
@@ -607,8 +588,8 @@ def _own_timeout(info: activity.Info) -> timedelta | None:
     return timeout - TOOL_TIMEOUT_GRACE if timeout > TOOL_TIMEOUT_GRACE else timeout * 0.8
 
 
-def _effects_of(tool: Tool) -> _Effects:
-    effects: _Effects = getattr(tool, _EFFECTS_ATTRIBUTE, _Effects("idempotent", "tell", None))
+def _effects_of(tool: Tool) -> Effects:
+    effects: Effects = getattr(tool, _EFFECTS_ATTRIBUTE, IDEMPOTENT)
     return effects
 
 

@@ -14,8 +14,9 @@ fails the activity. The rule that the later actions of a turn are not run after 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -28,10 +29,23 @@ from anthropic.types.beta import BetaToolUseBlock
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.content import Content
 from agent_runner.contract.errors import ToolRegistrationError
-from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY, ToolsetActionInput
-from agent_runner.contract.types import TOOL_NOT_STARTED_ERROR, ActivityOptions, ToolResult, ToolSpec
+from agent_runner.contract.toolsets import (
+    RECONCILE_TOOLSET_ACTION_ACTIVITY,
+    RUN_TOOLSET_ACTION_ACTIVITY,
+    ToolsetActionInput,
+)
+from agent_runner.contract.types import (
+    TOOL_NOT_STARTED_ERROR,
+    ActivityOptions,
+    OnUnknown,
+    ReconcileOutput,
+    ToolEffects,
+    ToolResult,
+    ToolSpec,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +60,7 @@ STORE_ATTEMPTS = 5
 
 _OPTIONS_ATTRIBUTE = "__agent_runner_toolset_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_toolset_requires_approval__"
+_EFFECTS_ATTRIBUTE = "__agent_runner_toolset_effects__"
 
 
 def is_toolset(value: object) -> bool:
@@ -58,6 +73,9 @@ def toolset_options(
     *,
     requires_approval: bool = False,
     options: ActivityOptions | None = None,
+    effects: ToolEffects = "idempotent",
+    on_unknown: OnUnknown | None = None,
+    reconcile: Callable[..., Any] | None = None,
 ) -> BetaAnyRunnableToolset:
     """Set how the actions of ``toolset`` run in a run, and return it.
 
@@ -68,27 +86,43 @@ def toolset_options(
             action is an ``is_error`` result, so the later actions of that turn are not run, as when ``confirm``
             declines in the SDK.
         options: The activity options of each action (timeouts, retries, task queue).
+        effects: As ``tool_options``: ``"idempotent"`` (default) retries an action lost with its worker;
+            ``"at_most_once"`` never runs an action again blindly: its outcome is unknown, and ``on_unknown``
+            decides.
+        on_unknown: As ``tool_options``: ``"reconcile"``, ``"ask"`` or ``"tell"``.
+        reconcile: As ``tool_options``: ``reconcile(call: ToolCall)`` (``call.name`` is the action), ``None`` if
+            the action did not take effect (it then runs again), else its result for Claude.
 
     Raises:
-        ToolRegistrationError: ``toolset`` is not a runnable toolset.
+        ToolRegistrationError: ``toolset`` is not a runnable toolset, or the effect options contradict each other.
     """
     if not is_toolset(toolset):
         raise ToolRegistrationError(
             f"toolset_options() applies to a runnable toolset (BetaRunnableToolset or BetaAsyncRunnableToolset), got "
             f"{type(toolset).__name__}."
         )
+    policy = effect_policy("toolset_options", effects, on_unknown, reconcile)
     setattr(toolset, _OPTIONS_ATTRIBUTE, options or DEFAULT_TOOLSET_OPTIONS)
     setattr(toolset, _APPROVAL_ATTRIBUTE, requires_approval)
+    setattr(toolset, _EFFECTS_ATTRIBUTE, policy)
     return toolset
+
+
+def _effects_of(toolset: BetaAnyRunnableToolset) -> Effects:
+    effects: Effects = getattr(toolset, _EFFECTS_ATTRIBUTE, IDEMPOTENT)
+    return effects
 
 
 def toolset_spec(toolset: BetaAnyRunnableToolset) -> ToolSpec:
     """The toolset as a run needs it: named by its family, its ``tools[]`` entry its own ``to_dict()``."""
+    effects = _effects_of(toolset)
     return ToolSpec(
         name=toolset.toolset_name,
         definition=dict(toolset.to_dict()),
         options=getattr(toolset, _OPTIONS_ATTRIBUTE, DEFAULT_TOOLSET_OPTIONS),
         requires_approval=getattr(toolset, _APPROVAL_ATTRIBUTE, False),
+        effects=effects.effects,
+        on_unknown=effects.on_unknown,
     )
 
 
@@ -149,11 +183,19 @@ class ToolsetActivities:
             type="tool_use",
             toolset_name=input.toolset,
         )
-        running: asyncio.Future[Any] = asyncio.ensure_future(
-            toolset.tool_result(block)
-            if isinstance(toolset, BetaAsyncRunnableToolset)
-            else asyncio.to_thread(toolset.tool_result, block)
-        )
+        # Imported here: activities/tools.py imports this module for the registry.
+        from agent_runner.activities.tools import _call_of, _current_call
+
+        # The action reads `current_tool_call().idempotency_key`, as a tool does (a copied context: the thread too).
+        token = _current_call.set(_call_of(call.model_copy(update={"input": tool_input})))
+        try:
+            running: asyncio.Future[Any] = asyncio.ensure_future(
+                toolset.tool_result(block)
+                if isinstance(toolset, BetaAsyncRunnableToolset)
+                else asyncio.to_thread(toolset.tool_result, block)
+            )
+        finally:
+            _current_call.reset(token)
         try:
             # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds.
             while not (await asyncio.wait({running}, timeout=self._heartbeat_every))[0]:
@@ -162,6 +204,46 @@ class ToolsetActivities:
             running.cancel()  # only if the activity itself was cancelled; a sync action's thread runs on
         result = running.result()
         return await self._held(f"{input.toolset}/{call.name}", result)
+
+    @activity.defn(name=RECONCILE_TOOLSET_ACTION_ACTIVITY)
+    async def reconcile_toolset_action(self, input: ToolsetActionInput) -> ReconcileOutput:
+        """Ask an ``at_most_once`` toolset's ``reconcile`` whether an action whose outcome is unknown happened."""
+        from agent_runner.activities.tools import _call_of, _current_call, _error_text, _safe_result
+
+        call = input.call
+        name = f"{input.toolset}/{call.name}"
+        toolset = self._toolsets.get(input.toolset)
+        reconcile = _effects_of(toolset).reconcile if toolset is not None else None
+        if reconcile is None:
+            raise ApplicationError(
+                f"No worker on task queue {activity.info().task_queue!r} registered a reconcile function for the "
+                f"{input.toolset!r} toolset. Register it with toolset_options(..., effects='at_most_once', "
+                "reconcile=...).",
+                type="ToolRegistrationError",
+                non_retryable=True,
+            )
+        call = call.model_copy(update={"input": await self._content.resolve(call.input)})
+        token = _current_call.set(_call_of(call))
+        try:
+            answer = reconcile(_current_call.get())
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as e:
+            logger.exception("Reconciling action %s (tool_use_id=%s) failed", name, call.tool_use_id)
+            return ReconcileOutput(
+                happened=True,
+                result=ToolResult(
+                    content=f"Error: The outcome of this call of '{name}' is unknown, and checking it failed: "
+                    f"{_error_text(e)}. It was not run again. Check before calling it again.",
+                    is_error=True,
+                ),
+            )
+        finally:
+            _current_call.reset(token)
+        if answer is None:
+            return ReconcileOutput(happened=False)
+        result = _safe_result(name, answer)
+        return ReconcileOutput(happened=True, result=await self._held(name, result.model_dump()))
 
     async def _held(self, name: str, result: Mapping[str, Any]) -> ToolResult:
         """The action's result as a run holds it: escaped, a big one (a screenshot) stored apart, as a tool's is.

@@ -145,7 +145,8 @@ class AgentRunnerPlugin(SimplePlugin):
             activities.append(claude.create_message)
         if "tools" in serve:
             activities += [tool_activities.run_tool, tool_activities.reconcile_tool]
-            activities.append(ToolsetActivities(registry.toolsets, content).run_toolset_action)
+            toolsets = ToolsetActivities(registry.toolsets, content)
+            activities += [toolsets.run_toolset_action, toolsets.reconcile_toolset_action]
         mcp_activities = _mcp_activities(mcp, content) if mcp is not None and "tools" in serve else None
         if mcp_activities is not None:
             activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]

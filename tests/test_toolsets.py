@@ -242,6 +242,28 @@ def test_a_worker_registers_toolsets_by_family_and_refuses_two_of_one_family() -
         registry.add(RecordingBrowser())
 
 
+def test_toolset_options_take_a_tools_effect_choices_and_refuse_contradictions() -> None:
+    def never(call: object) -> None:
+        assert call is not None  # never called here
+
+    spec = ToolRegistry(toolsets=[toolset_options(RecordingBrowser(), effects="at_most_once")]).spec("browser")
+    assert spec is not None and (spec.effects, spec.on_unknown) == ("at_most_once", "tell")
+    reconciled = toolset_options(RecordingBrowser(), effects="at_most_once", reconcile=never)
+    spec = ToolRegistry(toolsets=[reconciled]).spec("browser")
+    assert spec is not None and (spec.effects, spec.on_unknown) == ("at_most_once", "reconcile")
+    spec = ToolRegistry(toolsets=[RecordingBrowser()]).spec("browser")
+    assert spec is not None and (spec.effects, spec.on_unknown) == ("idempotent", "tell")
+    with pytest.raises(ToolRegistrationError) as refused:
+        toolset_options(RecordingBrowser(), reconcile=never)
+    assert str(refused.value) == (
+        "toolset_options(on_unknown=..., reconcile=...) applies to effects='at_most_once' only: an idempotent tool is "
+        "simply retried."
+    )
+    with pytest.raises(ToolRegistrationError) as refused:
+        toolset_options(RecordingBrowser(), effects="at_most_once", on_unknown="reconcile")
+    assert str(refused.value) == "toolset_options(on_unknown='reconcile') needs reconcile=<function>."
+
+
 class ScreenshotComputer(BetaAsyncRunnableToolset):
     """A computer whose screenshot is a big image block, as a real one's is."""
 
@@ -335,4 +357,62 @@ async def test_a_worker_killed_mid_action_leaves_the_action_to_another_worker(
     assert results_sent(fake_api) == [
         result("toolu_1", "browser", "wait done {}"),
         result("toolu_2", "browser", "click done {'x': 1}"),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("toolset", "expected"),
+    [
+        (
+            "till",
+            {
+                "is_error": True,
+                "content": "Error: The outcome of this call of 'till' is unknown: activity Heartbeat timeout. It may "
+                "or may not have taken effect, and it was not run again. Check before calling it again.",
+            },
+        ),
+        ("ledger", {"content": "already paid 42 (found by reconcile)"}),
+    ],
+)
+async def test_a_worker_killed_mid_action_never_runs_an_at_most_once_action_twice(
+    toolset: str,
+    expected: dict[str, Any],
+    runner: AgentRunner,
+    temporal_address: str,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+) -> None:
+    """``toolset_options(..., effects="at_most_once")``: the action is not run again on the next worker; its outcome
+    is unknown, then told to Claude or reconciled, and the later action of the turn runs only after a success."""
+    fake_api.script(
+        Reply(
+            [action("toolu_1", toolset, "pay", {"amount": 42}), action("toolu_2", toolset, "pay", {"amount": 7})],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    effects, marks, log = tmp_path / "effects.txt", tmp_path / "marks.txt", tmp_path / "worker.log"
+    args = ("--tools", "tests.toolsets_for_tests")
+    env = {"AGENT_RUNNER_TEST_EFFECTS": str(effects), "AGENT_RUNNER_TEST_SLOW_SECONDS": "30"}
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args, env=env) as first:
+        run = await runner.start(**BASE, tools=[toolset])
+        await wait_for(lambda: effects.exists() and "paid " in effects.read_text(), "the payment")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    env["AGENT_RUNNER_TEST_SLOW_SECONDS"] = "0"
+    with worker_process(temporal_address, runner.task_queue, fake_api, marks, log, *args, env=env):
+        assert (await run.result()).status == "completed"
+    lines = effects.read_text().splitlines()
+    first_key = lines[0].split()[1]
+    assert lines[:2] == [f"start {first_key}", f"paid {first_key} 42"]  # the lost action, once, never again
+    if toolset == "till":  # told: a failure, so the later action of the turn is not run
+        assert len(lines) == 2
+        second = result("toolu_2", toolset, "Not executed: an earlier action in this turn failed.", error=True)
+    else:  # reconciled: a success, so the later action runs
+        assert lines[2:] == [lines[2], f"paid {lines[2].split()[1]} 7"]
+        second = result("toolu_2", toolset, "paid 7")
+    assert results_sent(fake_api) == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "toolset_name": toolset, **expected},
+        second,
     ]

@@ -1,7 +1,9 @@
-"""A runnable toolset for tests that run workers as processes (``python worker.py --tools tests.toolsets_for_tests``).
+"""Runnable toolsets for tests that run workers as processes (``python worker.py --tools tests.toolsets_for_tests``).
 
-Each action leaves a mark on disk when it starts (``AGENT_RUNNER_TEST_MARKS``); ``wait`` takes
-``AGENT_RUNNER_TEST_SLOW_SECONDS``, so a test can kill the worker while it runs.
+Each browser action leaves a mark on disk when it starts (``AGENT_RUNNER_TEST_MARKS``); ``wait`` takes
+``AGENT_RUNNER_TEST_SLOW_SECONDS``, so a test can kill the worker while it runs. The ``till`` and ``ledger``
+toolsets are ``at_most_once``: their ``pay`` action journals its effect (``AGENT_RUNNER_TEST_EFFECTS``) under the
+call's idempotency key, then takes ``AGENT_RUNNER_TEST_SLOW_SECONDS``; ``ledger`` reconciles by reading the journal.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetContent,
 )
 
+from agent_runner.activities.tools import ToolCall, current_tool_call
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.contract.types import ActivityOptions
 
@@ -47,3 +50,49 @@ browser = toolset_options(
     MarkingBrowser(),
     options=ActivityOptions(start_to_close_timeout=timedelta(minutes=1), heartbeat_timeout=timedelta(seconds=2)),
 )
+
+
+def _effects(line: str | None = None) -> list[str]:
+    """The payments journal (``AGENT_RUNNER_TEST_EFFECTS``): append ``line``; return every line."""
+    path = Path(os.environ["AGENT_RUNNER_TEST_EFFECTS"])
+    if line is not None:
+        with path.open("a") as f:
+            f.write(line + "\n")
+    return path.read_text().splitlines() if path.exists() else []
+
+
+class Till(BetaAsyncRunnableToolset):
+    """A toolset whose ``pay`` action must never happen twice."""
+
+    toolset_name = "till"
+
+    def to_dict(self) -> Any:
+        return {"type": f"{self.toolset_name}_toolset_20260801"}
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        key = current_tool_call().idempotency_key
+        assert context.tool_use is None or context.tool_use.name == name == "pay"
+        _effects(f"start {key}")
+        _effects(f"paid {key} {input.get('amount')}")
+        await asyncio.sleep(float(os.environ.get("AGENT_RUNNER_TEST_SLOW_SECONDS", "3")))
+        return f"paid {input.get('amount')}"
+
+
+class Ledger(Till):
+    """A ``Till`` whose lost actions are reconciled from the journal."""
+
+    toolset_name = "ledger"
+
+
+def _already_paid(call: ToolCall) -> str | None:
+    found = [line for line in _effects() if line.startswith(f"paid {call.idempotency_key} ")]
+    return f"already paid {call.input['amount']} (found by reconcile)" if found else None
+
+
+_AT_MOST_ONCE_OPTIONS = ActivityOptions(
+    start_to_close_timeout=timedelta(minutes=1), heartbeat_timeout=timedelta(seconds=2)
+)
+till = toolset_options(Till(), options=_AT_MOST_ONCE_OPTIONS, effects="at_most_once")
+ledger = toolset_options(Ledger(), options=_AT_MOST_ONCE_OPTIONS, effects="at_most_once", reconcile=_already_paid)

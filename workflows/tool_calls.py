@@ -21,6 +21,11 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
     from agent_runner.contract.mcp import McpCallInput
     from agent_runner.contract.steering import DenyTool
+    from agent_runner.contract.toolsets import (
+        RECONCILE_TOOLSET_ACTION_ACTIVITY,
+        RUN_TOOLSET_ACTION_ACTIVITY,
+        ToolsetActionInput,
+    )
     from agent_runner.contract.types import (
         CALL_MCP_TOOL_ACTIVITY,
         PROCESS_RESULTS_ACTIVITY,
@@ -193,10 +198,26 @@ class ToolCalls:
                 if isinstance(e.cause, CancelledError):
                     raise
                 raise _tool_failure(spec, e) from None
+        return await self.at_most_once(spec, block, call, iteration)
+
+    async def at_most_once(
+        self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, toolset: str | None = None
+    ) -> ToolResult:
+        """Run an ``at_most_once`` call: one attempt, then ``on_unknown`` if it may have started and was lost.
+
+        Args:
+            spec: The tool (or toolset) and its policy.
+            block: The ``tool_use`` block.
+            call: The call's activity input.
+            iteration: The reply number that asked for the call.
+            toolset: The family, for an action of a runnable toolset (``toolsets.py``): its own activities run it.
+        """
         not_started = reruns = 0
         while True:
             try:
-                return await self._activity(RUN_TOOL_ACTIVITY, spec, call, RetryPolicy(maximum_attempts=1), ToolResult)
+                return await self._activity(
+                    RUN_TOOL_ACTIVITY, spec, call, RetryPolicy(maximum_attempts=1), ToolResult, toolset
+                )
             except ActivityError as e:
                 if isinstance(e.cause, CancelledError):
                     raise
@@ -221,7 +242,7 @@ class ToolCalls:
                     detail=cause,
                     on_unknown=spec.on_unknown,
                 )
-                settled = await self._settle_unknown(spec, block, call, iteration, cause)
+                settled = await self._settle_unknown(spec, block, call, iteration, cause, toolset)
                 if settled is not None:
                     return settled
                 abandoned = self._run.abandoned()
@@ -235,7 +256,13 @@ class ToolCalls:
                     )
 
     async def _settle_unknown(
-        self, spec: ToolSpec, block: dict[str, Any], call: RunToolInput, iteration: int, cause: str
+        self,
+        spec: ToolSpec,
+        block: dict[str, Any],
+        call: RunToolInput,
+        iteration: int,
+        cause: str,
+        toolset: str | None = None,
     ) -> ToolResult | None:
         """What an at-most-once call whose outcome is unknown becomes; ``None`` if it did not happen (run it again)."""
         tell = ToolResult(content=_unknown_text(spec.name, cause), is_error=True)
@@ -247,6 +274,7 @@ class ToolCalls:
                     call,
                     RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
                     ReconcileOutput,
+                    toolset,
                 )
             except ActivityError as e:
                 if isinstance(e.cause, CancelledError):
@@ -273,12 +301,28 @@ class ToolCalls:
         return tell
 
     async def _activity(
-        self, activity_name: str, spec: ToolSpec, call: RunToolInput, retry: RetryPolicy, result_type: type[_ResultT]
+        self,
+        activity_name: str,
+        spec: ToolSpec,
+        call: RunToolInput,
+        retry: RetryPolicy,
+        result_type: type[_ResultT],
+        toolset: str | None = None,
     ) -> _ResultT:
         options = spec.options
-        payload: RunToolInput | McpCallInput = call
-        if spec.mcp is not None and activity_name == RUN_TOOL_ACTIVITY:
+        payload: RunToolInput | McpCallInput | ToolsetActionInput = call
+        summary = f"turn {call.iteration} · {spec.name}"
+        if toolset is not None:  # an action of a runnable toolset
+            activity_name = (
+                RECONCILE_TOOLSET_ACTION_ACTIVITY
+                if activity_name == RECONCILE_TOOL_ACTIVITY
+                else RUN_TOOLSET_ACTION_ACTIVITY
+            )
+            payload, summary = ToolsetActionInput(toolset=toolset, call=call), f"turn {call.iteration} · {toolset}"
+            summary += f" · {call.name}"
+        elif spec.mcp is not None and activity_name == RUN_TOOL_ACTIVITY:
             activity_name, payload = CALL_MCP_TOOL_ACTIVITY, mcp_call(spec, call)  # a tool of an MCP server
+        reconciling = activity_name in (RECONCILE_TOOL_ACTIVITY, RECONCILE_TOOLSET_ACTION_ACTIVITY)
         result: _ResultT = await workflow.execute_activity(
             activity_name,
             payload,
@@ -288,8 +332,7 @@ class ToolCalls:
             heartbeat_timeout=options.heartbeat_timeout,
             retry_policy=retry,
             task_queue=options.task_queue,
-            summary=f"turn {call.iteration} · {spec.name}"
-            + (" · reconcile" if activity_name == RECONCILE_TOOL_ACTIVITY else ""),
+            summary=summary + (" · reconcile" if reconciling else ""),
         )
         return result
 

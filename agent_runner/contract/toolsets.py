@@ -19,6 +19,10 @@ from agent_runner.contract.types import RunToolInput
 RUN_TOOLSET_ACTION_ACTIVITY = "agent_runner.run_toolset_action"
 """Runs one action of a registered toolset."""
 
+RECONCILE_TOOLSET_ACTION_ACTIVITY = "agent_runner.reconcile_toolset_action"
+"""Asks an ``at_most_once`` toolset's ``reconcile`` function whether an action whose outcome is unknown happened
+(``ReconcileOutput``, as for a tool)."""
+
 _TOOLSET_TYPE = re.compile(r"^(?P<family>.+)_toolset_\d{8}$")
 
 
