@@ -7,7 +7,9 @@ which this module calls): the server's content blocks; ``isError`` gives an ``is
 structured content alone is sent as JSON text; content Claude cannot take (audio, a resource link) or an error the
 server answers with gives the SDK's ``is_error`` text. Those are results. A server that cannot be reached, or whose
 connection drops mid-call (its process died), is an activity failure instead, which Temporal retries under the
-tool's policy (``mcp_config.py``) on a new connection; an ``at_most_once`` tool is not run again blindly.
+tool's policy (``mcp_config.py``) on a new connection; an ``at_most_once`` tool is not run again blindly. A connection
+kept open between calls is pinged before the next call's request leaves, so a server that died while idle is
+connected to again rather than taken for one that died during the call.
 
 Each worker holds one connection per server, opened on first use and shared by concurrent calls; a stdio server runs
 as this worker's child process. What the worker knows of how to reach a server (its command, environment, URL and
@@ -58,6 +60,9 @@ CONNECT_TIMEOUT = 60.0
 SERVER_LOST_ERROR = "McpServerLost"
 """The ``ApplicationError.type`` of a call whose server could not be reached or went away mid-call (retryable)."""
 
+PING_TIMEOUT = 5.0
+"""Seconds a connection kept open between calls has to answer the ping that checks it before a call."""
+
 LIST_PAGES = 100
 """The most pages of a server's tool list read (a server whose cursor never ends is cut off there)."""
 
@@ -84,17 +89,36 @@ class McpConnection:
         self._holder: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
-    async def client(self) -> Client:
-        """The open connection, opened first if need be.
+    async def live_client(self) -> Client:
+        """The open connection, once it answered a ping; a new one if its server went away while the worker idled.
+
+        A server that died between calls (a stdio process killed, an HTTP server restarted) is found here, before the
+        call's request leaves: the call goes to a new connection instead of failing as if its server died during it.
 
         Raises:
             _ServerLost: the server could not be started or reached, or did not answer the handshake.
         """
         async with self._lock:
+            if self._client is not None and not await self._answers(self._client):
+                logger.warning("MCP server %s went away since its last call: connecting again", self.name)
+                await self._close()
             if self._client is None:
                 await self._open()
             assert self._client is not None
             return self._client
+
+    async def _answers(self, client: Client) -> bool:
+        """Whether the connection is still there: a ping it answers, with anything but a closed connection."""
+        try:
+            await asyncio.wait_for(client.send_ping(), PING_TIMEOUT)
+        except MCPError as e:
+            return e.code != CONNECTION_CLOSED  # an answer, even an error, is a live server
+        except TimeoutError:
+            return True  # busy, not gone: closing would end the calls it is running
+        except Exception as e:
+            logger.info("MCP server %s did not answer a ping: %s", self.name, self.scrub(e))
+            return False
+        return True
 
     async def lost(self, client: Client) -> None:
         """The connection ``client`` failed: close it, so the next call opens a new one."""
@@ -242,7 +266,7 @@ class McpActivities:
         connection = self._connections[server]
         client: Client | None = None
         try:
-            client = await self._heartbeating(connection.client())
+            client = await self._heartbeating(connection.live_client())
             tools: list[Tool] = []
             cursor: str | None = None
             for _ in range(LIST_PAGES):
@@ -292,7 +316,7 @@ class McpActivities:
         # tried again (TOOL_NOT_STARTED_ERROR).
         try:
             arguments = await self._content.resolve(call.input)
-            client = await self._heartbeating(connection.client())
+            client = await self._heartbeating(connection.live_client())
         except ApplicationError:
             raise  # a missing or corrupted blob: final, and says so
         except Exception as e:

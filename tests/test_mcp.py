@@ -351,6 +351,34 @@ async def test_an_at_most_once_tool_whose_server_dies_mid_call_is_not_called_aga
     assert calls(tmp_path) == ["die_once x"]
 
 
+@pytest.mark.slow
+async def test_an_at_most_once_call_to_a_server_that_died_while_idle_runs_on_a_new_process(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The request never left the worker, so the call is not "outcome unknown": it goes to a new server process."""
+    folder = tmp_path / "server"
+
+    @beta_tool
+    def kill_server() -> str:
+        """Kill the MCP server's process while no call runs."""
+        pid = int((folder / "pids").read_text().split()[-1])
+        os.kill(pid, signal.SIGKILL)
+        return "killed"
+
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "lookup", {"city": "Paris"})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_2", "kill_server", {})], stop_reason="tool_use"),
+        Reply(content=[tool_use("toolu_3", "lookup", {"city": "Rome"})], stop_reason="tool_use"),
+        end_turn("ok"),
+    )
+    async with worker(kill_server, mcp=config(folder, tools={"lookup": {"effects": "at_most_once"}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"], tools=[kill_server])
+        await run.until_done()
+    assert results_sent(fake_api, 3) == [result("toolu_3", [{"type": "text", "text": "Rome: 21C"}])]
+    assert calls(folder) == ["lookup Paris", "lookup Rome"]
+    assert len((folder / "pids").read_text().split()) == 2  # the dead one, and the one that answered
+
+
 def test_the_worker_reads_its_configuration_file(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps({"mcpServers": {"files": {"url": "http://127.0.0.1:1/mcp"}}}))
