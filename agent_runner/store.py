@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_runner.codec import KEYS_ENV, keys_from_env
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, StoreError
-from agent_runner.contract.transcript import ref_for
+from agent_runner.contract.transcript import next_head, ref_for
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -70,10 +70,12 @@ __all__ = [
     "ChainNode",
     "ContentStore",
     "StoreError",
+    "Reencrypted",
     "StoreStats",
     "Swept",
     "default_store_path",
     "open_store",
+    "reencrypt",
     "ref_for",
 ]
 
@@ -431,6 +433,20 @@ class _Backend(ContentStore):
             await self.append_live(*live)
         return written
 
+    # What ``reencrypt`` needs: the rows stored before encryption was turned on, and their removal.
+
+    @abc.abstractmethod
+    async def _plaintext(self) -> tuple[list[str], list[ChainNode]]:
+        """The blobs filed under their reference and the chain nodes filed under their head: unencrypted rows."""
+
+    @abc.abstractmethod
+    async def _remove_plaintext(self, refs: Sequence[str], heads: Sequence[str]) -> None:
+        """Remove these unencrypted blobs and nodes, and every unencrypted live event."""
+
+    @abc.abstractmethod
+    async def _delete_meta(self, name: str) -> None:
+        """Remove the meta row ``name``."""
+
 
 # -------------------------------------------------------------------------------------------------------- memory
 
@@ -514,6 +530,23 @@ class _MemoryStore(_Backend):
             for head in heads:
                 del self._nodes[head], self._written["node", head]
         return swept
+
+    async def _plaintext(self) -> tuple[list[str], list[ChainNode]]:
+        nodes = [ChainNode(h, p, m) for h, (p, m) in self._nodes.items() if not h.startswith(ADDRESS_PREFIX)]
+        return [k for k in self._blobs if not k.startswith(ADDRESS_PREFIX)], nodes
+
+    async def _remove_plaintext(self, refs: Sequence[str], heads: Sequence[str]) -> None:
+        for key in refs:
+            self._blobs.pop(key, None)
+            self._written.pop(("blob", key), None)
+        for head in heads:
+            self._nodes.pop(head, None)
+            self._written.pop(("node", head), None)
+        for run_id in [r for r in self._live if not r.startswith(ADDRESS_PREFIX)]:
+            del self._live[run_id]
+
+    async def _delete_meta(self, name: str) -> None:
+        self._meta.pop(name, None)
 
     async def close(self) -> None:
         return None
@@ -770,6 +803,46 @@ class _SqliteStore(_Backend):
             return Swept(removed, removed_bytes, removed_nodes)
 
         return await self._run(work)
+
+    async def _plaintext(self) -> tuple[list[str], list[ChainNode]]:
+        def work(conn: sqlite3.Connection) -> tuple[list[str], list[ChainNode]]:
+            with _sqlite_read(conn):
+                refs = [ref for (ref,) in conn.execute("SELECT ref FROM blobs WHERE ref NOT LIKE 'hmac:%'")]
+                nodes = [
+                    ChainNode(head, parent, message)
+                    for head, parent, message in conn.execute(
+                        "SELECT head, parent, message FROM nodes WHERE head NOT LIKE 'hmac:%'"
+                    )
+                ]
+            return refs, nodes
+
+        return await self._run(work)
+
+    async def _remove_plaintext(self, refs: Sequence[str], heads: Sequence[str]) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            # Overwritten, not only unlinked: a removed row's bytes would otherwise stay readable in free pages,
+            # and in the write-ahead log until it is checkpointed.
+            conn.execute("PRAGMA secure_delete = ON")
+            try:
+                for table, column, keys in (("blobs", "ref", refs), ("nodes", "head", heads)):
+                    for chunk in _chunks(keys, GET_CHUNK):  # short transactions: workers' writes wait for one at most
+                        marks = ", ".join("?" * len(chunk))
+                        with _sqlite_write(conn):
+                            conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", chunk)
+                with _sqlite_write(conn):
+                    conn.execute("DELETE FROM live WHERE run_id NOT LIKE 'hmac:%'")
+            finally:
+                conn.execute("PRAGMA secure_delete = OFF")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        await self._run(work)
+
+    async def _delete_meta(self, name: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            with _sqlite_write(conn):
+                conn.execute("DELETE FROM meta WHERE name = ?", (name,))
+
+        await self._run(work)
 
     async def close(self) -> None:
         if self._closed:
@@ -1073,6 +1146,43 @@ class _PostgresStore(_Backend):
             removed_nodes += count
         return Swept(removed, removed_bytes, removed_nodes)
 
+    async def _plaintext(self) -> tuple[list[str], list[ChainNode]]:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> tuple[list[str], list[ChainNode]]:
+            cursor = await conn.execute("SELECT ref FROM blobs WHERE ref NOT LIKE %s", (ADDRESS_PREFIX + "%",))
+            refs = [str(ref) for (ref,) in await cursor.fetchall()]
+            cursor = await conn.execute(
+                "SELECT head, parent, message FROM nodes WHERE head NOT LIKE %s", (ADDRESS_PREFIX + "%",)
+            )
+            return refs, [ChainNode(head, parent, message) for head, parent, message in await cursor.fetchall()]
+
+        found: tuple[list[str], list[ChainNode]] = await self._run(work)
+        return found
+
+    async def _remove_plaintext(self, refs: Sequence[str], heads: Sequence[str]) -> None:
+        for table, column, keys in (("blobs", "ref", refs), ("nodes", "head", heads)):
+            for chunk in _chunks(keys, GET_CHUNK):
+
+                async def delete(
+                    conn: AsyncConnection[tuple[Any, ...]],
+                    chunk: Sequence[str] = chunk,
+                    table: str = table,
+                    column: str = column,
+                ) -> None:
+                    await conn.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s::text[])", (list(chunk),))
+
+                await self._run(delete)
+
+        async def live(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute("DELETE FROM live WHERE run_id NOT LIKE %s", (ADDRESS_PREFIX + "%",))
+
+        await self._run(live)
+
+    async def _delete_meta(self, name: str) -> None:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute("DELETE FROM meta WHERE name = %s", (name,))
+
+        await self._run(work)
+
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
@@ -1145,6 +1255,9 @@ _LIVE_AAD = b"live:"
 """Prefix of a run's live log: its address is the HMAC of this and the run id, each event sealed with both."""
 ADDRESS_PREFIX = "hmac:"
 """How an encrypted store's addresses start: ``hmac:`` and the hex HMAC-SHA256 of the reference."""
+PLAINTEXT_PENDING = "plaintext-pending"
+"""The meta row of an encrypted store that may still hold content written before it was encrypted (``reencrypt``
+adds it, and removes it once none is left): its readers then look for content in both forms."""
 
 
 class _StoreCipher:
@@ -1154,22 +1267,31 @@ class _StoreCipher:
         keys: Key id to raw key, current first (``agent_runner.codec.keys_from_env``).
     """
 
-    def __init__(self, keys: Mapping[str, bytes]) -> None:
+    def __init__(self, keys: Mapping[str, bytes], *, adopt_plaintext: bool = False) -> None:
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = next(iter(keys))
         self._address_key = b""
+        self._adopt_plaintext = adopt_plaintext
+        self.plaintext = False
+        """Whether the store may still hold content written before it was encrypted (``reencrypt``)."""
 
     def setup(self, url: str, meta: Mapping[str, bytes], has_content: bool) -> Mapping[str, bytes]:
         """Find the store's address key (or make one for a new store); wrap it under the current key if need be."""
         wrapped = {
             name.removeprefix(_ADDRESS_KEY): value for name, value in meta.items() if name.startswith(_ADDRESS_KEY)
         }
+        self.plaintext = PLAINTEXT_PENDING in meta
+        added: dict[str, bytes] = {}
         if not wrapped:
-            if has_content:
+            if has_content and not self._adopt_plaintext:
                 raise StoreError(
-                    f"the store at {url} holds unencrypted content, so it cannot be encrypted: unset {KEYS_ENV} to "
-                    f"use it as it is, or point {STORE_ENV} at a new store"
+                    f"the store at {url} holds unencrypted content: encrypt it in place with `agent-runner store "
+                    f"reencrypt` ({KEYS_ENV} set; runs may go on meanwhile), unset {KEYS_ENV} to use it as it is, "
+                    f"or point {STORE_ENV} at a new store"
                 )
+            if has_content:  # reencrypt adopts it: until it is done, readers look for content in both forms
+                self.plaintext = True
+                added[PLAINTEXT_PENDING] = b"1"
             self._address_key = os.urandom(32)
         else:
             for key_id, value in wrapped.items():
@@ -1188,11 +1310,11 @@ class _StoreCipher:
                     f"{KEYS_ENV} to the keys it was written with (the workers' keys)"
                 )
         if self._current in wrapped:
-            return {}
+            return added
         # A rotation: the new key wraps the address key too, so the old one can go once nothing needs it.
         nonce = os.urandom(_NONCE_BYTES)
         sealed = nonce + self._ciphers[self._current].encrypt(nonce, self._address_key, _WRAP_AAD)
-        return {_ADDRESS_KEY + self._current: sealed}
+        return {**added, _ADDRESS_KEY + self._current: sealed}
 
     def address(self, ref: str) -> str:
         """Where ``ref`` is filed: guessing it needs the address key, so the store does not reveal references."""
@@ -1255,6 +1377,8 @@ class _EncryptedStore(ContentStore):
         self, blobs: Mapping[str, bytes], nodes: Sequence[ChainNode] = (), live: LiveEntries | None = None
     ) -> int:
         _check_refs(self.url, blobs)
+        if self._cipher.plaintext and nodes:
+            await self._seal_parent_chain(nodes)
         addresses = {self._cipher.address(ref): ref for ref in blobs}
         written = await self._inner._write_all(
             self._sealed_blobs(blobs, addresses),
@@ -1283,6 +1407,18 @@ class _EncryptedStore(ContentStore):
         return self._cipher.address(_LIVE_AAD.decode() + run_id), [self._cipher.seal(entry, aad) for entry in entries]
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
+        found = await self._read_sealed(refs)
+        missing = [ref for ref in refs if ref not in found]
+        if missing and self._cipher.plaintext:
+            # Written before the store was encrypted (get() checks them against their refs all the same); then once
+            # more sealed, for a blob that reencrypt moved between the two reads.
+            found.update(await self._inner._read(missing))
+            missing = [ref for ref in missing if ref not in found]
+            if missing:
+                found.update(await self._read_sealed(missing))
+        return found
+
+    async def _read_sealed(self, refs: list[str]) -> dict[str, bytes]:
         addresses = {self._cipher.address(ref): ref for ref in refs}
         found: dict[str, bytes] = {}
         for address, sealed in (await self._inner._read(list(addresses))).items():
@@ -1292,9 +1428,48 @@ class _EncryptedStore(ContentStore):
         return found
 
     async def put_nodes(self, nodes: Sequence[ChainNode]) -> None:
+        if self._cipher.plaintext and nodes:
+            await self._seal_parent_chain(nodes)
+        await self._put_sealed_nodes(nodes)
+
+    async def _seal_parent_chain(self, nodes: Sequence[ChainNode]) -> None:
+        """Seal the chain these nodes go on from if it was written before the store was encrypted.
+
+        A sealed node names its parent's address, so the walk from it must find the parent sealed.
+        """
+        heads = {node.head for node in nodes}
+        parents = {node.parent for node in nodes if node.parent is not None and node.parent not in heads}
+        for parent in parents:
+            try:
+                await self._inner.chain(self._cipher.address(parent))
+                continue  # sealed already
+            except BlobMissing:
+                pass
+            try:
+                refs = await self._inner.chain(parent)
+            except BlobMissing:
+                continue  # in neither form: the walk from the new nodes will say so
+            nodes = _chain_nodes(refs)
+            if nodes and nodes[-1].head == parent:  # a transcript's chain, whose heads are ours (``next_head``)
+                await self._put_sealed_nodes(nodes)
+
+    async def _put_sealed_nodes(self, nodes: Sequence[ChainNode]) -> None:
         await self._inner.put_nodes(self._sealed_nodes(nodes))
 
     async def chain(self, head: str) -> list[str]:
+        if not self._cipher.plaintext:
+            return await self._sealed_chain(head)
+        try:
+            return await self._sealed_chain(head)
+        except BlobMissing:
+            pass
+        # Written before the store was encrypted; then once more sealed, for a chain reencrypt moved meanwhile.
+        try:
+            return await self._inner.chain(head)
+        except BlobMissing:
+            return await self._sealed_chain(head)
+
+    async def _sealed_chain(self, head: str) -> list[str]:
         try:
             sealed = await self._inner.chain(self._cipher.address(head))
         except BlobMissing as error:
@@ -1339,15 +1514,124 @@ class _EncryptedStore(ContentStore):
         self, keep_blobs: Set[str], keep_heads: Set[str], *, written_before: float, dry_run: bool = False
     ) -> Swept:
         address = self._cipher.address
+        # Content written before the store was encrypted is kept under its own name too, until reencrypt moved it.
+        plain_blobs, plain_heads = (keep_blobs, keep_heads) if self._cipher.plaintext else (set(), set())
         return await self._inner.sweep(
-            {address(ref) for ref in keep_blobs},
-            {address(head) for head in keep_heads},
+            {address(ref) for ref in keep_blobs} | plain_blobs,
+            {address(head) for head in keep_heads} | plain_heads,
             written_before=written_before,
             dry_run=dry_run,
         )
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def _chain_nodes(refs: Sequence[str]) -> list[ChainNode]:
+    """The nodes of the chain of these messages, from the root, named as transcripts name them (``next_head``)."""
+    nodes: list[ChainNode] = []
+    head: str | None = None
+    for ref in refs:
+        node = ChainNode(head=next_head(head, ref), parent=head, message=ref)
+        nodes.append(node)
+        head = node.head
+    return nodes
+
+
+# ---------------------------------------------------------------------------------------------------- reencrypt
+
+REENCRYPT_CHUNK = 64
+"""Blobs read and sealed at a time: blobs run to megabytes."""
+
+
+@dataclass(frozen=True)
+class Reencrypted:
+    """What ``reencrypt`` did.
+
+    Attributes:
+        blobs: Blobs found unencrypted, and sealed.
+        nodes: Chain nodes found unencrypted, and sealed.
+        corrupted: Unencrypted blobs that do not hash to their reference: left as they are, never sealed.
+        removed: Whether the unencrypted copies were removed (``remove_plaintext``).
+        left: Unencrypted blobs and nodes still in the store (written meanwhile, or not removed).
+    """
+
+    blobs: int
+    nodes: int
+    corrupted: int
+    removed: bool
+    left: int
+
+    def summary(self) -> str:
+        """One line for a person, saying what to do next."""
+        done = f"sealed {self.blobs} blobs and {self.nodes} chain nodes stored unencrypted"
+        if self.corrupted:
+            done += f"; left {self.corrupted} corrupted blobs as they were"
+        if not self.removed:
+            return (
+                f"{done}; their unencrypted copies stay until every worker and client runs with the keys: then run "
+                "`agent-runner store reencrypt --remove-plaintext`"
+            )
+        if self.left:
+            return (
+                f"{done} and removed their unencrypted copies; {self.left} unencrypted blobs and nodes are left "
+                "(written meanwhile by a process without the keys?): run it again once every process has them"
+            )
+        return f"{done} and removed their unencrypted copies: the store holds no unencrypted content"
+
+
+async def reencrypt(
+    url: str | None = None, *, environ: Mapping[str, str] | None = None, remove_plaintext: bool = False
+) -> Reencrypted:
+    """Encrypt, in place, what a store holds unencrypted: content written before encryption was turned on.
+
+    Safe while runs are live. Each unencrypted blob and chain node is sealed beside its unencrypted copy, and the
+    store is marked (``PLAINTEXT_PENDING``) so that processes opened with the keys read either form; processes
+    without the keys can no longer open it, but those already running go on reading and writing unencrypted rows.
+    Once every worker and client runs with the keys, ``remove_plaintext`` seals what they wrote meanwhile and removes
+    the unencrypted copies (every live event written unencrypted too); the mark goes once none are left.
+
+    Args:
+        url: The store, as ``open_store`` takes it; ``AGENT_RUNNER_STORE`` by default.
+        environ: Where ``AGENT_RUNNER_STORE`` and ``AGENT_RUNNER_ENCRYPTION_KEYS`` are read; ``os.environ`` by
+            default.
+        remove_plaintext: Remove the unencrypted copies after sealing them.
+
+    Raises:
+        StoreError: No keys are set, or the store cannot be opened with them, or failed.
+    """
+    env = os.environ if environ is None else environ
+    keys = keys_from_env(env)
+    if not keys:
+        raise StoreError(f"set {KEYS_ENV} to the keys to encrypt the store with (the workers' keys)")
+    cipher = _StoreCipher(keys, adopt_plaintext=True)
+    backend = _open_backend(url if url is not None else env.get(STORE_ENV) or None, cipher.setup)
+    store = _EncryptedStore(backend, cipher)
+    try:
+        refs, nodes = await backend._plaintext()
+        sealed: list[str] = []
+        corrupted = 0
+        for chunk in _chunks(refs, REENCRYPT_CHUNK):
+            found = await backend._read(list(chunk))
+            good = {ref: data for ref, data in found.items() if ref_for(data) == ref}
+            corrupted += len(found) - len(good)
+            await store.put(good)
+            sealed.extend(good)
+        for node_chunk in _chunks(nodes, NODE_CHUNK):
+            await store._put_sealed_nodes(node_chunk)
+        left = len(refs) + len(nodes)
+        if remove_plaintext:
+            # Every copy is sealed before any is removed, so a reader always finds one form or the other.
+            await backend._remove_plaintext(sealed, [node.head for node in nodes])
+            left_refs, left_nodes = await backend._plaintext()
+            left = len(left_refs) + len(left_nodes)
+            if not left:
+                await backend._delete_meta(PLAINTEXT_PENDING)
+        return Reencrypted(
+            blobs=len(sealed), nodes=len(nodes), corrupted=corrupted, removed=remove_plaintext, left=left
+        )
+    finally:
+        await store.close()
 
 
 # ---------------------------------------------------------------------------------------------------- open_store

@@ -4,8 +4,10 @@ a store opened without its keys, with others, or a plain one opened with keys, s
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,7 +27,16 @@ from agent_runner.connection import data_converter
 from agent_runner.contract.errors import BlobCorrupted
 from agent_runner.contract.transcript import canonical, message_ref, next_head
 from agent_runner.gc import history_refs
-from agent_runner.store import ChainNode, ContentStore, StoreError, open_store, ref_for
+from agent_runner.store import (
+    ChainNode,
+    ContentStore,
+    Reencrypted,
+    StoreError,
+    Swept,
+    open_store,
+    reencrypt,
+    ref_for,
+)
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
@@ -235,8 +246,9 @@ async def test_a_plain_store_with_content_is_not_encrypted_behind_its_readers_ba
     with pytest.raises(StoreError) as raised:
         open_store(url, environ=keys(f"k1:{K1}"))
     assert str(raised.value) == (
-        f"the store at {url} holds unencrypted content, so it cannot be encrypted: unset {KEYS_ENV} to use it as it "
-        "is, or point AGENT_RUNNER_STORE at a new store"
+        f"the store at {url} holds unencrypted content: encrypt it in place with `agent-runner store reencrypt` "
+        f"({KEYS_ENV} set; runs may go on meanwhile), unset {KEYS_ENV} to use it as it is, or point "
+        "AGENT_RUNNER_STORE at a new store"
     )
 
 
@@ -259,6 +271,110 @@ async def test_the_cli_prints_the_missing_keys_error_as_one_line(tmp_path: Path)
         "",
         f"error: the store at {url} is encrypted: set {KEYS_ENV} to the keys it was written with (the workers' keys)\n",
     )
+
+
+# ---------------------------------------------------------------------------------------------- reencrypt
+
+
+async def test_reencrypt_seals_what_was_stored_before_the_keys_while_processes_go_on(url: str) -> None:
+    """Sealed beside the unencrypted copies first; processes with the keys read both forms (gc keeps both) and a
+    process without them, running since before, goes on; then the copies go, and nothing readable is at rest."""
+    environ = keys(f"k1:{K1}")
+    message = canonical({"role": "user", "content": SECRET})
+    late = canonical({"role": "assistant", "content": "Noted, Reykjavik."})
+    after = canonical({"role": "user", "content": "Thanks."})
+    ref, late_ref, after_ref = ref_for(message), ref_for(late), ref_for(after)
+    head = next_head(None, ref)
+    late_head = next_head(head, late_ref)
+    tip = next_head(late_head, after_ref)
+    async with open_store(url, environ={}) as plain:
+        await plain.put({ref: message})
+        await plain.put_nodes([ChainNode(head, None, ref)])
+        await plain.append_live("run-1", [b'{"text": "the vault"}'])
+    straggler = open_store(url, environ={})  # a worker without the keys, running since before
+    try:
+        assert await reencrypt(url, environ=environ) == Reencrypted(
+            blobs=1, nodes=1, corrupted=0, removed=False, left=2
+        )
+        with pytest.raises(StoreError) as raised:
+            open_store(url, environ={})  # a process started without the keys from now on
+        assert str(raised.value) == (
+            f"the store at {url} is encrypted: set {KEYS_ENV} to the keys it was written with (the workers' keys)"
+        )
+        await straggler.put({late_ref: late})
+        await straggler.put_nodes([ChainNode(late_head, head, late_ref)])
+        assert await straggler.chain(late_head) == [ref, late_ref]
+        async with open_store(url, environ=environ) as keyed:
+            assert await keyed.get([ref, late_ref]) == {ref: message, late_ref: late}
+            assert await keyed.chain(late_head) == [ref, late_ref]  # stored unencrypted only
+            await keyed.put({after_ref: after})
+            await keyed.put_nodes([ChainNode(tip, late_head, after_ref)])  # on a chain stored unencrypted
+            assert await keyed.chain(tip) == [ref, late_ref, after_ref]
+            later = time.time() + 60  # everything is old enough to go, unless referenced
+            assert await keyed.sweep({ref, late_ref, after_ref}, {head, late_head, tip}, written_before=later) == Swept(
+                0, 0, 0
+            )
+    finally:
+        await straggler.close()
+    assert await reencrypt(url, environ=environ, remove_plaintext=True) == Reencrypted(
+        blobs=2, nodes=2, corrupted=0, removed=True, left=0
+    )
+    async with open_store(url, environ=environ) as keyed:
+        assert await keyed.get([ref, late_ref, after_ref]) == {ref: message, late_ref: late, after_ref: after}
+        assert await keyed.chain(tip) == [ref, late_ref, after_ref]
+    stored = at_rest(url)
+    assert b"vault" not in stored and b"Reykjavik" not in stored and b"Thanks" not in stored
+    assert refs_in(stored) == set()
+    assert await reencrypt(url, environ=environ, remove_plaintext=True) == Reencrypted(
+        blobs=0, nodes=0, corrupted=0, removed=True, left=0
+    )
+
+
+async def test_a_run_started_without_keys_goes_on_with_them_across_a_reencrypt(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, url: str
+) -> None:
+    """A run waits for approval on a worker without the keys; the store is reencrypted and the worker restarted with
+    them; the run carries on, its transcript whole, and the store ends holding nothing readable."""
+    environ = keys(f"k1:{K1}")
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host, data_converter=data_converter({})
+    )
+    queue = f"store-reencrypt-{uuid.uuid4()}"
+    fake_api.script(
+        Reply([text("Checking the vault."), tool_use("toolu_1", "get_weather", {"city": "Reykjavik"})], "tool_use"),
+        end_turn("Sunny in Reykjavik; " + "the vault is fine. " * 300),
+    )
+    first = {"role": "user", "content": SECRET}
+    plain = open_store(url, environ={})
+    async with plain, worker_with_store(client, fake_api, queue, plain):
+        run = await AgentRunner(client, task_queue=queue, store=plain).start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[first],
+            tools=[get_weather],
+            approval={"tools": ["get_weather"]},
+        )
+        async with asyncio.timeout(30):
+            while not await run.pending_approvals():
+                await asyncio.sleep(0.05)
+        before = await plain.stats()
+    sealed = await reencrypt(url, environ=environ)
+    assert (sealed.blobs, sealed.nodes, sealed.left) == (before.blobs, before.nodes, before.blobs + before.nodes)
+    keyed = open_store(url, environ=environ)
+    async with keyed, worker_with_store(client, fake_api, queue, keyed):
+        attached = AgentRunner(client, task_queue=queue, store=keyed).attach(run.id)
+        await attached.approve("toolu_1")
+        result = await attached.result()
+        transcript = await attached.transcript()
+        done = await reencrypt(url, environ=environ, remove_plaintext=True)
+        async with open_store(url, environ=environ) as reader:
+            assert await AgentRunner(client, task_queue=queue, store=reader).attach(run.id).transcript() == transcript
+    assert result.status == "completed"
+    assert transcript[0] == first and transcript[-1]["content"][0]["text"].startswith("Sunny in Reykjavik; ")
+    assert (done.removed, done.left) == (True, 0)
+    stored = at_rest(url)
+    assert b"vault" not in stored and b"Reykjavik" not in stored
+    assert refs_in(stored) == set()
 
 
 # ------------------------------------------------------------------------------------------------ integrity

@@ -21,6 +21,7 @@ from agent_runner.cli.common import (
     MODEL_ENV,
     TOOL_RESULTS_EXAMPLE,
 )
+from agent_runner.codec import KEYS_ENV
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.gc import DEFAULT_GRACE
 
@@ -378,6 +379,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     gc.set_defaults(handler=("store_gc", "cmd_store_gc"))
+    reencrypt_help = (
+        f"Encrypt, in place, what the store holds unencrypted (content written before {KEYS_ENV} was set); safe while "
+        "runs are live."
+    )
+    reencrypt = store_commands.add_parser("reencrypt", help=reencrypt_help, description=reencrypt_help)
+    reencrypt.add_argument(
+        "--remove-plaintext",
+        action="store_true",
+        help="then remove the unencrypted copies: only once every worker and client runs with the keys",
+    )
+    reencrypt.set_defaults(handler=("store_gc", "cmd_store_reencrypt"))
     dev = command(
         "dev",
         "Run a development stack: Temporal, a worker with the example tools, and Claude (without ANTHROPIC_API_KEY, "

@@ -1,4 +1,8 @@
-"""``agent-runner store gc``: remove content no open or recently closed run references (``agent_runner/gc.py``)."""
+"""The store's maintenance commands.
+
+``agent-runner store gc`` removes content no open or recently closed run references (``agent_runner/gc.py``);
+``agent-runner store reencrypt`` encrypts what the store holds unencrypted (``agent_runner.store.reencrypt``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 
 from agent_runner.cli.common import EXIT_OK, connected, out
 from agent_runner.gc import collect_garbage
-from agent_runner.store import open_store
+from agent_runner.store import open_store, reencrypt
 
 
 async def cmd_store_gc(args: argparse.Namespace) -> int:
@@ -17,4 +21,11 @@ async def cmd_store_gc(args: argparse.Namespace) -> int:
             runner.client, store, retention=args.retention, grace=args.grace, dry_run=args.dry_run
         )
     out([collected.summary()])
+    return EXIT_OK
+
+
+async def cmd_store_reencrypt(args: argparse.Namespace) -> int:
+    """``store reencrypt``: seal the store's unencrypted content, and remove its copies (``--remove-plaintext``)."""
+    done = await reencrypt(remove_plaintext=args.remove_plaintext)
+    out([done.summary()])
     return EXIT_OK
