@@ -377,6 +377,36 @@ async def test_a_run_started_without_keys_goes_on_with_them_across_a_reencrypt(
     assert refs_in(stored) == set()
 
 
+async def test_the_cli_reencrypts_and_says_what_to_do_next(tmp_path: Path) -> None:
+    """`agent-runner store reencrypt`, then `--remove-plaintext`: one line each, exit 0."""
+    import subprocess
+    import sys
+
+    url = f"sqlite://{tmp_path}/store.db"
+    data = canonical({"role": "user", "content": SECRET})
+    async with open_store(url, environ={}) as plain:
+        await plain.put({ref_for(data): data})
+    env = {"PATH": "/usr/bin:/bin", "AGENT_RUNNER_STORE": url, "HOME": str(tmp_path), KEYS_ENV: f"k1:{K1}"}
+    lines = []
+    for extra in ([], ["--remove-plaintext"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_runner.cli", "store", "reencrypt", *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+        lines.append(done.stdout)
+    assert lines == [
+        "sealed 1 blobs and 0 chain nodes stored unencrypted; their unencrypted copies stay until every worker and "
+        "client runs with the keys: then run `agent-runner store reencrypt --remove-plaintext`\n",
+        "sealed 1 blobs and 0 chain nodes stored unencrypted and removed their unencrypted copies: the store holds no "
+        "unencrypted content\n",
+    ]
+    assert b"vault" not in at_rest(url)
+
+
 # ------------------------------------------------------------------------------------------------ integrity
 
 
