@@ -241,11 +241,7 @@ class AgentRunner:
         """
         if output_format is not None:
             params["output_config"] = _with_output_format(params.get("output_config"), output_format)
-        for key, value in big_params(params).items():
-            # Stored, not carried: a long `system` would push the run's input past Temporal's payload limit. A value
-            # of the wrong type stays, for the run to refuse with the usual message.
-            if isinstance(value, str | list):
-                params[key] = stored(await self.content.put_value(value))
+        await _store_big_params(self.content, params)
         run_input: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
@@ -618,8 +614,13 @@ class Run:
         return await self._edit(REPLACE_HISTORY_UPDATE, payload, wait)
 
     async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:
-        """Change request parameters (``max_tokens``, ``tool_choice``, ...) for later turns; ``None`` removes one."""
-        return await self._edit(UPDATE_PARAMS_UPDATE, {"params": params}, wait)
+        """Change request parameters (``max_tokens``, ``tool_choice``, ...) for later turns; ``None`` removes one.
+
+        A big ``system`` is stored and sent by reference, as ``AgentRunner.start`` sends it.
+        """
+        held = await _store_big_params(self._content, params)
+        payload: dict[str, Any] = {"params": params, **({"held": True} if held else {})}
+        return await self._edit(UPDATE_PARAMS_UPDATE, payload, wait)
 
     async def add_tools(self, *tools: Any, wait: bool | None = None) -> int | None:
         """Make registered tools (or raw definitions) available from the next turn on."""
@@ -979,6 +980,21 @@ def check_run_input(run_input: Mapping[str, Any]) -> None:
         InvalidRunInput: The input would fail the run, naming every problem.
     """
     parse_run_input(dict(run_input))
+
+
+async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
+    """Store the big parameters of ``params`` and put their placeholders in their place (``big_params.py``).
+
+    Stored, not carried: a long ``system`` would push the run's input past Temporal's payload limit. A value of the
+    wrong type stays, for the run to refuse with the usual message.
+
+    Returns:
+        Whether any was stored.
+    """
+    big = {key: value for key, value in big_params(params).items() if isinstance(value, str | list)}
+    for key, value in big.items():
+        params[key] = stored(await content.put_value(value))
+    return bool(big)
 
 
 async def has_worker(client: Client, task_queue: str) -> bool:

@@ -20,6 +20,7 @@ from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
+from tests.steering_support import wait_status
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
@@ -164,3 +165,30 @@ async def test_the_stock_cli_refuses_a_run_input_over_the_payload_limit_with_tem
             *("--workflow-id", "too-big", "--input-file", str(path)),
         )
     assert refused.value.stderr.strip() == "Error: failed starting workflow: Blob data size exceeds limit."
+
+
+async def test_update_params_stores_a_big_system_prompt_and_the_next_request_has_it_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    system = "Be brief. " + "z" * 1_500_000
+    fake_api.script(
+        Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(launch):
+        run = await runner.start(**BASE, system="terse", messages=[USER], tools=[launch], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.update_params(system=system, wait=False)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+        update = next(
+            e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args.payloads[0].data
+            for e in (await run.handle.fetch_history()).events
+            if e.HasField("workflow_execution_update_accepted_event_attributes")
+            and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "update_params"
+        )
+    assert [body["system"] for body in fake_api.bodies()] == ["terse", system]
+    placeholder = {"agent_runner.stored": ref_for(canonical(system))}
+    assert json.loads(update) == {"params": {"system": placeholder}, "held": True}

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent_runner.contract.big_params import by_reference
+from agent_runner.contract.big_params import by_reference, stored_params
 from agent_runner.contract.steering import (
     AddTools,
     Compact,
@@ -168,6 +168,8 @@ def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
     current = conversation.params if conversation is not None else {}
     merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
     merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
+    if edit.held:  # the client stored the big ones: only the store has them (``big_params.py``)
+        merged = {k: v for k, v in merged.items() if k not in stored_params(edit.params)}
     problems = [p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params)]
     if problems:
         raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))

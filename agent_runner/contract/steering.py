@@ -83,6 +83,9 @@ class UpdateParams(_Strict):
     params: dict[str, Any]
     """Parameters to set; a ``null`` value removes the parameter."""
 
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
+    """Whether big parameters are stored apart, as the Python client sends them (``contract/big_params.py``)."""
+
 
 class AddTools(_Strict):
     """Make tools available from the next turn on: registered names and/or raw definitions."""
