@@ -982,21 +982,6 @@ def check_run_input(run_input: Mapping[str, Any]) -> None:
     parse_run_input(dict(run_input))
 
 
-async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
-    """Store the big parameters of ``params`` and put their placeholders in their place (``big_params.py``).
-
-    Stored, not carried: a long ``system`` would push the run's input past Temporal's payload limit. A value of the
-    wrong type stays, for the run to refuse with the usual message.
-
-    Returns:
-        Whether any was stored.
-    """
-    big = {key: value for key, value in big_params(params).items() if isinstance(value, str | list)}
-    for key, value in big.items():
-        params[key] = stored(await content.put_value(value))
-    return bool(big)
-
-
 async def has_worker(client: Client, task_queue: str) -> bool:
     """Whether a worker polls ``task_queue`` for workflow tasks (Temporal remembers a poller for a few minutes)."""
     response = await client.workflow_service.describe_task_queue(
@@ -1036,6 +1021,21 @@ def _rpc_error(run_id: str, error: RPCError) -> AgentRunnerError:
     if error.status == RPCStatusCode.NOT_FOUND:
         return RunNotFound(f"No run with id {run_id!r}. List runs with `agent-runner list`.")
     return AgentRunError(f"Temporal refused the request for run {run_id}: {error.message}")
+
+
+async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
+    """Store the big parameters of ``params`` and put their placeholders in their place (``big_params.py``).
+
+    Stored, not carried: a long ``system`` would push the run's input past Temporal's payload limit. A value of the
+    wrong type stays, for the run to refuse with the usual message.
+
+    Returns:
+        Whether any was stored.
+    """
+    big = {key: value for key, value in big_params(params).items() if isinstance(value, str | list)}
+    for key, value in big.items():
+        params[key] = stored(await content.put_value(value))
+    return bool(big)
 
 
 def _tool_param(tool: Any) -> str | dict[str, Any]:

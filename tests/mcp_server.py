@@ -78,7 +78,7 @@ async def slow(what: str) -> str:
 
 
 if __name__ == "__main__":
-    if "MCP_TEST_DIR" in os.environ:  # so a test can kill this process while it is idle
+    if "MCP_TEST_DIR" in os.environ:  # ``pids``: one line per process started, so a test can kill one while idle
         with (state / "pids").open("a") as f:
             f.write(f"{os.getpid()}\n")
     if sys.argv[1:2] == ["http"]:  # python tests/mcp_server.py http PORT: streamable HTTP on 127.0.0.1:PORT/mcp
