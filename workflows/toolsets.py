@@ -131,7 +131,7 @@ class Toolsets:
             idempotency_key=_idempotency_key(str(block.get("id"))),
         )
         if spec.effects == "at_most_once":  # run, and settled when lost, as an at-most-once tool is
-            return await self._run._tool_calls.at_most_once(spec, block, call, iteration, toolset=family)
+            return await self._run.tool_calls.at_most_once(spec, block, call, iteration, toolset=family)
         options = spec.options
         try:
             result: ToolResult = await workflow.execute_activity(
