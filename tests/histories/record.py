@@ -14,6 +14,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
     python tests/histories/record.py NAME big_params   # writes NAME.json and NAME_continued.json (a big system
                                                        # prompt by value, carried by reference)
+    python tests/histories/record.py NAME toolset_effects  # writes NAME.json (an at-most-once toolset action lost
+                                                           # past its timeout, reconciled)
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
@@ -46,12 +48,18 @@ import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anthropic
 from anthropic import beta_async_tool
+from anthropic.lib.tools._toolsets._runnable import (
+    BetaAsyncRunnableToolset,
+    BetaToolsetCallContext,
+    BetaToolsetContent,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -62,6 +70,7 @@ from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
+from agent_runner.contract.types import ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import (  # noqa: E402
     FakeMessagesAPI,
@@ -102,6 +111,33 @@ async def send_once(to: str) -> str:
     return f"sent to {to}"
 
 
+class SendingTill(BetaAsyncRunnableToolset):
+    """A toolset whose ``send`` to ``ana`` takes effect, then hangs past its timeout the first time."""
+
+    toolset_name = "till"
+
+    def to_dict(self) -> Any:
+        return {"type": "till_toolset_20260801"}
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        assert context.tool_use is None or context.tool_use.name == name == "send"
+        key = current_tool_call().idempotency_key
+        if f"sent {key}" not in SENT:
+            SENT.append(f"sent {key}")
+            if input.get("to") == "ana":
+                await asyncio.sleep(30)
+        return f"sent to {input.get('to')}"
+
+
+def _till() -> SendingTill:
+    options = ActivityOptions(start_to_close_timeout=timedelta(seconds=1))
+    till = toolset_options(SendingTill(), options=options, effects="at_most_once", reconcile=_sent)
+    assert isinstance(till, SendingTill)
+    return till
+
+
 async def record(name: str, scenario: str = "steered") -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=TEMPORAL_BIN,
@@ -114,7 +150,7 @@ async def record(name: str, scenario: str = "steered") -> None:
             env.client,
             registry=ToolRegistry(
                 [get_weather, get_time, send_once],
-                toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer()],
+                toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer(), _till()],
             ),
             task_queue=queue,
             claude=ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="k", max_retries=0)),
@@ -158,6 +194,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "big_params":
                 await big_params(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "toolset_effects":
+                await toolset_effects(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "sleep":
@@ -483,6 +523,27 @@ async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
 
 
+async def toolset_effects(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``toolset_effects`` scenario: an ``at_most_once`` toolset action lost past its timeout is not run
+    again but reconciled (it had taken effect), so the next action of the turn runs."""
+    fake.script(
+        Reply(
+            [action("toolu_1", "till", "send", {"to": "ana"}), action("toolu_2", "till", "send", {"to": "bo"})],
+            "tool_use",
+        ),
+        end_turn("Sent."),
+    )
+    run = await runner.start(
+        model="claude-fake-1", max_tokens=512, messages=[{"role": "user", "content": "Send both."}], tools=["till"]
+    )
+    result = await run.result()
+    assert result.status == "completed", result
+    sent = fake.bodies()[1]["messages"][-1]["content"]
+    assert [block["content"] for block in sent] == ["already sent to ana", "sent to bo"], sent
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``compaction_end`` scenario (see the module's docstring)."""
     summary = {"type": "compaction", "content": "Summary: sunny in Paris."}
@@ -713,6 +774,7 @@ if __name__ == "__main__":
         "sleep",
         "plain",
         "big_params",
+        "toolset_effects",
         "mcp",
         "features",
         "toolsets",
