@@ -39,7 +39,9 @@ from temporalio.service import RPCError
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.content import Content
 from agent_runner.contract.big_params import big_params, resolve_params, stored_params
+from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
+from agent_runner.contract.params import mcp_token_env
 from agent_runner.contract.transcript import escape
 from agent_runner.contract.types import (
     CREATE_MESSAGE_ACTIVITY,
@@ -50,14 +52,8 @@ from agent_runner.contract.types import (
     CreateMessageOutput,
 )
 from agent_runner.store import LiveEntries
-from agent_runner.workflows.conversation import (
-    THREAD_UNSUPPORTED_CODE,
-    THREAD_UNSUPPORTED_ERROR,
-    build_request,
-    compaction_params,
-)
+from agent_runner.workflows.conversation import build_request, compaction_params
 from agent_runner.workflows.fallbacks import spliced_reply, strip_seams
-from agent_runner.workflows.params import mcp_token_env
 from agent_runner.workflows.reply import reply_problems
 
 logger = logging.getLogger(__name__)

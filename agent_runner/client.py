@@ -83,6 +83,7 @@ from agent_runner.contract.events import (
     RunFinished,
     parse_event,
 )
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -116,7 +117,6 @@ from agent_runner.contract.types import (
 )
 from agent_runner.live import LIVE_POLL, LiveMerge
 from agent_runner.store import ContentStore
-from agent_runner.workflows.run_input import parse_run_input  # pure, no I/O: see tests/test_layers.py
 
 if TYPE_CHECKING:
     from agent_runner.temporal_server import EmbeddedTemporal

@@ -97,7 +97,7 @@ async def test_a_time_budget_ends_the_run_after_the_turn_that_passed_it(
 
 
 def test_a_cost_budget_needs_prices() -> None:
-    from agent_runner.workflows.run_input import parse_run_input
+    from agent_runner.contract.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput, match="`max_cost_usd` needs `prices`"):
         parse_run_input({**BASE, "budget": {"max_cost_usd": 1}})
@@ -272,7 +272,7 @@ async def test_keep_recent_turns_is_checked_at_the_door(
     """A negative or non-integer count is refused before it reaches the run's history, and a compaction with no
     turn older than the kept ones changes nothing and says why."""
     from agent_runner.contract.errors import EditRejected
-    from agent_runner.workflows.run_input import parse_run_input
+    from agent_runner.contract.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput) as bad_input:
         parse_run_input({**BASE, "auto_compact": {"input_tokens": 10, "keep_recent_turns": "2"}})

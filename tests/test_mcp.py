@@ -25,10 +25,10 @@ from temporalio.worker import Replayer
 from agent_runner.cli import build_parser, build_run_input
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunError, ConfigurationError, InvalidRunInput, ToolNotRegistered
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 from tests.test_durability import wait_for, worker_process
 

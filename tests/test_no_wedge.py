@@ -185,7 +185,7 @@ async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_r
 
 
 def test_invalid_run_input_is_the_client_side_error_too() -> None:
-    from agent_runner.workflows.run_input import parse_run_input
+    from agent_runner.contract.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput, match="`max_tokens` must be a positive integer"):
         parse_run_input({**BASE, "max_tokens": "4k", "messages": [USER]})

@@ -17,10 +17,10 @@ import pytest
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import RunResult
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.fallbacks import apply_hop
-from agent_runner.workflows.run_input import parse_run_input
 from tests import test_durability as durability
 from tests.conftest import WorkerFactory
 from tests.test_loop import GET_WEATHER_DEF

@@ -8,7 +8,7 @@ import pytest
 from anthropic.resources.beta.messages.messages import AsyncMessages
 
 from agent_runner.contract.errors import InvalidRunInput
-from agent_runner.workflows.run_input import API_PARAMS, parse_run_input
+from agent_runner.contract.run_input import API_PARAMS, parse_run_input
 
 MINIMAL = {"model": "claude-fake-1", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
 

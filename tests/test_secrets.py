@@ -9,8 +9,8 @@ import pytest
 from agent_runner.activities.claude import with_worker_credentials
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, text
-from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 
 BASE = {"model": "claude-fake-1", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi."}]}

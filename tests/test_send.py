@@ -14,8 +14,8 @@ import pytest
 from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunError, InvalidRunInput
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF

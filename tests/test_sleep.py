@@ -19,9 +19,9 @@ from temporalio.client import Client
 from agent_runner import cli
 from agent_runner.client import WAITING_STATUSES, AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, NoWorker
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import RunResult
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory, stock_update
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_time

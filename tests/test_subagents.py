@@ -24,9 +24,9 @@ from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.run_input import parse_run_input
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, gated
 from tests.subagent_support import (

@@ -20,9 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.conversation import Conversation, ToolChange, tool_changes_in
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.conversation import Conversation, ToolChange, tool_changes_in
 from agent_runner.workflows.live import LIVE_LOG_PATCH
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status

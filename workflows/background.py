@@ -26,9 +26,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.conversation import Conversation
     from agent_runner.contract.transcript import Transcript, message_ref
     from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, CreateMessageInput, CreateMessageOutput
-    from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.failures import retry_policy
     from agent_runner.workflows.fallbacks import hop_turn
     from agent_runner.workflows.reply import reply_problems

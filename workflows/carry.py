@@ -17,10 +17,10 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
 from agent_runner.contract.big_params import big_params, by_reference
+from agent_runner.contract.budget import HistoryLimits
+from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS
 from agent_runner.contract.transcript import canonical
-from agent_runner.workflows.budget import HistoryLimits
-from agent_runner.workflows.conversation import Conversation
-from agent_runner.workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS
 from agent_runner.workflows.state import RunState
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"

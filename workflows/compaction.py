@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.conversation import Conversation
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.compaction_checks import EMPTY_COMPACTION_PATCH, has_summary
-    from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.edits import EditFailed
     from agent_runner.workflows.model_calls import ModelCalls
 

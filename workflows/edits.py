@@ -20,6 +20,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from agent_runner.contract.big_params import by_reference, stored_params
+from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.params import param_problems
+from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS, message_problems
 from agent_runner.contract.steering import (
     AddTools,
     Compact,
@@ -30,9 +33,6 @@ from agent_runner.contract.steering import (
     UpdateParams,
 )
 from agent_runner.contract.transcript import is_placeholder
-from agent_runner.workflows.conversation import Conversation
-from agent_runner.workflows.params import param_problems
-from agent_runner.workflows.run_input import API_PARAMS, EXTRA_BODY_PARAMS, message_problems
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 

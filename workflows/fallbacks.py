@@ -68,31 +68,6 @@ CAPACITY_ERRORS = ("RateLimitError", "OverloadedError")
 """The model call's error types for HTTP 429 and 529 (``activities/claude.py``): the middleware's capacity errors."""
 
 
-def fallback_problems(raw: object, params: dict[str, Any]) -> list[str]:
-    """What is wrong with a run's ``refusal_fallbacks`` (empty when nothing is)."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not all(
-        (isinstance(e, str) and e) or (isinstance(e, dict) and isinstance(e.get("model"), str) and e["model"])
-        for e in raw
-    ):
-        return [
-            '`refusal_fallbacks` must be a list of model names (e.g. ["claude-opus-4-8"]), or of `fallbacks` '
-            'entries with a `model` (e.g. {"model": "claude-opus-4-8", "thinking": null}).'
-        ]
-    if raw and params.get("fallbacks") is not None:
-        return [
-            "`refusal_fallbacks` (client-side, as the SDK's BetaRefusalFallbackMiddleware) cannot be used with "
-            "`fallbacks` (server-side): give one of them."
-        ]
-    return []
-
-
-def entries(raw: list[str | dict[str, Any]]) -> list[dict[str, Any]]:
-    """The chain as ``fallbacks`` entries: a model name is ``{"model": name}``."""
-    return [{"model": e} if isinstance(e, str) else dict(e) for e in raw]
-
-
 def apply_hop(params: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """``entry`` applied as a patch to ``params`` (the middleware's ``_apply_hop``); ``params`` is not changed."""
     patched = _patch(params, entry)

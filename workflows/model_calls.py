@@ -15,7 +15,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
+    from agent_runner.contract.conversation import (
+        THREAD_UNSUPPORTED_CODE,
+        THREAD_UNSUPPORTED_ERROR,
+        Conversation,
+        served_by_fallback,
+    )
     from agent_runner.contract.errors import MalformedReply
+    from agent_runner.contract.run_input import RunSpec
     from agent_runner.contract.transcript import message_ref, next_head
     from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
@@ -25,12 +32,6 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from agent_runner.workflows import live
-    from agent_runner.workflows.conversation import (
-        THREAD_UNSUPPORTED_CODE,
-        THREAD_UNSUPPORTED_ERROR,
-        Conversation,
-        served_by_fallback,
-    )
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.failures import activity_failure, fail, retry_policy
     from agent_runner.workflows.fallbacks import (
@@ -43,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         without_fast_speed,
     )
     from agent_runner.workflows.reply import reply_problems
-    from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.state import RunState
 
 if TYPE_CHECKING:

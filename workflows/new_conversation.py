@@ -8,11 +8,11 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.conversation import Conversation
+    from agent_runner.contract.run_input import RunSpec
     from agent_runner.workflows.continuation import continued_conversation
-    from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.mcp import pin_mcp_tools
     from agent_runner.workflows.plain_json import as_held
-    from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.state import RunState
 
 

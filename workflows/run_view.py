@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from agent_runner.contract.run_input import RunSpec
     from agent_runner.contract.types import DescribeToolsOutput, RunStatusName
     from agent_runner.workflows.approvals import Approvals, StepMode
-    from agent_runner.workflows.run_input import RunSpec
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.tool_calls import ToolCalls
 

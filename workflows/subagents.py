@@ -18,17 +18,17 @@ the child's events too (``Run.events``).
 The child's id is ``<parent id>/<tool_use_id>``: the start is in the parent's history, so a replay after a crash never
 starts a second child, and a continue-as-new happens only at a boundary, with no child in flight.
 
-The models here are imported by ``run_input.py`` (no I/O); ``SubAgents`` acts for the workflow.
+The ``agents`` and ``agent_limits`` options are the contract's (``agent_runner/contract/agents.py``); ``SubAgents`` acts
+for the workflow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
@@ -42,11 +42,12 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
+from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.events import AGENT_STARTED
 from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, ToolResult, Usage
 
 if TYPE_CHECKING:
-    from agent_runner.workflows.run_input import RunSpec
+    from agent_runner.contract.run_input import RunSpec
     from agent_runner.workflows.run_view import RunView
 
 STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
@@ -60,28 +61,6 @@ CHARGE_PATCH = "charge-unfinished-children"
 """Patch: a parent adds what a child that ended without a result (failed, cancelled, ...) spent to its own usage, read
 by an activity (``activities/subagents.py``)."""
 
-DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "task": {"type": "string", "description": "What the agent should do, with everything it needs to know."}
-    },
-    "required": ["task"],
-}
-"""An agent's input schema when it declares none: one task, which becomes the child's user message as it is."""
-
-
-class AgentLimits(BaseModel):
-    """How big the tree of agents may grow (``agent_limits``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_depth: int = Field(default=3, ge=0)
-    """How many levels of agents may run below the root run (0: none)."""
-    max_fan_out: int = Field(default=8, ge=1)
-    """How many agents one reply may start; later calls in the reply get an error result."""
-    depth: int = Field(default=0, ge=0)
-    """This run's level in the tree: 0 for a run a client started; a parent sets it for its children."""
-
 
 class ChildRun(BaseModel):
     """A child run an agent call started, as the parent's status shows it."""
@@ -93,92 +72,6 @@ class ChildRun(BaseModel):
     status: str = "running"
     """``running``, then the child's final status (``completed``, ``stopped``, ...) or how it ended without one
     (``failed``, ``cancelled``, ``terminated``, ``timed_out``)."""
-
-
-class AgentSpec(BaseModel):
-    """An agent a run gives Claude as a tool (one entry of ``agents``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,128}$")
-    """The tool name Claude calls it by."""
-    description: str = Field(min_length=1)
-    """What Claude reads to decide when to call it."""
-    input_schema: dict[str, Any] | None = None
-    """The call's JSON schema; ``None`` for ``DEFAULT_INPUT_SCHEMA`` (one ``task`` string)."""
-    model: str | None = None
-    """The child's model; the parent's by default."""
-    max_tokens: int | None = Field(default=None, ge=1)
-    """The child's ``max_tokens``; the parent's by default."""
-    system: str | list[dict[str, Any]] | None = None
-    """The child's system prompt; none by default (the parent's is not inherited)."""
-    tools: list[str | dict[str, Any]] = []
-    """The child's tools: registered names and raw definitions, as a run's ``tools``."""
-    mcp: list[str] = []
-    """MCP servers whose tools the child uses, as a run's ``mcp``."""
-    agents: list[AgentSpec] = []
-    """The child's own agents."""
-    max_iterations: int | None = Field(default=None, ge=1)
-    """The child's ``max_iterations`` (bounded by what the parent has left)."""
-
-    def definition(self) -> dict[str, Any]:
-        """The tool definition Claude sees."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema if self.input_schema is not None else DEFAULT_INPUT_SCHEMA,
-        }
-
-    def levels(self) -> int:
-        """How many levels of runs a call of this agent can make: 1, plus its deepest agent's."""
-        return 1 + max((a.levels() for a in self.agents), default=0)
-
-    def task(self, tool_input: Any) -> str:
-        """The child's user message for a call's input: the task itself, or the input as JSON for a custom schema."""
-        if self.input_schema is None and isinstance(tool_input, dict) and isinstance(tool_input.get("task"), str):
-            return str(tool_input["task"])
-        return json.dumps(tool_input, ensure_ascii=False)
-
-
-def parse_agents(
-    raw: dict[str, Any], tool_names: list[str], problems: list[str]
-) -> tuple[list[AgentSpec], AgentLimits]:
-    """A run's ``agents`` and ``agent_limits``, with what is wrong with them added to ``problems``."""
-    limits = AgentLimits()
-    if raw.get("agent_limits") is not None:
-        try:
-            limits = AgentLimits.model_validate(raw["agent_limits"])
-        except ValidationError as e:
-            problems.append(f"`agent_limits` is invalid: {_summary(e)}")
-    declared = raw.get("agents", [])
-    if not isinstance(declared, list):
-        problems.append("`agents` must be a list of agent objects (name, description, model, system, tools, ...).")
-        return [], limits
-    agents: list[AgentSpec] = []
-    for i, entry in enumerate(declared):
-        try:
-            agents.append(AgentSpec.model_validate(entry))
-        except ValidationError as e:
-            problems.append(f"`agents[{i}]` is invalid: {_summary(e)}")
-    seen: set[str] = set()
-    for agent in agents:
-        if agent.name in tool_names:
-            problems.append(f"Agent `{agent.name}` has the name of a tool of the run; give one of them another name.")
-        if agent.name in seen:
-            problems.append(f"Two agents are named `{agent.name}`; agents need distinct names.")
-        seen.add(agent.name)
-        allowed = limits.max_depth - limits.depth
-        if agent.levels() > allowed:
-            problems.append(
-                f"Agent `{agent.name}` nests {agent.levels()} levels of runs below this one, and "
-                f"`agent_limits.max_depth` ({limits.max_depth}) leaves {max(allowed, 0)} below this run (at depth "
-                f"{limits.depth}); declare fewer levels of agents or raise `max_depth`."
-            )
-    return agents, limits
-
-
-def _summary(error: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())
 
 
 class SubAgents:

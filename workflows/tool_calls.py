@@ -20,6 +20,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
     from agent_runner.contract.mcp import McpCallInput
+    from agent_runner.contract.run_input import RunSpec
+    from agent_runner.contract.sleep import SLEEP_TOOL
     from agent_runner.contract.steering import DenyTool
     from agent_runner.contract.toolsets import (
         RECONCILE_TOOLSET_ACTION_ACTIVITY,
@@ -44,8 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
-    from agent_runner.workflows.run_input import RunSpec
-    from agent_runner.workflows.sleep import SLEEP_TOOL, Sleeps
+    from agent_runner.workflows.sleep import Sleeps
     from agent_runner.workflows.subagents import SubAgents
     from agent_runner.workflows.toolsets import Toolsets
 

@@ -30,6 +30,11 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class AgentRunnerError(Exception):
     """The root of every error this project raises."""
@@ -166,3 +171,8 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
     )
 }
 """Each error class by the ``ApplicationError.type`` a run fails with."""
+
+
+def validation_summary(error: ValidationError) -> str:
+    """A pydantic ``ValidationError`` in one line (``field.path: message; ...``), for an ``InvalidRunInput``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())
