@@ -395,11 +395,5 @@ class _Session:
             if e.code == CONNECTION_CLOSED:
                 raise _ServerLost("the connection closed") from e
             raise  # the server's own answer: a result, as in the SDK
-        except (
-            OSError,
-            anyio.ClosedResourceError,
-            anyio.BrokenResourceError,
-            anyio.EndOfStream,
-            httpx2.HTTPError,
-        ) as e:
+        except _TRANSPORT_ERRORS as e:
             raise _ServerLost(type(e).__name__) from e

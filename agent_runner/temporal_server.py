@@ -60,6 +60,7 @@ import temporalio.converter
 from temporalio.envconfig import ClientConfigProfile
 
 from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
+from agent_runner.process_exit import exit_now
 
 __all__ = [
     "DEFAULT_PORT",
@@ -803,14 +804,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.stop()
 
 
-def _flush_and_exit(code: int, streams: Sequence[IO[str]] = (sys.stdout, sys.stderr)) -> None:
-    for stream in streams:
-        with contextlib.suppress(Exception):
-            stream.flush()
-    # temporalio's native runtime can abort at interpreter shutdown
-    # (sdk-python#300); skip the shutdown once everything is flushed.
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _flush_and_exit(main())
+    exit_now(main())

@@ -40,6 +40,7 @@ from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
 from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
+from agent_runner.process_exit import exit_now
 from agent_runner.processes import CONFIGURATION_EXIT_CODE, PROCESS_INDEX_ENV, child_command, supervise
 from agent_runner.store import ContentStore, open_store
 from agent_runner.temporal_server import (
@@ -428,8 +429,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console_main() -> None:
     """``agent-runner-worker``: ``main``, then leave without finalizing the interpreter."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # temporalio's native threads can crash a finalizing interpreter (sdk-python#300): leave without finalizing.
-    os._exit(code)
+    exit_now(main())

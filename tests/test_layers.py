@@ -8,9 +8,10 @@ workflows   ``workflows/``: deterministic code only. Imports the contract.
 store       ``agent_runner/{codec,store,content}.py``: where transcripts and big content live. Imports the contract.
 activities  ``activities/``: the model call, tools, hooks. Imports the contract, the store and the workflows' pure
             helpers (the same request-building code runs on both sides), never the workflow itself.
-client      ``agent_runner/{client,connection,live,temporal_server}.py``: start, steer and watch runs. Imports the
-            contract, the store and the connection; never activities nor workflows (a run's input is checked
-            with the contract's ``parse_run_input``, so a bad input fails before a run starts).
+client      ``agent_runner/{client,connection,live,temporal_server,process_exit}.py``: start, steer and watch runs,
+            and end a process. Imports the contract, the store and the connection; never activities nor workflows (a
+            run's input is checked with the contract's ``parse_run_input``, so a bad input fails before a run
+            starts).
 worker      ``agent_runner/{plugin,processes,worker}.py``: puts workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
@@ -42,6 +43,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/connection.py",
         "agent_runner/live.py",
         "agent_runner/temporal_server.py",
+        "agent_runner/process_exit.py",
     ),
     "worker": ("agent_runner/plugin.py", "agent_runner/processes.py", "agent_runner/worker.py"),
     "testing": ("agent_runner/testing/",),

@@ -2,8 +2,8 @@
 
 ``ModelCalls.create`` runs the ``create_message`` activity for a turn (or a compaction) and hands back the reply,
 unrecorded: ``AgentRun`` takes it into the run. On the way it follows the ``refusal_fallbacks`` chain
-(``fallbacks.py``) and the thread fallbacks (``conversation.py``), each behind its ``workflow.patched`` id, so runs
-recorded before replay as they ran.
+(``fallbacks.py``) and the thread fallbacks (``Conversation``, ``agent_runner/contract/conversation.py``), each behind
+its ``workflow.patched`` id, so runs recorded before replay as they ran.
 """
 
 from __future__ import annotations

@@ -57,9 +57,7 @@ events, tested line by line); and ``errors`` the one mapping of an error to its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
-import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -86,6 +84,7 @@ from agent_runner.cli.render import (
     waiting_notices,
 )
 from agent_runner.cli.runs import build_run_input, list_query
+from agent_runner.process_exit import exit_now
 
 __all__ = [
     "EDIT_ACCEPTED",
@@ -149,14 +148,6 @@ async def amain(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _exit(code: int) -> NoReturn:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    # temporalio's native threads can crash a finalizing interpreter (sdk-python#300): leave without finalizing.
-    os._exit(code)
-
-
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The ``agent-runner`` console script: ``amain`` in a fresh event loop, then exit without finalizing."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -164,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         # The web console owns its event loop and its Ctrl-C (it exits 0 when stopped): run it in the foreground.
         from agent_runner.console import main as console_main
 
-        _exit(console_main(arguments[1:]))
+        exit_now(console_main(arguments[1:]))
     try:
         code = asyncio.run(amain(argv))
     except KeyboardInterrupt:
@@ -173,4 +164,4 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except Exception:  # not one of the runner's errors: a bug, whose traceback helps
         traceback.print_exc()
         code = EXIT_ERROR
-    _exit(code)
+    exit_now(code)

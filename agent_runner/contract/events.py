@@ -277,9 +277,6 @@ RunEvent: TypeAlias = Annotated[
 ]
 """One live event of a run, its model chosen by ``type``."""
 
-DeltaEvent: TypeAlias = TextDelta | ThinkingDelta | ToolInputDelta
-"""The events that carry a piece of a block."""
-
 _RUN_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 
 EVENT_TYPES = frozenset(DELTA_FIELDS) | {
