@@ -26,6 +26,7 @@ those inside functions, which are imports all the same) and fails on any other a
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,16 @@ def test_the_check_sees_each_kind_of_crossing() -> None:
     assert _crossings("workflows/carry.py", "from agent_runner.contract.types import Usage") == []
     with pytest.raises(AssertionError, match="import it as agent_runner.workflows.types"):
         _crossings("agent_runner/cli/__init__.py", "from workflows.types import X")
+
+
+def test_the_distribution_installs_one_package() -> None:
+    # Nothing generic at the top of site-packages: every package installs under agent_runner, the folders of the
+    # design card (workflows/, activities/) mapped into it, and no top-level module (worker.py stays in the repository).
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {p.split(".")[0] for p in setuptools["packages"]} == {"agent_runner"}
+    assert setuptools["package-dir"] == {"agent_runner.workflows": "workflows", "agent_runner.activities": "activities"}
+    assert "py-modules" not in setuptools
+    assert {p.name for p in ROOT.glob("agent_runner/*") if p.is_symlink()} == {"workflows", "activities"}
 
 
 def _reaches_into_the_run(rel: str, source: str) -> list[str]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agent_runner.contract.big_params import by_reference, stored_params
 from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.params import param_problems
 from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS, message_problems
 from agent_runner.contract.steering import (
@@ -212,8 +213,7 @@ def parse_update(model: type[_ModelT], raw: object) -> _ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"Invalid {model.__name__} update: {problems}.") from None
+        raise ValueError(f"Invalid {model.__name__} update: {validation_summary(e, 'input')}.") from None
 
 
 def check_open(ended: bool, status: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.transcript import is_placeholder
 
 _USAGE_COUNTS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -76,7 +77,7 @@ def parse_tool_use_ready(raw: object) -> tuple[ToolUseReady | None, str]:
     try:
         ready = ToolUseReady.model_validate(raw)
     except ValidationError as e:
-        return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'payload'}: {err['msg']}" for err in e.errors())
+        return None, validation_summary(e, "payload")
     problems = reply_problems({"id": "-", "content": [ready.block]})
     if ready.block.get("type") != "tool_use":
         problems.append("`block` is not a tool_use block")

@@ -46,13 +46,12 @@ from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.events import AGENT_STARTED
 from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, ToolResult, Usage
 
+# Re-exported: agent_run.py imports the signal name from here.
+from agent_runner.contract.types import STOP_FROM_PARENT_SIGNAL as STOP_FROM_PARENT_SIGNAL
+
 if TYPE_CHECKING:
     from agent_runner.contract.run_input import RunSpec
     from agent_runner.workflows.run_view import RunView
-
-STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
-"""Signal a parent sends its running children when it is stopped: the child stops at its next step, as on ``stop``
-(a workflow cannot send an update). Its argument is the reason, a string."""
 
 TREE_PATCH = "agent-tree"
 """Patch: a parent publishes ``agent_started`` when a child starts, and adds a finished child's usage to its own."""

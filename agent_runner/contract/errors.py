@@ -173,6 +173,11 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
 """Each error class by the ``ApplicationError.type`` a run fails with."""
 
 
-def validation_summary(error: ValidationError) -> str:
-    """A pydantic ``ValidationError`` in one line (``field.path: message; ...``), for an ``InvalidRunInput``."""
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())
+def validation_summary(error: ValidationError, whole: str = "value") -> str:
+    """A pydantic ``ValidationError`` in one line (``field.path: message; ...``), for a message that says what to fix.
+
+    Args:
+        error: What pydantic found.
+        whole: What an error about the whole value (no field path) is said to be about.
+    """
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or whole}: {e['msg']}" for e in error.errors())

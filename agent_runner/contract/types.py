@@ -55,6 +55,10 @@ TOOL_USE_READY_SIGNAL = "tool_use_ready"
 """Sent by a streaming model call with ``eager_tools`` when a ``tool_use`` block's input is complete, so the run
 starts the tool before the reply ends (the SDK's ``run_tools_eagerly``)."""
 
+STOP_FROM_PARENT_SIGNAL = "stop_from_parent"
+"""Signal a parent sends its running children when it is stopped: the child stops at its next step, as on ``stop``
+(a workflow cannot send an update). Its argument is the reason, a string."""
+
 STATUS_QUERY = "status"
 REPLIES_QUERY = "replies"
 TRANSCRIPT_QUERY = "transcript"
