@@ -1,7 +1,6 @@
-"""``python -m agent_runner.console``."""
-
-import sys
+"""``python -m agent_runner.console``: leaves as ``agent-runner console`` does (``process_exit.exit_now``)."""
 
 from agent_runner.console.server import main
+from agent_runner.process_exit import exit_now
 
-sys.exit(main())
+exit_now(main())
