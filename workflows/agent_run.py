@@ -113,6 +113,7 @@ with workflow.unsafe.imports_passed_through():
         queued,
     )
     from agent_runner.workflows.failures import fail, not_registered, refusing
+    from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
     from agent_runner.workflows.new_conversation import start_conversation
@@ -248,6 +249,9 @@ class AgentRun:
         names = [t for t in spec.tools if isinstance(t, str)]
         if spec.continue_from is not None and spec.continue_from.tools is not None:
             names = spec.continue_from.tools  # Run.send: the tools the ended run could run, as it left them
+        runnable = forked_tools(spec)  # Run.fork: those the run could run at the fork point
+        if runnable is not None:
+            names = [*names, *(name for name in runnable if name not in names)]
         described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
             raise fail(not_registered(described.missing + described.missing_hooks))
@@ -256,6 +260,8 @@ class AgentRun:
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         await start_conversation(state, spec)
+        if runnable is not None:
+            keep_only(state, runnable)
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:

@@ -27,6 +27,7 @@ from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.workflows.continuation import ContinueFrom, continue_from_problems
 from agent_runner.workflows.fallbacks import entries, fallback_problems
+from agent_runner.workflows.forking import ForkedFrom, forked_from_problems
 from agent_runner.workflows.params import param_problems
 from agent_runner.workflows.sleep import SleepPolicy, parse_sleep
 from agent_runner.workflows.subagents import AgentLimits, AgentSpec, parse_agents
@@ -86,6 +87,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "mcp",
         "refusal_fallbacks",
         "continue_from",
+        "forked_from",
     }
 )
 
@@ -174,6 +176,9 @@ class RunSpec(BaseModel):
 
     continue_from: ContinueFrom | None = None
     """The ended run whose conversation this run goes on with (``continuation.py``)."""
+
+    forked_from: ForkedFrom | None = None
+    """The run and reply this run was forked from, and the tools it runs (``forking.py``)."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -267,6 +272,7 @@ def parse_run_input(raw: object) -> RunSpec:
     refusal_fallbacks = raw.get("refusal_fallbacks")
     problems.extend(fallback_problems(refusal_fallbacks, raw))
     problems.extend(continue_from_problems(raw.get("continue_from"), messages))
+    problems.extend(forked_from_problems(raw.get("forked_from")))
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -291,6 +297,7 @@ def parse_run_input(raw: object) -> RunSpec:
         mcp=mcp,
         refusal_fallbacks=entries(refusal_fallbacks or []),
         continue_from=ContinueFrom.model_validate(raw["continue_from"]) if raw.get("continue_from") else None,
+        forked_from=ForkedFrom.model_validate(raw["forked_from"]) if raw.get("forked_from") else None,
     )
 
 
