@@ -150,16 +150,17 @@ class ClaudeActivities:
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
         live: LiveEntries | None = None
+        closing_usage: dict[str, Any] = {}  # the usage the reply's `message_delta` carried, for a splice
         if turn.replay is not None:
             reply = turn.replay  # a replayed reply streamed already (as the refused hops'): it is only recorded
         else:
             async with self._publisher(input, attempt) as events:
                 for index, block in enumerate(prefix):
                     _publish_block(events, index, block)
-                reply = await self._call(request, input, events, shift=len(prefix))
+                reply = await self._call(request, input, events, shift=len(prefix), closing_usage=closing_usage)
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
-            reply = spliced_reply(reply, splice)
+            reply = spliced_reply(reply, splice, closing_usage if turn.replay is None else None)
         big_blocks: dict[str, bytes] = {}
         message = await self.content.offload_reply(reply, deferred=big_blocks)
         # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
@@ -179,7 +180,13 @@ class ClaudeActivities:
         return EventPublisher(self.content.store, input.run_id, iteration=input.iteration, attempt=attempt)
 
     async def _call(
-        self, request: dict[str, Any], input: CreateMessageInput, events: EventPublisher, *, shift: int = 0
+        self,
+        request: dict[str, Any],
+        input: CreateMessageInput,
+        events: EventPublisher,
+        *,
+        shift: int = 0,
+        closing_usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One Messages API request, its stream published to ``events``; the reply's body.
 
@@ -188,6 +195,7 @@ class ClaudeActivities:
             input: The activity's input.
             events: Where the reply's stream is published.
             shift: The index its first block is published at (a fallback hop's reply follows the spliced prefix).
+            closing_usage: Filled with the ``usage`` the reply's ``message_delta`` carried.
         """
         request = with_worker_credentials(request)
         info = activity.info()
@@ -200,7 +208,7 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift))
+        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, closing_usage))
         try:
             # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
             # like a dead worker and a cancellation of the run reaches the call. Not at once: Temporal sends a first
@@ -249,10 +257,12 @@ class ClaudeActivities:
         timeout: float,
         events: EventPublisher,
         shift: int = 0,
+        closing_usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Read the reply's stream, publishing it as live events; the final message as a response body.
 
-        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix).
+        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix), and
+        the ``usage`` its ``message_delta`` carried goes into ``closing_usage``.
         """
         set_on_wire: set[str] = set()
         eager = input.eager_tools and bool(input.eager_token)
@@ -278,6 +288,8 @@ class ClaudeActivities:
                     set_on_wire |= event.message.model_fields_set
                 elif event.type == "message_delta":
                     set_on_wire |= event.delta.model_fields_set
+                    if closing_usage is not None:
+                        closing_usage.update(event.usage.model_dump(mode="json", exclude_unset=True, warnings=False))
                 elif event.type == "content_block_start":
                     block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
                     events.publish(BLOCK_START, index=event.index + shift, block=escape(block))  # clients resolve them
