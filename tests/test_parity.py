@@ -111,10 +111,11 @@ D:68-84,        raw definitions are sent and never run; a tool of the wrong flav
 87-118          by: case[raw_definition_is_sent_and_never_run], case[tool_use_without_a_client_tool].
 D:139-159       two tools of one name: the later wins. Pinned by: not pinned here.                      deliberate (note
                                                                                                         9)
-B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    n/a (note 10)
-802-826,        Pinned by: not pinned here.
-1093-1113,
-1751-1788
+B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    same (note 10)
+802-826,        Pinned by: tests/test_toolsets.py::test_each_action_runs_on_the_worker_and_results_echo_
+1093-1113,      the_toolset, ...::test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_
+1751-1788       executed, ...::test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as_
+                in_the_sdk, ...::test_a_toolset_the_run_does_not_have_is_not_found.
 ==============  ======================================================================================  ================
 
 The loop body's controls
@@ -149,8 +150,8 @@ B:508-529,      remove_tools(): not found at once; a tool_removal system message
 560-575         Pinned by: case[remove_tools_withdraws_the_replys_own_calls].
 B:545-551       tool changes wait while the turn is paused. Pinned by:                                  same
                 case[tool_changes_wait_out_a_pause_turn].
-B:484-494,      toolsets cannot be added or removed. Pinned by: not pinned here.                        n/a (note 10)
-518-523
+B:484-494,      toolsets cannot be added or removed. Pinned by:                                         same (note 10)
+518-523         tests/test_toolsets.py::test_a_runs_toolsets_are_fixed_as_a_tool_runners_are.
 B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
 391-403,        on a new thread; the summary becomes the history. Pinned by:
 720-724         case[compaction_between_turns_is_not_an_iteration].
@@ -254,8 +255,11 @@ Notes:
 9. Tools run as activities: a worker registers each name once (``ToolRegistry`` refuses a second tool under a name)
    and runs sync and async tools alike. What a ``BaseException`` in a tool does is the worker's concern, and a
    cancellation is Temporal's: neither is an outcome of the loop to compare.
-10. A run has no runnable toolsets: raw toolset definitions are sent, never run (a gap, not a difference of a shared
-    branch).
+10. Runnable toolsets register on a worker (README, "Runnable toolsets"); each action is one activity, the actions
+    of one toolset in a turn run in order (the turn's other calls beside them), and its ``tool_result`` echoes
+    ``toolset_name``. The run refuses an edit that adds one of its toolsets again, replaces it with a definition or
+    removes it (``EditRejected``, the SDK's ``ToolsetsFixedError`` text) and goes on. A gap: ``add_tools`` naming a
+    registered toolset the run does not have is not refused (the workers describe it only when the edit applies).
 11. A run's edits never run a tool twice and never run a dropped reply's tools (``contract/steering.py``).
 12. ``inject`` joins the message holding the tool results, so a history never holds two user messages in a row.
 13. ``update_params`` changes the parameters it names and keeps the others; ``set_messages_params`` replaces all

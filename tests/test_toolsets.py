@@ -24,7 +24,7 @@ from anthropic.lib.tools._toolsets._runnable import (
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.errors import EditRejected, ToolRegistrationError
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
@@ -190,6 +190,28 @@ async def test_a_toolset_the_run_does_not_have_is_not_found(
     assert results_sent(fake_api) == [
         result("toolu_1", "computer", "Error: Toolset 'computer' member 'click' not found", error=True)
     ]
+
+
+async def test_a_runs_toolsets_are_fixed_as_a_tool_runners_are(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the SDK's ``ToolsetsFixedError``: no edit adds a run's toolset again, replaces it or takes it away."""
+    fake_api.script(end_turn("Done."))
+    async with worker(RecordingBrowser()):
+        run = await runner.start(**BASE, tools=["browser"], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        refused = {
+            "add_tools can't add the 'browser' toolset: the run has it": run.add_tools("browser"),
+            "add_tools can't replace the 'browser' toolset": run.add_tools({"type": "browser_toolset_20260801"}),
+            "add_tools can't add a tool named 'browser'": run.add_tools({"name": "browser", "input_schema": {}}),
+            "remove_tools can't remove the 'browser' toolset": run.remove_tools("browser"),
+        }
+        for message, edit in refused.items():
+            with pytest.raises(EditRejected, match=message):
+                await edit
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert len(fake_api.bodies()) == 1
 
 
 async def test_a_toolset_that_requires_confirmation_waits_for_the_runs_approval(

@@ -108,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
         check_open,
         check_params,
         check_remove_tools,
+        check_toolsets_fixed,
         check_version,
         parse_update,
         queued,
@@ -503,6 +504,7 @@ class AgentRun:
         edit = parse_update(AddTools, raw)
         check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
+        check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
     def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -517,6 +519,7 @@ class AgentRun:
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
         check_remove_tools(edit, self._state.tools, definitions)
+        check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=COMPACT_UPDATE)
     def compact(self, raw: dict[str, Any]) -> dict[str, Any]:
