@@ -99,6 +99,52 @@ async def test_a_fork_runs_a_tool_added_before_its_fork_point_and_not_one_added_
     assert description.id != run.id
 
 
+async def test_a_fork_does_not_run_a_tool_a_raw_definition_replaced_before_its_fork_point(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As in the run: a raw definition is sent, never run, so the same-named function tool stops running."""
+    raw = {"name": "get_weather", "description": "Weather, from elsewhere.", "input_schema": {"type": "object"}}
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([tool_use("toolu_S2", "get_weather", {"city": "Rome"})], "tool_use"),
+        end_turn("Sunny in Paris."),
+        Reply([tool_use("toolu_S3", "get_weather", {"city": "Oslo"})], "tool_use"),
+        end_turn("No weather."),
+    )
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.add_tools(raw)  # counts for the reply being handled too: Rome's call is not run
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 3)
+        await run.advance()
+        await run.until_done()
+        fork = await run.fork(3)
+        await _advance_until_done(fork, 2)
+        transcript = await fork.transcript()
+    bodies = fake_api.bodies()
+
+    def not_found(tool_use_id: str) -> dict[str, Any]:
+        error = "Error: Tool 'get_weather' not found"
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": error, "is_error": True}
+
+    assert bodies[3] == bodies[2]  # the fork's first request is the run's third
+    assert bodies[2]["messages"][-2:] == [
+        {"role": "user", "content": [not_found("toolu_S2")]},
+        {
+            "role": "system",
+            "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": raw}}],
+        },
+    ]
+    assert transcript[len(bodies[2]["messages"]) :] == [
+        {"role": "assistant", "content": [tool_use("toolu_S3", "get_weather", {"city": "Oslo"})]},
+        {"role": "user", "content": [not_found("toolu_S3")]},
+        {"role": "assistant", "content": [text("No weather.")]},
+    ]
+
+
 def _state(tools: list[str], tools_from: dict[int, list[str]], replies: int = 0) -> RunState:
     specs = {name: ToolSpec(name=name, definition={"name": name}) for name in tools}
     return RunState(
