@@ -145,6 +145,37 @@ async def test_a_fork_does_not_run_a_tool_a_raw_definition_replaced_before_its_f
     ]
 
 
+async def test_a_fork_of_a_sent_run_runs_the_tools_the_send_carried(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A run ``send`` started runs the tools the ended run had; a fork of it, from before any edit, runs them too."""
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        end_turn("Cold."),
+        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+        end_turn("14:05."),
+    )
+    async with worker(get_weather, get_time):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(get_time)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+        after = await run.send("And in Oslo?")
+        await _advance_until_done(after, 1)
+        fork = await after.fork(1)
+        await _advance_until_done(fork, 2)
+        transcript = await fork.transcript()
+    assert transcript[-3:] == [
+        TIME_CALL,
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"}]},
+        {"role": "assistant", "content": [text("14:05.")]},
+    ]
+
+
 def _state(tools: list[str], tools_from: dict[int, list[str]], replies: int = 0) -> RunState:
     specs = {name: ToolSpec(name=name, definition={"name": name}) for name in tools}
     return RunState(
