@@ -93,6 +93,16 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
             closing_usage={"input_tokens": 12, "output_tokens": 4},
         ),
     ],
+    "the_primarys_usage_is_its_message_starts_not_its_closing_counts": [
+        Reply(
+            [text("Here is how to")],
+            "refusal",
+            stop_details=refused(token="tok_A").stop_details,
+            usage=PRIMARY_USAGE,
+            closing_usage={"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 9},
+        ),
+        Reply([text(" check it.")], usage=FALLBACK_USAGE, closing_usage={"input_tokens": 12, "output_tokens": 4}),
+    ],
     "two_hops_keep_the_usage_of_the_first_that_streamed": [
         refused(usage=PRIMARY_USAGE, token=None, prefill=False),
         refused(text("Here"), token="tok_B", usage={**FALLBACK_USAGE, "service_tier": "batch"}),

@@ -303,7 +303,9 @@ class Splice:
     Kept only while a turn's model call lasts, which no continue-as-new interrupts.
     """
 
-    def __init__(self, refusal: dict[str, Any], model: str, attempts: int) -> None:
+    def __init__(
+        self, refusal: dict[str, Any], model: str, attempts: int, opening_usage: dict[str, Any] | None = None
+    ) -> None:
         self.id = str(refusal.get("id"))
         self.content: list[dict[str, Any]] = copy.deepcopy(refusal.get("content") or [])
         self.iterations = declined_entries(refusal, model)
@@ -311,7 +313,7 @@ class Splice:
         self.partial = self._partial(refusal)
         self.from_model = model
         self.category = _category(refusal)
-        self.opened_usage = _opened_usage(refusal)
+        self.opened_usage = _opened_usage(refusal, opening_usage)
         """The usage of the first refused hop that streamed output (it opened the stream), once one has."""
         self.attempts = attempts
         """Attempts of the turn's model call so far (a failed hop counts its retry policy's whole)."""
@@ -340,8 +342,17 @@ class Splice:
             attempt_base=self.attempts,
         )
 
-    def refused(self, spliced: dict[str, Any], splice: FallbackSplice, attempt: int) -> None:
-        """Take in a hop that refused as well (``spliced``: its reply as the hop spliced it)."""
+    def refused(
+        self, spliced: dict[str, Any], splice: FallbackSplice, attempt: int, opening_usage: dict[str, Any] | None = None
+    ) -> None:
+        """Take in a hop that refused as well.
+
+        Args:
+            spliced: Its reply, as the hop spliced it.
+            splice: The hop's splice.
+            attempt: The model call's attempt that got it.
+            opening_usage: The ``usage`` its ``message_start`` carried, when the model call said.
+        """
         own = {**spliced, "content": spliced.get("content", [])[len(splice.prefix) :]}
         usage = spliced.get("usage")
         if isinstance(usage, dict):  # its own usage, as it came: the splice added the chain
@@ -354,7 +365,7 @@ class Splice:
         self.from_model = splice.model
         self.category = _category(own)
         if self.opened_usage is None:
-            self.opened_usage = _opened_usage(own)
+            self.opened_usage = _opened_usage(own, opening_usage)
         self.attempts = attempt
 
     def standing(self, refusal: dict[str, Any], failed_model: str, error_type: str | None) -> dict[str, Any]:
@@ -381,13 +392,13 @@ class Splice:
         self.attempts += maximum_attempts or 1000
 
 
-def _opened_usage(refusal: dict[str, Any]) -> dict[str, Any] | None:
-    """A refused hop's usage when its output opened the stream (the middleware holds back one with none).
+def _opened_usage(refusal: dict[str, Any], opening: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A refused hop's ``message_start`` usage when its output opened the stream (the middleware holds back none).
 
-    Its whole usage stands for its ``message_start``'s: they differ only in the counts a later ``message_delta``
-    carries over them (``DELTA_USAGE_KEYS``), and in its ``iterations``, which the splice writes.
+    Its whole usage stands for it when the model call did not say (a call recorded before it did): they differ only
+    in the counts its ``message_delta`` carried (``DELTA_USAGE_KEYS``).
     """
-    usage = refusal.get("usage")
+    usage = opening if opening is not None else refusal.get("usage")
     if not refusal.get("content") or not isinstance(usage, dict):
         return None
     return {key: value for key, value in usage.items() if key != "iterations"}

@@ -292,6 +292,8 @@ class CreateMessageOutput(BaseModel):
     """Whether the call stored the turn's pending messages and the reply (every call since the store does)."""
     attempt: int = 0
     """The activity attempt that got the reply, so the run knows which attempt's eagerly started tools are its."""
+    opening_usage: dict[str, Any] | None = Field(default=None, exclude_if=lambda usage: usage is None)
+    """A refusal's ``usage`` as its ``message_start`` carried it (``workflows/fallbacks.py``); left out otherwise."""
 
 
 class RunToolInput(BaseModel):
