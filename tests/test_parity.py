@@ -11,7 +11,8 @@ identical tool calls and the identical final message. Cases run in both wire mod
 runner methods on one side and the matching edits of a step-mode run on the other (``Steer``).
 
 SDK files: B ``lib/tools/_beta_runner.py``, D ``lib/tools/_tool_dispatch.py``, F ``lib/tools/_beta_functions.py``,
-T ``lib/threads/_thread_state.py``, R ``lib/threads/_beta_threads.py``, M ``lib/threads/_stream_managers.py``.
+T ``lib/threads/_thread_state.py``, R ``lib/threads/_beta_threads.py``, M ``lib/threads/_stream_managers.py``,
+P ``lib/threads/_params.py``.
 Tests are in this module unless a file is named: ``case[x]`` is ``test_each_branch_sends_what_the_sdk_sends`` with
 case ``x`` (both wire modes), ``flavour[x]`` is ``test_every_runner_class_gets_the_same_requests_as_a_durable_run``
 with runner class ``x`` (both wire modes). Durable run: *same*; *DIFFERS*, a strict xfail whose reason (a constant
@@ -227,6 +228,9 @@ T:107-116,      appends during a turn in flight, per-turn overrides of a create.
 319-321
 T:173-187,      every request field passes through (temperature, top_k, top_p as extra_body). Pinned    same
 444-455         by: case[params_pass_through].
+P:113-120       an unexpected keyword is refused; so is a thread given in the params. Pinned by:        same (note 20)
+P:123-129       tests/test_run_input.py::test_unknown_fields_are_named_with_the_allowed_ones,
+                ...::test_invalid_input_is_rejected_with_a_message_that_says_what_to_do.
 -               every message shape 2.14.0's types take is sent as given: a system message with         same
                 output_config and no content, one with clear_at. Pinned by:
                 case[system_message_with_output_config_only], case[system_message_with_clear_at].
@@ -275,6 +279,8 @@ Notes:
 19. The run refuses the ``compact`` edit itself (``EditRejected``, saying what to do) where the SDK's
     ``compact_before_next_turn()`` raises ``ValueError``, and refuses an ``update_params`` that adds a compaction edit
     while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
+20. The run refuses its input at start (``InvalidRunInput``, naming the fields it takes) where the SDK raises
+    ``TypeError``; ``thread`` is the run's own option, true or false, as the SDK's ``tool_runner(thread=False)``.
 """
 
 from __future__ import annotations
