@@ -110,8 +110,8 @@ B:770-784       generate_tool_call_response() is cached: the tools run once. Pin
                 case[generate_tool_call_response_is_cached].
 D:68-84,        raw definitions are sent and never run; a tool of the wrong flavour is refused. Pinned  same (note 9)
 87-118          by: case[raw_definition_is_sent_and_never_run], case[tool_use_without_a_client_tool].
-D:139-159       two tools of one name: the later wins. Pinned by: not pinned here.                      deliberate (note
-                                                                                                        9)
+D:139-159       two tools of one name: the later wins. Pinned by:                                       deliberate (note
+                tests/test_tool_registry.py::test_two_tools_with_one_name_are_refused.                  9)
 B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    same (note 10)
 802-826,        Pinned by: tests/test_toolsets.py::test_each_action_runs_on_the_worker_and_results_echo_
 1093-1113,      the_toolset, ...::test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_
