@@ -152,7 +152,8 @@ B:508-529,      remove_tools(): not found at once; a tool_removal system message
 B:545-551       tool changes wait while the turn is paused. Pinned by:                                  same
                 case[tool_changes_wait_out_a_pause_turn].
 B:484-494,      toolsets cannot be added or removed. Pinned by:                                         same (note 10)
-518-523         tests/test_toolsets.py::test_a_runs_toolsets_are_fixed_as_a_tool_runners_are.
+518-523         tests/test_toolsets.py::test_a_runs_toolsets_are_fixed_as_a_tool_runners_are,
+                ...::test_add_tools_naming_a_registered_toolset_fails_at_the_boundary.
 B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
 391-403,        on a new thread; the summary becomes the history. Pinned by:
 720-724         case[compaction_between_turns_is_not_an_iteration].
@@ -262,8 +263,9 @@ Notes:
 10. Runnable toolsets register on a worker (README, "Runnable toolsets"); each action is one activity, the actions
     of one toolset in a turn run in order (the turn's other calls beside them), and its ``tool_result`` echoes
     ``toolset_name``. The run refuses an edit that adds one of its toolsets again, replaces it with a definition or
-    removes it (``EditRejected``, the SDK's ``ToolsetsFixedError`` text) and goes on. A gap: ``add_tools`` naming a
-    registered toolset the run does not have is not refused (the workers describe it only when the edit applies).
+    removes it (``EditRejected``, the SDK's ``ToolsetsFixedError`` text) and goes on; ``add_tools`` naming another
+    registered toolset fails when it applies, once the workers described it as one
+    (``test_add_tools_naming_a_registered_toolset_fails_at_the_boundary``).
 11. A run's edits never run a tool twice and never run a dropped reply's tools (``contract/steering.py``).
 12. ``inject`` joins the message holding the tool results, so a history never holds two user messages in a row.
 13. ``update_params`` changes the parameters it names and keeps the others; ``set_messages_params`` replaces all

@@ -25,10 +25,12 @@ from agent_runner.activities.tools import ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, ToolRegistrationError
+from agent_runner.contract.steering import EDIT_OUTCOME_QUERY
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_durability import wait_for, worker_process
+from tests.tools_for_tests import get_time
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",
@@ -212,6 +214,29 @@ async def test_a_runs_toolsets_are_fixed_as_a_tool_runners_are(
         await run.advance()
         assert (await run.result()).status == "completed"
     assert len(fake_api.bodies()) == 1
+
+
+async def test_add_tools_naming_a_registered_toolset_fails_at_the_boundary(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A toolset the run does not have is known as one once the workers describe it: the edit fails then, the run
+    goes on without it, and its history says nothing of it."""
+    fake_api.script(Reply([tool_use("toolu_1", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("Done."))
+    async with worker(RecordingBrowser(), get_time):
+        run = await runner.start(**BASE, tools=[get_time], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools("browser")  # accepted and queued (step mode does not wait): it applies at the boundary
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        outcome = await run.handle.query(EDIT_OUTCOME_QUERY, 1)  # the first edit
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert outcome["error"] == (
+        "add_tools can't add the 'browser' toolset: a run's toolsets are fixed when it starts; start a new run with "
+        "the toolsets it needs."
+    )
+    # The next turn continues the thread with the tool's result alone: no tool_addition.
+    assert [m["role"] for m in fake_api.bodies()[1]["messages"]] == ["user"]
 
 
 async def test_a_toolset_that_requires_confirmation_waits_for_the_runs_approval(

@@ -234,6 +234,21 @@ def check_toolsets_fixed(edit: AddTools | RemoveTools, tools: Mapping[str, ToolS
             )
 
 
+TOOLSETS_FIXED_PATCH = "toolsets-are-fixed"
+"""``workflow.patched`` id: ``add_tools`` naming a registered toolset fails at the boundary (``added_toolsets``)."""
+
+
+def added_toolsets(specs: Mapping[str, ToolSpec]) -> str | None:
+    """Why ``add_tools`` cannot add these tools, as the workers described them: one is a toolset; else ``None``."""
+    for name, spec in specs.items():
+        if toolset_family(spec.definition) == name:
+            return (
+                f"add_tools can't add the {name!r} toolset: a run's toolsets are fixed when it starts; start a new "
+                "run with the toolsets it needs."
+            )
+    return None
+
+
 class EditFailed(Exception):
     """An accepted edit that cannot apply at the boundary (a stale version, an unregistered tool, ...)."""
 
