@@ -146,16 +146,17 @@ class ClaudeActivities:
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
         live: LiveEntries | None = None
+        wire_usage: dict[str, Any] = {}  # the usage its `message_start` and `message_delta` carried, for a splice
         if turn.replay is not None:
             reply = turn.replay  # a replayed reply streamed already (as the refused hops'): it is only recorded
         else:
             async with self._publisher(input, attempt) as events:
                 for index, block in enumerate(prefix):
                     _publish_block(events, index, block)
-                reply = await self._call(request, input, events, shift=len(prefix))
+                reply = await self._call(request, input, events, shift=len(prefix), wire_usage=wire_usage)
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
-            reply = spliced_reply(reply, splice)
+            reply = spliced_reply(reply, splice, wire_usage.get("closing"))
         big_blocks: dict[str, bytes] = {}
         message = await self.content.offload_reply(reply, deferred=big_blocks)
         # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
@@ -168,14 +169,22 @@ class ClaudeActivities:
             blobs=big_blocks,
             live=live,
         )
-        return CreateMessageOutput(message=message, stored=True, attempt=attempt)
+        # A refusal's opening usage, which a refusal-fallback splice keeps when its output opened the stream.
+        opening = wire_usage.get("opening") if reply.get("stop_reason") == "refusal" else None
+        return CreateMessageOutput(message=message, stored=True, attempt=attempt, opening_usage=opening)
 
     def _publisher(self, input: CreateMessageInput, attempt: int) -> EventPublisher:
         """The attempt's live events, written to the run's live log (a fallback hop's attempt counts on)."""
         return EventPublisher(self.content.store, input.run_id, iteration=input.iteration, attempt=attempt)
 
     async def _call(
-        self, request: dict[str, Any], input: CreateMessageInput, events: EventPublisher, *, shift: int = 0
+        self,
+        request: dict[str, Any],
+        input: CreateMessageInput,
+        events: EventPublisher,
+        *,
+        shift: int = 0,
+        wire_usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One Messages API request, its stream published to ``events``; the reply's body.
 
@@ -184,6 +193,8 @@ class ClaudeActivities:
             input: The activity's input.
             events: Where the reply's stream is published.
             shift: The index its first block is published at (a fallback hop's reply follows the spliced prefix).
+            wire_usage: Filled with the ``usage`` the reply's ``message_start`` (``opening``) and ``message_delta``
+                (``closing``) carried.
         """
         request = with_worker_credentials(request)
         info = activity.info()
@@ -196,7 +207,7 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift))
+        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, wire_usage))
         try:
             # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
             # like a dead worker and a cancellation of the run reaches the call. Not at once: Temporal sends a first
@@ -245,10 +256,13 @@ class ClaudeActivities:
         timeout: float,
         events: EventPublisher,
         shift: int = 0,
+        wire_usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Read the reply's stream, publishing it as live events; the final message as a response body.
 
-        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix).
+        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix), and
+        the ``usage`` its ``message_start`` and ``message_delta`` carried into ``wire_usage`` (``opening``,
+        ``closing``).
         """
         set_on_wire: set[str] = set()
         eager = input.eager_tools and bool(input.eager_token)
@@ -272,8 +286,13 @@ class ClaudeActivities:
                     closed = None
                 if event.type == "message_start":
                     set_on_wire |= event.message.model_fields_set
+                    if wire_usage is not None:
+                        usage = event.message.usage.model_dump(mode="json", exclude_unset=True, warnings=False)
+                        wire_usage["opening"] = usage
                 elif event.type == "message_delta":
                     set_on_wire |= event.delta.model_fields_set
+                    if wire_usage is not None:
+                        wire_usage["closing"] = event.usage.model_dump(mode="json", exclude_unset=True, warnings=False)
                 elif event.type == "content_block_start":
                     block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
                     events.publish(BLOCK_START, index=event.index + shift, block=escape(block))  # clients resolve them

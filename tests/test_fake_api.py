@@ -386,6 +386,21 @@ def test_tool_input_streams_as_json_deltas(fake: FakeMessagesAPI, client: anthro
     assert "".join(partials) == json.dumps({"q": "x" * 20})
 
 
+def test_closing_usage_is_the_message_deltas_and_the_message_start_keeps_the_rest(
+    fake: FakeMessagesAPI, client: anthropic.Anthropic
+) -> None:
+    usage = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 7, "service_tier": "priority"}
+    fake.script(Reply([text("hi")], usage=usage, closing_usage={"input_tokens": 12, "output_tokens": 6}))
+    with client.beta.messages.stream(model=MODEL, max_tokens=8, messages=HI) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    start = next(e for e in events if e.type == "message_start")
+    delta = next(e for e in events if e.type == "message_delta")
+    assert start.message.usage.to_dict() == {**usage, "output_tokens": 1}
+    assert delta.usage.to_dict() == {"input_tokens": 12, "output_tokens": 6}
+    assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.cache_read_input_tokens) == (12, 6, 7)
+
+
 def test_slow_stream_spaces_events(fake: FakeMessagesAPI, client: anthropic.Anthropic) -> None:
     reply = end_turn("slow")
     gaps = len(sse_events(fake_message(reply))) - 1

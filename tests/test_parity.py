@@ -11,7 +11,8 @@ identical tool calls and the identical final message. Cases run in both wire mod
 runner methods on one side and the matching edits of a step-mode run on the other (``Steer``).
 
 SDK files: B ``lib/tools/_beta_runner.py``, D ``lib/tools/_tool_dispatch.py``, F ``lib/tools/_beta_functions.py``,
-T ``lib/threads/_thread_state.py``, R ``lib/threads/_beta_threads.py``, M ``lib/threads/_stream_managers.py``.
+T ``lib/threads/_thread_state.py``, R ``lib/threads/_beta_threads.py``, M ``lib/threads/_stream_managers.py``,
+P ``lib/threads/_params.py``.
 Tests are in this module unless a file is named: ``case[x]`` is ``test_each_branch_sends_what_the_sdk_sends`` with
 case ``x`` (both wire modes), ``flavour[x]`` is ``test_every_runner_class_gets_the_same_requests_as_a_durable_run``
 with runner class ``x`` (both wire modes). Durable run: *same*; *DIFFERS*, a strict xfail whose reason (a constant
@@ -109,12 +110,13 @@ B:770-784       generate_tool_call_response() is cached: the tools run once. Pin
                 case[generate_tool_call_response_is_cached].
 D:68-84,        raw definitions are sent and never run; a tool of the wrong flavour is refused. Pinned  same (note 9)
 87-118          by: case[raw_definition_is_sent_and_never_run], case[tool_use_without_a_client_tool].
-D:139-159       two tools of one name: the later wins. Pinned by: not pinned here.                      deliberate (note
-                                                                                                        9)
-B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    n/a (note 10)
-802-826,        Pinned by: not pinned here.
-1093-1113,
-1751-1788
+D:139-159       two tools of one name: the later wins. Pinned by:                                       deliberate (note
+                tests/test_tool_registry.py::test_two_tools_with_one_name_are_refused.                  9)
+B:577-598,      toolsets: dispatch by toolset_name, a failed member skips the rest, malformed calls.    same (note 10)
+802-826,        Pinned by: tests/test_toolsets.py::test_each_action_runs_on_the_worker_and_results_echo_
+1093-1113,      the_toolset, ...::test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_
+1751-1788       executed, ...::test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as_
+                in_the_sdk, ...::test_a_toolset_the_run_does_not_have_is_not_found.
 ==============  ======================================================================================  ================
 
 The loop body's controls
@@ -149,8 +151,9 @@ B:508-529,      remove_tools(): not found at once; a tool_removal system message
 560-575         Pinned by: case[remove_tools_withdraws_the_replys_own_calls].
 B:545-551       tool changes wait while the turn is paused. Pinned by:                                  same
                 case[tool_changes_wait_out_a_pause_turn].
-B:484-494,      toolsets cannot be added or removed. Pinned by: not pinned here.                        n/a (note 10)
-518-523
+B:484-494,      toolsets cannot be added or removed. Pinned by:                                         same (note 10)
+518-523         tests/test_toolsets.py::test_a_runs_toolsets_are_fixed_as_a_tool_runners_are,
+                ...::test_add_tools_naming_a_registered_toolset_fails_at_the_boundary.
 B:360-377,      compact_before_next_turn(): after the turn's tools, the whole history with compaction   same
 391-403,        on a new thread; the summary becomes the history. Pinned by:
 720-724         case[compaction_between_turns_is_not_an_iteration].
@@ -226,6 +229,9 @@ T:107-116,      appends during a turn in flight, per-turn overrides of a create.
 319-321
 T:173-187,      every request field passes through (temperature, top_k, top_p as extra_body). Pinned    same
 444-455         by: case[params_pass_through].
+P:113-120       an unexpected keyword is refused; so is a thread given in the params. Pinned by:        same (note 20)
+P:123-129       tests/test_run_input.py::test_unknown_fields_are_named_with_the_allowed_ones,
+                ...::test_invalid_input_is_rejected_with_a_message_that_says_what_to_do.
 -               every message shape 2.14.0's types take is sent as given: a system message with         same
                 output_config and no content, one with clear_at. Pinned by:
                 case[system_message_with_output_config_only], case[system_message_with_clear_at].
@@ -254,8 +260,12 @@ Notes:
 9. Tools run as activities: a worker registers each name once (``ToolRegistry`` refuses a second tool under a name)
    and runs sync and async tools alike. What a ``BaseException`` in a tool does is the worker's concern, and a
    cancellation is Temporal's: neither is an outcome of the loop to compare.
-10. A run has no runnable toolsets: raw toolset definitions are sent, never run (a gap, not a difference of a shared
-    branch).
+10. Runnable toolsets register on a worker (README, "Runnable toolsets"); each action is one activity, the actions
+    of one toolset in a turn run in order (the turn's other calls beside them), and its ``tool_result`` echoes
+    ``toolset_name``. The run refuses an edit that adds one of its toolsets again, replaces it with a definition or
+    removes it (``EditRejected``, the SDK's ``ToolsetsFixedError`` text) and goes on; ``add_tools`` naming another
+    registered toolset fails when it applies, once the workers described it as one
+    (``test_add_tools_naming_a_registered_toolset_fails_at_the_boundary``).
 11. A run's edits never run a tool twice and never run a dropped reply's tools (``contract/steering.py``).
 12. ``inject`` joins the message holding the tool results, so a history never holds two user messages in a row.
 13. ``update_params`` changes the parameters it names and keeps the others; ``set_messages_params`` replaces all
@@ -271,6 +281,8 @@ Notes:
 19. The run refuses the ``compact`` edit itself (``EditRejected``, saying what to do) where the SDK's
     ``compact_before_next_turn()`` raises ``ValueError``, and refuses an ``update_params`` that adds a compaction edit
     while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
+20. The run refuses its input at start (``InvalidRunInput``, naming the fields it takes) where the SDK raises
+    ``TypeError``; ``thread`` is the run's own option, true or false, as the SDK's ``tool_runner(thread=False)``.
 """
 
 from __future__ import annotations

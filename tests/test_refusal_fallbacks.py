@@ -19,7 +19,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import RunResult
-from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.fallbacks import apply_hop
 from tests import test_durability as durability
 from tests.conftest import WorkerFactory
@@ -154,6 +154,29 @@ async def test_a_fallback_whose_request_fails_is_skipped_and_when_all_fail_the_r
     assert (refused_result.status, refused_result.stop_reason, refused_result.iterations) == ("completed", "refusal", 1)
     assert refused_result.final_message is not None
     assert refused_result.final_message["stop_details"]["fallback_credit_token"] == "tok_B"
+
+
+async def test_a_hop_over_capacity_is_retried_before_it_counts_as_failed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A deliberate difference (README): the middleware (``max_retries=0``) would go on to the next entry at once; a
+    hop is a model call with Temporal's retries, so the entry over capacity gets its turn once it has capacity."""
+    chain = ["claude-fallback-2", "claude-fallback-3"]
+    fake_api.script(refusal("tok_A"), Fault(529), end_turn("Sunny."))
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[get_weather],
+            thread=False,
+            refusal_fallbacks=chain,
+            model_activity={"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"},
+        )
+        result = await run.result()
+    hop = body("claude-fallback-2", [USER], token="tok_A")
+    assert fake_api.bodies() == [body("claude-fake-1", [USER]), hop, hop]
+    assert (result.status, result.stop_reason) == ("completed", "end_turn")
+    assert result.final_message is not None and result.final_message["model"] == "claude-fallback-2"
 
 
 async def test_on_a_thread_a_refused_continue_is_retried_on_a_new_thread(

@@ -39,13 +39,15 @@ from tests.test_parity import (
 CHAIN = ["claude-fallback-2", "claude-fallback-3"]
 
 
-def refused(*content: dict[str, Any], token: str | None = "tok_A", prefill: bool = True) -> Reply:
+def refused(
+    *content: dict[str, Any], token: str | None = "tok_A", prefill: bool = True, usage: dict[str, Any] | None = None
+) -> Reply:
     details: dict[str, Any] = {"type": "refusal", "category": "cyber", "explanation": "Not this."}
     if token is not None:
         details["fallback_credit_token"] = token
     if prefill:
         details["fallback_has_prefill_claim"] = True
-    return Reply(list(content), "refusal", stop_details=details)
+    return Reply(list(content), "refusal", stop_details=details, usage=usage)
 
 
 def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = False, **params: Any) -> Outcome:
@@ -61,7 +63,51 @@ def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = 
         return _observed(fake, runner.until_done())
 
 
+# The primary's usage, whose `message_start` opens the spliced stream, and the fallback's: fields only a
+# `message_start` carries (`service_tier`, `cache_creation`) and counts the fallback's `message_delta` leaves out
+# (`cache_read_input_tokens`) stay the primary's; the counts the fallback's `message_delta` carries are its own.
+PRIMARY_USAGE = {
+    "input_tokens": 10,
+    "output_tokens": 3,
+    "cache_read_input_tokens": 7,
+    "cache_creation_input_tokens": 2,
+    "cache_creation": {"ephemeral_5m_input_tokens": 2, "ephemeral_1h_input_tokens": 0},
+    "service_tier": "priority",
+}
+FALLBACK_USAGE = {"input_tokens": 12, "output_tokens": 4, "cache_creation_input_tokens": 0, "service_tier": "standard"}
+
 SCRIPTS: dict[str, list[ScriptItem]] = {
+    "the_usage_the_stream_opened_with_stays_under_the_fallbacks_counts": [
+        refused(text("Here is how to"), usage=PRIMARY_USAGE),
+        end_turn(" check it: sunny.", usage=FALLBACK_USAGE),
+    ],
+    "after_a_refusal_before_any_output_the_fallbacks_usage_opens_the_stream": [
+        refused(token=None, prefill=False, usage=PRIMARY_USAGE),
+        end_turn("Sunny.", usage=FALLBACK_USAGE),
+    ],
+    "counts_the_fallbacks_message_delta_leaves_out_stay_the_primarys": [
+        refused(text("Here is how to"), usage=PRIMARY_USAGE),
+        Reply(
+            [text(" check it.")],
+            usage={**FALLBACK_USAGE, "cache_read_input_tokens": 5},
+            closing_usage={"input_tokens": 12, "output_tokens": 4},
+        ),
+    ],
+    "the_primarys_usage_is_its_message_starts_not_its_closing_counts": [
+        Reply(
+            [text("Here is how to")],
+            "refusal",
+            stop_details=refused(token="tok_A").stop_details,
+            usage=PRIMARY_USAGE,
+            closing_usage={"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 9},
+        ),
+        Reply([text(" check it.")], usage=FALLBACK_USAGE, closing_usage={"input_tokens": 12, "output_tokens": 4}),
+    ],
+    "two_hops_keep_the_usage_of_the_first_that_streamed": [
+        refused(usage=PRIMARY_USAGE, token=None, prefill=False),
+        refused(text("Here"), token="tok_B", usage={**FALLBACK_USAGE, "service_tier": "batch"}),
+        end_turn(" it is.", usage=FALLBACK_USAGE),
+    ],
     "refused_mid_stream_with_a_prefill_claim": [refused(text("Here is how to")), end_turn(" check it: sunny.")],
     "refused_without_a_prefill_claim": [refused(text("Here is how to"), prefill=False), end_turn("Sunny.")],
     "refused_before_any_output": [refused(token=None, prefill=False), end_turn("Sunny.")],

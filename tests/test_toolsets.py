@@ -24,11 +24,13 @@ from anthropic.lib.tools._toolsets._runnable import (
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.errors import EditRejected, ToolRegistrationError
+from agent_runner.contract.steering import EDIT_OUTCOME_QUERY
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_durability import wait_for, worker_process
+from tests.tools_for_tests import get_time
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",
@@ -190,6 +192,51 @@ async def test_a_toolset_the_run_does_not_have_is_not_found(
     assert results_sent(fake_api) == [
         result("toolu_1", "computer", "Error: Toolset 'computer' member 'click' not found", error=True)
     ]
+
+
+async def test_a_runs_toolsets_are_fixed_as_a_tool_runners_are(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the SDK's ``ToolsetsFixedError``: no edit adds a run's toolset again, replaces it or takes it away."""
+    fake_api.script(end_turn("Done."))
+    async with worker(RecordingBrowser()):
+        run = await runner.start(**BASE, tools=["browser"], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        refused = {
+            "add_tools can't add the 'browser' toolset: the run has it": run.add_tools("browser"),
+            "add_tools can't replace the 'browser' toolset": run.add_tools({"type": "browser_toolset_20260801"}),
+            "add_tools can't add a tool named 'browser'": run.add_tools({"name": "browser", "input_schema": {}}),
+            "remove_tools can't remove the 'browser' toolset": run.remove_tools("browser"),
+        }
+        for message, edit in refused.items():
+            with pytest.raises(EditRejected, match=message):
+                await edit
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert len(fake_api.bodies()) == 1
+
+
+async def test_add_tools_naming_a_registered_toolset_fails_at_the_boundary(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A toolset the run does not have is known as one once the workers describe it: the edit fails then, the run
+    goes on without it, and its history says nothing of it."""
+    fake_api.script(Reply([tool_use("toolu_1", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("Done."))
+    async with worker(RecordingBrowser(), get_time):
+        run = await runner.start(**BASE, tools=[get_time], step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools("browser")  # accepted and queued (step mode does not wait): it applies at the boundary
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        outcome = await run.handle.query(EDIT_OUTCOME_QUERY, 1)  # the first edit
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert outcome["error"] == (
+        "add_tools can't add the 'browser' toolset: a run's toolsets are fixed when it starts; start a new run with "
+        "the toolsets it needs."
+    )
+    # The next turn continues the thread with the tool's result alone: no tool_addition.
+    assert [m["role"] for m in fake_api.bodies()[1]["messages"]] == ["user"]
 
 
 async def test_a_toolset_that_requires_confirmation_waits_for_the_runs_approval(

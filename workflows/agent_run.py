@@ -108,11 +108,13 @@ with workflow.unsafe.imports_passed_through():
         check_open,
         check_params,
         check_remove_tools,
+        check_toolsets_fixed,
         check_version,
         parse_update,
         queued,
     )
     from agent_runner.workflows.failures import fail, not_registered, refusing
+    from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
     from agent_runner.workflows.new_conversation import start_conversation
@@ -248,6 +250,9 @@ class AgentRun:
         names = [t for t in spec.tools if isinstance(t, str)]
         if spec.continue_from is not None and spec.continue_from.tools is not None:
             names = spec.continue_from.tools  # Run.send: the tools the ended run could run, as it left them
+        runnable = forked_tools(spec)  # Run.fork: those the run could run at the fork point
+        if runnable is not None:
+            names = [*names, *(name for name in runnable if name not in names)]
         described = await self.describe_tools(names, spec.result_hooks)
         if described.missing or described.missing_hooks:
             raise fail(not_registered(described.missing + described.missing_hooks))
@@ -256,6 +261,8 @@ class AgentRun:
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         await start_conversation(state, spec)
+        if runnable is not None:
+            keep_only(state, runnable)
         return spec
 
     def _route_model_calls(self, spec: RunSpec, task_queue: str | None) -> RunSpec:
@@ -497,6 +504,7 @@ class AgentRun:
         edit = parse_update(AddTools, raw)
         check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
+        check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
     def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -511,6 +519,7 @@ class AgentRun:
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
         check_remove_tools(edit, self._state.tools, definitions)
+        check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=COMPACT_UPDATE)
     def compact(self, raw: dict[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,16 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import COMPACTION_AT_THE_END_PATCH
-    from agent_runner.workflows.edits import EditFailed, QueuedCompact, QueuedEdit, expected_version
+    from agent_runner.workflows.edits import (
+        TOOLSETS_FIXED_PATCH,
+        EditFailed,
+        QueuedCompact,
+        QueuedEdit,
+        added_toolsets,
+        expected_version,
+    )
     from agent_runner.workflows.failures import not_registered
+    from agent_runner.workflows.forking import note_tools
     from agent_runner.workflows.pending_edits import (
         PAUSE_HOLDS_PATCH,
         TOOL_ADDITIONS_PATCH,
@@ -152,11 +160,15 @@ class Boundary:
                 if described.missing:
                     raise EditFailed(str(not_registered(described.missing)))
                 specs = {tool.name: tool for tool in described.tools}
+                fixed = added_toolsets(specs)
+                if fixed and workflow.patched(TOOLSETS_FIXED_PATCH):
+                    raise EditFailed(fixed)
                 replaced = replaced_by_definitions(tools, state.tools)
                 if replaced and workflow.patched(TOOL_ADDITIONS_PATCH):
                     for name in replaced:
                         state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
                 state.tools.update(specs)
+                note_tools(state)
                 definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
                 conversation.append_system_content(
                     [
@@ -176,6 +188,7 @@ class Boundary:
             case RemoveTools(names=names):
                 for name in names:
                     state.tools.pop(name, None)
+                note_tools(state)
                 conversation.append_system_content(
                     [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
                 )

@@ -21,6 +21,7 @@ from agent_runner.contract.budget import HistoryLimits
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS
 from agent_runner.contract.transcript import canonical
+from agent_runner.workflows.forking import carried_tools_from
 from agent_runner.workflows.state import RunState
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
@@ -122,6 +123,7 @@ def continuation_input(
         "outcomes": {seq: state.outcomes[seq] for seq in kept_outcomes},
         "fork_points": state.fork_points[dropped_forks:],
         "fork_offset": state.fork_offset + dropped_forks,
+        "tools_from": carried_tools_from(state, state.fork_offset + dropped_forks),
         "continuations": state.continuations + 1,
     }
     carried = Carried.model_construct(

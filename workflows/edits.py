@@ -14,7 +14,7 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
@@ -33,7 +33,9 @@ from agent_runner.contract.steering import (
     RetryTurn,
     UpdateParams,
 )
+from agent_runner.contract.toolsets import toolset_family
 from agent_runner.contract.transcript import is_placeholder
+from agent_runner.contract.types import ToolSpec
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
@@ -202,6 +204,50 @@ def check_remove_tools(edit: RemoveTools, tools: Iterable[str], definitions: lis
     unknown = [n for n in edit.names if n not in current]
     if unknown:
         raise ValueError(f"The run has no tools named {unknown}; it has {sorted(current)}.")
+
+
+def check_toolsets_fixed(edit: AddTools | RemoveTools, tools: Mapping[str, ToolSpec]) -> None:
+    """No edit adds a run's toolset again, replaces it with a definition, or takes it away (``ToolsetsFixedError``).
+
+    A run's toolsets are fixed when it starts, as an SDK tool runner's are when it is created.
+    """
+    toolsets = {name for name, spec in tools.items() if toolset_family(spec.definition) == name}
+    instead = "start a new run with the toolsets it needs"
+    if isinstance(edit, RemoveTools):
+        for name in edit.names:
+            if name in toolsets:
+                raise ValueError(
+                    f"remove_tools can't remove the {name!r} toolset: a run's toolsets are fixed; {instead}."
+                )
+        return
+    for tool in edit.tools:
+        if isinstance(tool, str) and tool in toolsets:
+            raise ValueError(f"add_tools can't add the {tool!r} toolset: the run has it; its toolsets are fixed.")
+        if not isinstance(tool, dict):
+            continue
+        family, named = toolset_family(tool), tool.get("name")
+        if family is not None and family in toolsets:
+            raise ValueError(f"add_tools can't replace the {family!r} toolset: a run's toolsets are fixed; {instead}.")
+        if isinstance(named, str) and named in toolsets:
+            raise ValueError(
+                f"add_tools can't add a tool named {named!r}: the run's {named!r} toolset has that name; give the "
+                "tool another name."
+            )
+
+
+TOOLSETS_FIXED_PATCH = "toolsets-are-fixed"
+"""``workflow.patched`` id: ``add_tools`` naming a registered toolset fails at the boundary (``added_toolsets``)."""
+
+
+def added_toolsets(specs: Mapping[str, ToolSpec]) -> str | None:
+    """Why ``add_tools`` cannot add these tools, as the workers described them: one is a toolset; else ``None``."""
+    for name, spec in specs.items():
+        if toolset_family(spec.definition) == name:
+            return (
+                f"add_tools can't add the {name!r} toolset: a run's toolsets are fixed when it starts; start a new "
+                "run with the toolsets it needs."
+            )
+    return None
 
 
 class EditFailed(Exception):

@@ -29,7 +29,9 @@ A run streams every model call, so it follows the middleware's streaming splice 
   (``{"type": "fallback", "from": …, "to": …, "trigger": {"type": "refusal", "category": …}}``), then the accepting
   model's content; it keeps the first refused reply's id, and its ``usage.iterations`` lists each refused hop as a
   ``message`` and the accepting one as the ``fallback_message`` (which also starts a new thread, as the SDK's thread
-  does after a fallback model's reply);
+  does after a fallback model's reply); its other ``usage`` fields are those of the first hop that streamed output
+  (whose ``message_start`` opened the stream) under the counts the accepting hop's ``message_delta`` carried, as the
+  SDK's stream accumulator reads the splice;
 - a refusal after output goes down the chain only with a credit token (one before any output goes without);
 - a hop whose server rejects the prefill (a 400) is sent once more without the newest refused output, and one over
   capacity (429, 529, after its retries) that inherited ``speed: "fast"`` once more without ``speed``;
@@ -221,25 +223,49 @@ def declined_entries(reply: dict[str, Any], model: str) -> list[dict[str, Any]]:
     return [_iteration_usage("message", model, usage)]
 
 
-def spliced_reply(reply: dict[str, Any], splice: FallbackSplice) -> dict[str, Any]:
+DELTA_USAGE_KEYS = (
+    "output_tokens",
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "server_tool_use",
+    "output_tokens_details",
+    "fallback_credit",
+)
+"""The ``usage`` fields the SDK's stream accumulator takes from a ``message_delta`` when it carries them (besides
+``iterations``, which the splice writes); the others stay as the stream's ``message_start`` had them."""
+
+
+def spliced_reply(
+    reply: dict[str, Any], splice: FallbackSplice, closing_usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The hop's ``reply`` as the middleware's stream makes it.
 
     It takes the first refused reply's id, the refused output and seams before its content, and the chain in
-    ``usage.iterations``; a refusal gets the ``recommended_model`` slot.
+    ``usage.iterations``; a refusal gets the ``recommended_model`` slot. When a refused hop's output opened the
+    stream, the reply's usage is that hop's under the counts this hop's ``message_delta`` carried (``closing_usage``;
+    the reply's own when not given), as the SDK's accumulator reads the spliced stream; the chain's last entry is
+    made from those counts, as the middleware makes it.
     """
     spliced = copy.deepcopy(reply)
     spliced["id"] = splice.id
     spliced["content"] = [*copy.deepcopy(splice.prefix), *spliced.get("content", [])]
     usage = spliced.get("usage") if isinstance(spliced.get("usage"), dict) else {}
     assert isinstance(usage, dict)
-    reported = usage.get("iterations")
+    closing = closing_usage if closing_usage is not None else usage
+    base = usage
+    if splice.opened_usage is not None:
+        base = copy.deepcopy(splice.opened_usage)
+        base.update({key: closing[key] for key in DELTA_USAGE_KEYS if closing.get(key) is not None})
+    # The middleware's `fallback_message` entry: what the hop's `message_delta` reported, or made from its counts.
+    reported = closing.get("iterations")
     last = reported[-1] if isinstance(reported, list) and reported and isinstance(reported[-1], dict) else None
     serving = (
         {**last, "type": "fallback_message", "model": last.get("model") or splice.model}
         if last is not None
-        else _iteration_usage("fallback_message", splice.model, usage)
+        else _iteration_usage("fallback_message", splice.model, closing)
     )
-    spliced["usage"] = {**usage, "iterations": [*copy.deepcopy(splice.iterations), serving]}
+    spliced["usage"] = {**base, "iterations": [*copy.deepcopy(splice.iterations), serving]}
     details = spliced.get("stop_details")
     if spliced.get("stop_reason") == "refusal" and isinstance(details, dict):
         details.setdefault("recommended_model", None)
@@ -252,7 +278,9 @@ class Splice:
     Kept only while a turn's model call lasts, which no continue-as-new interrupts.
     """
 
-    def __init__(self, refusal: dict[str, Any], model: str, attempts: int) -> None:
+    def __init__(
+        self, refusal: dict[str, Any], model: str, attempts: int, opening_usage: dict[str, Any] | None = None
+    ) -> None:
         self.id = str(refusal.get("id"))
         self.content: list[dict[str, Any]] = copy.deepcopy(refusal.get("content") or [])
         self.iterations = declined_entries(refusal, model)
@@ -260,6 +288,8 @@ class Splice:
         self.partial = self._partial(refusal)
         self.from_model = model
         self.category = _category(refusal)
+        self.opened_usage = _opened_usage(refusal, opening_usage)
+        """The usage of the first refused hop that streamed output (it opened the stream), once one has."""
         self.attempts = attempts
         """Attempts of the turn's model call so far (a failed hop counts its retry policy's whole)."""
 
@@ -283,11 +313,21 @@ class Splice:
             prefill=[*self.base, *self.partial] if with_partial else list(self.base),
             iterations=self.iterations,
             model=model,
+            opened_usage=self.opened_usage,
             attempt_base=self.attempts,
         )
 
-    def refused(self, spliced: dict[str, Any], splice: FallbackSplice, attempt: int) -> None:
-        """Take in a hop that refused as well (``spliced``: its reply as the hop spliced it)."""
+    def refused(
+        self, spliced: dict[str, Any], splice: FallbackSplice, attempt: int, opening_usage: dict[str, Any] | None = None
+    ) -> None:
+        """Take in a hop that refused as well.
+
+        Args:
+            spliced: Its reply, as the hop spliced it.
+            splice: The hop's splice.
+            attempt: The model call's attempt that got it.
+            opening_usage: The ``usage`` its ``message_start`` carried, when the model call said.
+        """
         own = {**spliced, "content": spliced.get("content", [])[len(splice.prefix) :]}
         usage = spliced.get("usage")
         if isinstance(usage, dict):  # its own usage, as it came: the splice added the chain
@@ -299,6 +339,8 @@ class Splice:
         self.iterations = [*self.iterations, *declined_entries(own, splice.model)]
         self.from_model = splice.model
         self.category = _category(own)
+        if self.opened_usage is None:
+            self.opened_usage = _opened_usage(own, opening_usage)
         self.attempts = attempt
 
     def standing(self, refusal: dict[str, Any], failed_model: str, error_type: str | None) -> dict[str, Any]:
@@ -323,6 +365,18 @@ class Splice:
     def failed(self, maximum_attempts: int) -> None:
         """A hop failed: the next hop's attempts count on past all of its."""
         self.attempts += maximum_attempts or 1000
+
+
+def _opened_usage(refusal: dict[str, Any], opening: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A refused hop's ``message_start`` usage when its output opened the stream (the middleware holds back none).
+
+    Its whole usage stands for it when the model call did not say (a call recorded before it did): they differ only
+    in the counts its ``message_delta`` carried (``DELTA_USAGE_KEYS``).
+    """
+    usage = opening if opening is not None else refusal.get("usage")
+    if not refusal.get("content") or not isinstance(usage, dict):
+        return None
+    return {key: value for key, value in usage.items() if key != "iterations"}
 
 
 def _category(refusal: dict[str, Any]) -> str | None:

@@ -175,9 +175,9 @@ class ModelCalls:
                     token, refusal, with_partial = credit_token(output.message), output.message, True
                     without_speed = False
                     if chain is not None and turn.splice is not None:
-                        chain.refused(output.message, turn.splice, output.attempt)
+                        chain.refused(output.message, turn.splice, output.attempt, output.opening_usage)
                     elif workflow.patched(FALLBACK_SPLICE_PATCH):
-                        chain = Splice(output.message, model, output.attempt)
+                        chain = Splice(output.message, model, output.attempt, output.opening_usage)
                     continue
                 if live.records_calls():
                     self._run.event(events.RECORDED_CALL, attempt=output.attempt)

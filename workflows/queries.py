@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.transcript import Transcript
     from agent_runner.contract.types import RunStatus
     from agent_runner.workflows.continuation import send_point
+    from agent_runner.workflows.forking import ForkedFrom, started_with, tools_at
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -69,9 +70,12 @@ def fork_point_of(run: RunView, iteration: int) -> dict[str, Any]:
     conversation = state.conversation
     # A continuation whose input left its big parameters to the carried conversation forks with those.
     params = conversation.params if conversation is not None and state.input_trimmed else {}
-    # A fork starts from the history at `head`, which holds what a `send` continued from.
-    own_input = {k: v for k, v in run.run_input.items() if k != "continue_from"}
-    return {"input": {**params, **own_input}, "head": head}
+    # A fork starts from the history at `head`, which holds what a `send` continued from, and runs the tools this
+    # run could run then (`forking.py`).
+    own_input = {k: v for k, v in run.run_input.items() if k not in ("continue_from", "forked_from")}
+    tools = tools_at(state, iteration, started_with(run.run_input))
+    forked = ForkedFrom(run_id=workflow.info().workflow_id, iteration=iteration, tools=tools)
+    return {"input": {**params, **own_input, "forked_from": forked.model_dump(mode="json")}, "head": head}
 
 
 def send_point_of(run: RunView) -> dict[str, Any]:
@@ -88,7 +92,8 @@ def send_point_of(run: RunView) -> dict[str, Any]:
     if state.conversation is None:
         raise ValueError("The run ended before it had a conversation; start a new run instead.")
     params = state.conversation.params if state.input_trimmed else {}
-    run_input = {k: v for k, v in {**params, **run.run_input}.items() if k not in ("messages", "continue_from")}
+    left_out = ("messages", "continue_from", "forked_from")
+    run_input = {k: v for k, v in {**params, **run.run_input}.items() if k not in left_out}
     point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index, state.tools)
     return {"input": run_input, "continue_from": point}
 

@@ -25,6 +25,7 @@ from agent_runner.contract.big_params import stored_params
 from agent_runner.contract.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.contract.continuation import ContinueFrom, continue_from_problems
 from agent_runner.contract.errors import InvalidRunInput, validation_summary
+from agent_runner.contract.forking import ForkedFrom, forked_from_problems
 from agent_runner.contract.params import param_problems
 from agent_runner.contract.sleep import SleepPolicy, parse_sleep
 from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
@@ -86,6 +87,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "mcp",
         "refusal_fallbacks",
         "continue_from",
+        "forked_from",
     }
 )
 
@@ -175,6 +177,9 @@ class RunSpec(BaseModel):
 
     continue_from: ContinueFrom | None = None
     """The ended run whose conversation this run goes on with (``workflows/continuation.py``)."""
+
+    forked_from: ForkedFrom | None = None
+    """The run and reply this run was forked from, and the tools it runs (``workflows/forking.py``)."""
 
 
 def parse_run_input(raw: object) -> RunSpec:
@@ -268,6 +273,7 @@ def parse_run_input(raw: object) -> RunSpec:
     refusal_fallbacks = raw.get("refusal_fallbacks")
     problems.extend(fallback_problems(refusal_fallbacks, raw))
     problems.extend(continue_from_problems(raw.get("continue_from"), messages))
+    problems.extend(forked_from_problems(raw.get("forked_from")))
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -292,6 +298,7 @@ def parse_run_input(raw: object) -> RunSpec:
         mcp=mcp,
         refusal_fallbacks=entries(refusal_fallbacks or []),
         continue_from=ContinueFrom.model_validate(raw["continue_from"]) if raw.get("continue_from") else None,
+        forked_from=ForkedFrom.model_validate(raw["forked_from"]) if raw.get("forked_from") else None,
     )
 
 

@@ -229,6 +229,9 @@ class FallbackSplice(BaseModel):
     """The ``usage.iterations`` entries of the refused hops."""
     model: str
     """The hop's model, for its ``fallback_message`` entry."""
+    opened_usage: dict[str, Any] | None = None
+    """The ``usage`` of the first refused hop that streamed output, whose ``message_start`` opened the spliced stream:
+    the reply's usage is that one under the counts this hop's ``message_delta`` carries. ``None``: this hop's own."""
     attempt_base: int
     """Attempts of the turn's model call before this hop: the hop's live events count on from there, so a watcher
     drops what the refused hop streamed and reads the spliced reply from the start."""
@@ -293,6 +296,8 @@ class CreateMessageOutput(BaseModel):
     """Whether the call stored the turn's pending messages and the reply (every call since the store does)."""
     attempt: int = 0
     """The activity attempt that got the reply, so the run knows which attempt's eagerly started tools are its."""
+    opening_usage: dict[str, Any] | None = Field(default=None, exclude_if=lambda usage: usage is None)
+    """A refusal's ``usage`` as its ``message_start`` carried it (``workflows/fallbacks.py``); left out otherwise."""
 
 
 class RunToolInput(BaseModel):

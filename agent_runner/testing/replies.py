@@ -91,6 +91,9 @@ class Reply:
         stop_reason: ``"end_turn"``, ``"tool_use"``, ``"max_tokens"``, ``"pause_turn"``, ...
         stop_sequence: The matched stop sequence, if any.
         usage: The ``usage`` object; defaults to ``{"input_tokens": 10, "output_tokens": 5}``.
+        closing_usage: When streamed, the ``usage`` of the ``message_delta`` in place of ``usage`` (which the
+            ``message_start`` carries): the real API's closing counts may leave out fields the opening ones have.
+            A body that is not streamed has ``usage``.
         container: A ``container`` object (``{"id": ..., "expires_at": ...}``), included only if set.
         stop_details: A refusal's ``stop_details`` (``{"type": "refusal", "category": ...,
             "explanation": ..., "fallback_credit_token": ...}``), included only if set; streamed in the
@@ -105,6 +108,7 @@ class Reply:
     stop_reason: str | None = "end_turn"
     stop_sequence: str | None = None
     usage: dict[str, Any] | None = None
+    closing_usage: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
     stop_details: dict[str, Any] | None = None
     id: str | None = None

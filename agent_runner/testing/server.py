@@ -67,7 +67,9 @@ def _chunks(s: str, parts: int) -> list[str]:
     return [s[i : i + size] for i in range(0, len(s), size)]
 
 
-def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[tuple[str, dict[str, Any]]]:
+def sse_events(
+    message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS, closing_usage: Mapping[str, Any] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """The ``(event, data)`` SSE events that stream ``message`` the way the real API does.
 
     Order: ``message_start``, ``ping``, then per content block ``content_block_start``, its
@@ -79,6 +81,7 @@ def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[t
     Args:
         message: A complete Messages API response object.
         chunks: How many deltas each text, thinking or tool input is cut into (at most).
+        closing_usage: The ``message_delta``'s ``usage``; by default the message's (with its output count).
 
     Returns:
         The events; their count is what :class:`DropMidStream` ``after_events`` refers to.
@@ -127,7 +130,11 @@ def sse_events(message: Mapping[str, Any], chunks: int = _TEXT_CHUNKS) -> list[t
         delta["container"] = message["container"]
     if message.get("stop_details") is not None:
         delta["stop_details"] = message["stop_details"]
-    final_usage = {**usage, "output_tokens": usage.get("output_tokens", 0)}
+    final_usage = (
+        copy.deepcopy(dict(closing_usage))
+        if closing_usage is not None
+        else {**usage, "output_tokens": usage.get("output_tokens", 0)}
+    )
     events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
@@ -668,7 +675,8 @@ class FakeMessagesAPI:
             return web.json_response(message, headers={"request-id": request_id})
 
         event_delay = item.event_delay if isinstance(item, SlowStream) else reply.event_delay
-        events = sse_events(message, item.chunks if isinstance(item, SlowStream) else _TEXT_CHUNKS)
+        chunks = item.chunks if isinstance(item, SlowStream) else _TEXT_CHUNKS
+        events = sse_events(message, chunks, reply.closing_usage)
         cut = item.after_events if isinstance(item, DropMidStream | ErrorMidStream) else len(events)
         response = web.StreamResponse(
             status=200,

@@ -20,6 +20,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
     python tests/histories/record.py NAME splice       # writes NAME.json (refusal fallbacks spliced, as the middleware)
+    python tests/histories/record.py NAME fork         # writes NAME.json and NAME_fork.json (a fork runs a tool the
+                                                       # run was given before the fork point)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -218,6 +220,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "splice":
                 await splice(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "fork":
+                await fork(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "toolsets":
@@ -716,6 +722,44 @@ async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def fork(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``fork`` scenario: ``add_tools`` gives a run ``get_time`` at its first step, then ``remove_tools``
+    takes ``get_weather`` at its second; a fork from the second request runs ``get_time`` (the run had it then)."""
+    fake.script(
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([tool_use("toolu_T", "get_time", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny, 14:05."),
+        Reply([tool_use("toolu_T2", "get_time", {"city": "Oslo"})], "tool_use"),
+        end_turn("14:05 in Oslo."),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        thread=False,
+        step=True,
+    )
+    await wait(run, "waiting_for_step", 1)
+    await run.add_tools(get_time)
+    await run.advance()
+    await wait(run, "waiting_for_step", 2)
+    await run.remove_tools("get_weather")
+    await run.advance()
+    await wait(run, "waiting_for_step", 3)
+    await run.advance()
+    assert (await run.result()).status == "completed"
+    forked = await run.fork(2, id=f"{name}-fork")
+    for iteration in (1, 2):
+        await wait(forked, "waiting_for_step", iteration)
+        await forked.advance()
+    assert (await forked.result()).status == "completed"
+    assert '"14:05 in Oslo"' in json.dumps(await forked.transcript())  # get_time's result: it ran
+    (HERE / f"{name}.json").write_text(json.dumps((await run.handle.fetch_history()).to_json_dict(), indent=1) + "\n")
+    history = await forked.handle.fetch_history()
+    (HERE / f"{name}_fork.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
     one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
@@ -779,6 +823,7 @@ if __name__ == "__main__":
         "features",
         "toolsets",
         "splice",
+        "fork",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
