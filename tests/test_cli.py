@@ -854,7 +854,7 @@ async def test_status_of_a_terminated_run_says_terminated(
 
 
 @pytest.mark.usefixtures("temporal_address")
-async def test_status_of_an_ended_run_needs_no_worker(
+async def test_status_and_transcript_of_an_ended_run_need_no_worker(
     runner: AgentRunner, task_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """How a run ended is in its history: `status` reads it there when no worker polls the run's task queue."""
@@ -872,6 +872,13 @@ async def test_status_of_an_ended_run_needs_no_worker(
         "version      0",
         "stopped      nobody serves this queue",
     ]
+    # Its conversation too, as its history holds it (no model call: none), saying where it comes from.
+    assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
+    assert capsys.readouterr() == (
+        "[]\n",
+        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up to "
+        "Claude's last reply (tool results after it are not shown).\n",
+    )
     # A run that has not ended still says that a worker is needed, and how to start one.
     open_run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
     try:

@@ -108,7 +108,20 @@ async def cmd_follow(args: argparse.Namespace) -> int:
 async def cmd_transcript(args: argparse.Namespace) -> int:
     """``transcript``: the whole conversation, readable or as JSON."""
     async with connected(args.task_queue) as runner:
-        transcript = await runner.attach(args.run_id).transcript()
+        run = runner.attach(args.run_id)
+        try:
+            transcript = await run.transcript()
+        except AgentRunError:
+            ended = await run.ended()  # an ended run's conversation is in its history and the store, as the console's
+            if ended is None:
+                raise
+            from agent_runner.console.ended import ended_page
+
+            transcript = (await ended_page(runner, run.id, ended))["transcript"]["messages"]
+            err(
+                f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up "
+                "to Claude's last reply (tool results after it are not shown)."
+            )
     if args.json:
         print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
     else:
