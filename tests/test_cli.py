@@ -853,6 +853,41 @@ async def test_status_of_a_terminated_run_says_terminated(
     ]
 
 
+@pytest.mark.usefixtures("temporal_address")
+async def test_status_and_transcript_of_an_ended_run_need_no_worker(
+    runner: AgentRunner, task_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """How a run ended is in its history: `status` reads it there when no worker polls the run's task queue."""
+    run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+    await run.terminate("nobody serves this queue")
+    async with asyncio.timeout(20):
+        assert await cli.amain(["status", run.id, "--task-queue", task_queue]) == 0
+    assert _lines(capsys.readouterr().out) == [
+        f"run          {run.id}",
+        "status       terminated",
+        "turns        0",
+        "stop_reason  none",
+        "tokens       0 input / 0 output tokens",
+        "messages     0",
+        "version      0",
+        "stopped      nobody serves this queue",
+    ]
+    # Its conversation too, as its history holds it (no model call: none), saying where it comes from.
+    assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
+    assert capsys.readouterr() == (
+        "[]\n",
+        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up to "
+        "Claude's last reply (tool results after it are not shown).\n",
+    )
+    # A run that has not ended still says that a worker is needed, and how to start one.
+    open_run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+    try:
+        assert await cli.amain(["status", open_run.id, "--task-queue", task_queue]) == 1
+        assert capsys.readouterr() == ("", f"error: {_no_worker(task_queue)}\n")
+    finally:
+        await open_run.terminate("test over")
+
+
 @pytest.mark.usefixtures("temporal_address", "fresh_tools")
 async def test_an_edit_to_a_run_waiting_for_a_person_says_what_it_waits_for(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]

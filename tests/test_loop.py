@@ -12,7 +12,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import InvalidRunInput, ModelRequestRejected, ToolNotRegistered
+from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, ModelRequestRejected, ToolNotRegistered
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
@@ -406,6 +406,60 @@ async def test_retryable_statuses_are_retried_by_temporal_honouring_retry_after(
     assert len(fake_api.requests) == 5
     assert all(r.body == fake_api.requests[0].body for r in fake_api.requests)
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake_api.requests)
+
+
+async def test_a_model_call_that_keeps_failing_is_sent_only_maximum_attempts_times_then_fails_the_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Each attempt is billed: an overloaded API gets exactly ``maximum_attempts`` requests, then the run fails."""
+    from agent_runner.testing import overloaded
+
+    fake_api.script(overloaded(), overloaded(), overloaded(), end_turn("never sent"))
+    async with worker():
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            model_activity={"maximum_attempts": 3, "initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"},
+        )
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+        ended = await run.ended()
+    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
+    assert str(e.value) == (
+        "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed "
+        "(OverloadedError: Claude's API answered 529 (overloaded_error: Overloaded)). Try again later, or give it "
+        "more attempts or time (the run's `model_activity`)."
+    )
+    assert len(fake_api.requests) == 3
+
+
+async def test_a_model_call_past_its_timeout_is_sent_only_maximum_attempts_times_then_fails_the_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A call that never answers within ``start_to_close_timeout`` is not re-sent without limit."""
+    slow = Reply(content=[text("too late")], delay=3.0)
+    fake_api.script(slow, slow, end_turn("never sent"))
+    async with worker():
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            model_activity={
+                "maximum_attempts": 2,
+                "start_to_close_timeout": "PT1S",
+                "initial_interval": "PT0.05S",
+                "maximum_interval": "PT0.1S",
+            },
+        )
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+        ended = await run.ended()
+    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
+    assert str(e.value) == (
+        "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed (it "
+        "passed its start_to_close timeout). Try again later, or give it more attempts or time (the run's "
+        "`model_activity`)."
+    )
+    assert len(fake_api.requests) == 2
 
 
 async def test_invalid_input_fails_the_run_at_once_naming_each_problem(

@@ -8,6 +8,10 @@ does), without ``ANTHROPIC_API_KEY``: the dev stack's scripted fake asks for ``g
 tool_use ids are numbered from the stack's start, so the call the block approves is ``toolu_dev_0001_1``. Temporal
 is a server of this test's own (``TEMPORAL_ADDRESS``, which the stock CLI reads too).
 
+The ``temporal schedule`` block (after its ``stock-cli-schedule`` comment) runs command by command against the
+session's test server, on the test's task queue and with a schedule id of the test's own: create, trigger, then
+delete once the run it fired has finished.
+
 The MCP and toolset examples (each after a ``stock-cli-json`` comment) need an MCP server and a toolset backend that
 the dev stack's scripted model never calls, so their commands run with the session's test server, a worker of the
 test's own (tests/mcp_server.py as ``files``, a recording browser) and the fake API scripted to call them: the JSON
@@ -29,7 +33,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ScheduleNotFound
+from agent_runner.schedules import describe_schedule
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.test_mcp import config
 from tests.test_readme_walkthrough import READY, REPO, _env, processes_with, temporal
@@ -153,8 +160,8 @@ async def start_as_the_readme_does(client: Client, task_queue: str, checks: str)
     return run_id, json.loads(arguments[arguments.index("--input") + 1])
 
 
-def test_the_readme_marks_an_mcp_run_and_a_toolset_run() -> None:
-    assert sorted(stock_cli_runs()) == ["MCP call", "actions"]
+def test_the_readme_marks_an_mcp_run_a_toolset_run_and_an_agent_run() -> None:
+    assert sorted(stock_cli_runs()) == ["MCP call", "actions", "agent call"]
 
 
 async def test_the_readme_mcp_run_json_calls_the_servers_tool(
@@ -207,4 +214,95 @@ async def test_the_readme_toolset_run_json_runs_the_toolsets_actions(
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [
         toolset_result("toolu_1", "browser", "navigate done"),
         toolset_result("toolu_2", "browser", "screenshot done"),
+    ]
+
+
+SCHEDULE_MARK = (
+    "<!-- stock-cli-schedule: tests/test_readme_stock_cli.py creates this schedule, fires it and checks its run -->\n"
+)
+
+
+def stock_cli_schedule_commands() -> list[list[str]]:
+    """The README's ``temporal schedule`` commands (the block after the stock-cli-schedule mark), each as arguments."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme.count(SCHEDULE_MARK) == 1, "README.md must mark exactly one stock-cli-schedule block"
+    block = re.match(r"```sh\n(.*?)^```$", readme.split(SCHEDULE_MARK, 1)[1], re.S | re.M)
+    assert block is not None, "the stock-cli-schedule mark must come right before a ```sh block"
+    # A command ends where the next begins: the create command's JSON spans lines.
+    joined = block.group(1).replace("\\\n", " ")
+    return [shlex.split(part, comments=True) for part in re.split(r"\n(?=temporal )", joined)]
+
+
+async def test_the_readme_stock_cli_schedule_fires_a_run_that_finishes(
+    client: Client, runner: AgentRunner, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    create, trigger, delete = stock_cli_schedule_commands()
+    assert [c[:3] for c in (create, trigger, delete)] == [
+        ["temporal", "schedule", "create"],
+        ["temporal", "schedule", "trigger"],
+        ["temporal", "schedule", "delete"],
+    ]
+    schedule_id = f"daily-digest-{task_queue}"  # the session's server outlives this test's schedule
+
+    def ours(command: list[str]) -> list[str]:
+        arguments = [schedule_id if a == "daily-digest" else a for a in command[1:]]
+        if "--task-queue" in arguments:
+            arguments[arguments.index("--task-queue") + 1] = task_queue
+        return arguments
+
+    fake_api.script(end_turn("Quiet day."))
+    async with worker():
+        await asyncio.to_thread(stock_temporal, client, *ours(create))
+        try:
+            await asyncio.to_thread(stock_temporal, client, *ours(trigger))
+            async with asyncio.timeout(30):
+                while not (fired := (await describe_schedule(runner, schedule_id)).recent_runs):
+                    await asyncio.sleep(0.2)
+            [run_id] = fired
+            final = await runner.attach(run_id).until_done()
+        finally:
+            await asyncio.to_thread(stock_temporal, client, *ours(delete))
+    assert run_id.startswith(f"{schedule_id}-")
+    assert [block.model_dump(exclude_none=True) for block in final.content] == [{"type": "text", "text": "Quiet day."}]
+    assert fake_api.bodies() == [
+        {
+            "model": "claude-sonnet-5-5",
+            "max_tokens": 1024,
+            "messages": [{"role": "user", "content": "Summarize the day."}],
+            "thread": {"type": "create"},
+            "stream": True,
+        }
+    ]
+    with pytest.raises(ScheduleNotFound):
+        await describe_schedule(runner, schedule_id)
+
+
+async def test_the_readme_agent_run_json_runs_a_child_whose_answer_is_the_tool_result(
+    client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    def claude(body: dict[str, object]) -> ScriptItem:
+        if body.get("system") == "You research.":
+            return end_turn("Sunny, 21C.")
+        if "tool_result" not in json.dumps(body["messages"]):  # on a thread, a later turn sends only what is new
+            return Reply([tool_use("toolu_A", "researcher", {"task": "Weather in Paris?"})], "tool_use")
+        return end_turn("It is sunny.")
+
+    fake_api.responder = claude
+    async with worker():
+        run_id, run_input = await start_as_the_readme_does(client, task_queue, "agent call")
+        out = await asyncio.to_thread(stock_temporal, client, "workflow", "result", "--workflow-id", run_id)
+        status = await asyncio.to_thread(
+            stock_temporal, client, "workflow", "query", "--workflow-id", run_id, "--name", "status"
+        )
+        child = await asyncio.to_thread(
+            stock_temporal, client, "workflow", "result", "--workflow-id", f"{run_id}/toolu_A"
+        )
+    assert [agent["name"] for agent in run_input["agents"]] == ["researcher"]  # type: ignore[index]
+    assert json.loads(out)["result"]["final_message"]["content"] == [{"type": "text", "text": "It is sunny."}]
+    assert json.loads(status)["queryResult"][0]["agents"] == [
+        {"id": f"{run_id}/toolu_A", "name": "researcher", "tool_use_id": "toolu_A", "status": "completed"}
+    ]
+    assert json.loads(child)["result"]["status"] == "completed"
+    assert fake_api.bodies()[-1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_A", "content": "Sunny, 21C."}
     ]

@@ -1,8 +1,12 @@
-"""Secrets never reach history: an MCP server's token stays in the workers' environment, the API key too."""
+"""Secrets never reach history or logs: an MCP server's token stays in the workers' environment, the API key and a
+store password too."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -12,6 +16,7 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, text
 from tests.conftest import WorkerFactory
+from tests.test_durability import worker_process
 
 BASE = {"model": "claude-fake-1", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi."}]}
 SERVER = {"type": "url", "url": "https://mcp.example.test/sse", "name": "linear-prod"}
@@ -47,3 +52,27 @@ async def test_claude_gets_the_token_and_the_history_never_holds_it(
         history = json.dumps((await run.handle.fetch_history()).to_json_dict())
     assert fake_api.bodies()[0]["mcp_servers"] == [{**SERVER, "authorization_token": "tok-secret-4242"}]
     assert "tok-secret-4242" not in history
+
+
+async def test_a_password_in_the_store_url_reaches_neither_the_workers_log_nor_history(
+    runner: AgentRunner, task_queue: str, fake_api: FakeMessagesAPI, postgres_url: str, tmp_path: Path
+) -> None:
+    parts = urlsplit(postgres_url)  # the test cluster trusts every password, so any one connects
+    with_password = postgres_url.replace(
+        parts.netloc, f"{parts.username or 'postgres'}:pw-s3cret-77@{parts.hostname}:{parts.port}", 1
+    )
+    log = tmp_path / "worker.log"
+    fake_api.script(Reply(content=[text("Stored " * 1000)]))  # over 4 KB: the reply goes to the store
+    address = runner.client.service_client.config.target_host
+    env = {"AGENT_RUNNER_STORE": with_password}
+    with worker_process(address, task_queue, fake_api, tmp_path / "marks", log, env=env):
+        async with asyncio.timeout(60):
+            while "Worker ready" not in (log.read_text() if log.exists() else ""):
+                await asyncio.sleep(0.1)
+            run = await runner.start(**BASE, thread=False)
+            await run.handle.result()
+            history = json.dumps((await run.handle.fetch_history()).to_json_dict())
+    ready = [line for line in log.read_text().splitlines() if "Worker ready" in line]
+    assert len(ready) == 1 and ready[0].endswith(f"store={with_password.replace('pw-s3cret-77', '***')}")
+    assert "pw-s3cret-77" not in log.read_text()
+    assert "pw-s3cret-77" not in history

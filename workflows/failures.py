@@ -12,10 +12,10 @@ from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
-from agent_runner.contract.types import ActivityOptions
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ActivityOptions
 
 
 def fail(error: AgentRunnerError) -> ApplicationError:
@@ -58,12 +58,46 @@ def refusing(validator: _ValidatorT) -> _ValidatorT:
     return cast(_ValidatorT, checked)
 
 
+GAVE_UP_PATCH = "activity-gave-up-says-so"
+"""``workflow.patched`` id: a run whose activity ran out of attempts fails saying so, not with the last attempt's own
+words ("...; retrying.", "activity StartToClose timeout") (issue 10.3)."""
+
+_GAVE_UP = (RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT)
+
+
 def activity_failure(error: ActivityError) -> ApplicationError:
-    """Fail the run with the activity's own error type and message, so the client sees the API's words."""
+    """Fail the run with the activity's own error type and message, so the client sees the API's words.
+
+    An activity that ran out of attempts says so, with its last attempt's error and the options that bound it.
+    """
     cause = error.cause
+    if error.retry_state in _GAVE_UP and workflow.patched(GAVE_UP_PATCH):
+        return _gave_up(error)
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
+
+
+def _gave_up(error: ActivityError) -> ApplicationError:
+    cause = error.cause
+    if isinstance(cause, TimeoutError):
+        kind = cause.type.name.lower() if cause.type is not None else "its"
+        last = f"it passed its {kind} timeout"
+    else:
+        last = str(cause or error).removesuffix("; retrying.").removesuffix(".")
+    bound = "its timeouts ran out" if error.retry_state == RetryState.TIMEOUT else "its maximum_attempts were spent"
+    options = (
+        "the run's `model_activity`"
+        if error.activity_type == CREATE_MESSAGE_ACTIVITY
+        else "the tool's `tool_options`, or its MCP server's configuration"
+    )
+    message = (
+        f"{error.activity_type} gave up: {bound}, and the last attempt failed ({last}). Try again later, or give it "
+        f"more attempts or time ({options})."
+    )
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    kind_name = cause.type if isinstance(cause, ApplicationError) else "AgentRunError"
+    return ApplicationError(message, *details, type=kind_name, non_retryable=True)
 
 
 def retry_policy(options: ActivityOptions) -> RetryPolicy:

@@ -22,7 +22,8 @@ from agent_runner.cli.common import (
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
 from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
 from agent_runner.client import AgentRunner, Run, check_run_input
-from agent_runner.contract.errors import ConfigurationError, RunAlreadyExists, RunCancelled
+from agent_runner.contract.errors import AgentRunError, ConfigurationError, RunAlreadyExists, RunCancelled
+from agent_runner.contract.types import RunStatus
 
 
 def _load_run_file(path: str) -> dict[str, Any]:
@@ -107,7 +108,20 @@ async def cmd_follow(args: argparse.Namespace) -> int:
 async def cmd_transcript(args: argparse.Namespace) -> int:
     """``transcript``: the whole conversation, readable or as JSON."""
     async with connected(args.task_queue) as runner:
-        transcript = await runner.attach(args.run_id).transcript()
+        run = runner.attach(args.run_id)
+        try:
+            transcript = await run.transcript()
+        except AgentRunError:
+            ended = await run.ended()  # an ended run's conversation is in its history and the store, as the console's
+            if ended is None:
+                raise
+            from agent_runner.console.ended import ended_page
+
+            transcript = (await ended_page(runner, run.id, ended))["transcript"]["messages"]
+            err(
+                f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up "
+                "to Claude's last reply (tool results after it are not shown)."
+            )
     if args.json:
         print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
     else:
@@ -143,7 +157,17 @@ async def cmd_status(args: argparse.Namespace) -> int:
     """``status``: the run's status, turns, stop reason and token usage."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        status = await run.status(tree=True)  # with its agents' runs, and theirs
+        try:
+            status = await run.status(tree=True)  # with its agents' runs, and theirs
+        except AgentRunError:
+            # An ended run's status is in its history: no worker needs to replay it to say how it ended (nor can
+            # one answer a query to a run that ended before its first workflow task).
+            ended = await run.ended()
+            if ended is None:
+                raise
+            from agent_runner.console.ended import ended_page  # the console's reader, loaded only when needed
+
+            status = RunStatus.model_validate((await ended_page(runner, run.id, ended))["status"])
     if args.json:
         print(status.model_dump_json(indent=2), flush=True)
     else:

@@ -22,6 +22,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME splice       # writes NAME.json (refusal fallbacks spliced, as the middleware)
     python tests/histories/record.py NAME fork         # writes NAME.json and NAME_fork.json (a fork runs a tool the
                                                        # run was given before the fork point)
+    python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -72,6 +73,7 @@ from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
+from agent_runner.contract.errors import AgentRunnerError  # noqa: E402
 from agent_runner.contract.types import ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import (  # noqa: E402
@@ -81,6 +83,7 @@ from agent_runner.testing import (  # noqa: E402
     SlowStream,
     bad_request,
     end_turn,
+    overloaded,
     text,
     tool_use,
 )
@@ -228,6 +231,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "toolsets":
                 await toolsets(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "gave_up":
+                await gave_up(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -603,6 +610,31 @@ async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``gave_up`` scenario: a tool call, then a model call overloaded on both its attempts fails the run
+    saying it gave up (patch ``activity-gave-up-says-so``)."""
+    fake.script(
+        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
+        overloaded(),
+        overloaded(),
+    )
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        model_activity={"maximum_attempts": 2, "initial_interval": "PT0.1S", "maximum_interval": "PT0.1S"},
+    )
+    try:
+        await run.result()
+    except AgentRunnerError as e:
+        assert "gave up" in str(e), e
+    else:
+        raise AssertionError("the run should have failed")
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
     placeholder escaped) in the run's input, an injected message and an approval's edited input."""
@@ -824,6 +856,7 @@ if __name__ == "__main__":
         "toolsets",
         "splice",
         "fork",
+        "gave_up",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
