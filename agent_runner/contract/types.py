@@ -300,7 +300,8 @@ class RunToolInput(BaseModel):
     name: str
     tool_use_id: str
     input: Any
-    run_id: str = ""
+    run_id: str = Field(default="", exclude_if=lambda run_id: not run_id)
+    """The run's workflow id; when empty (runs since issue 14 leave it out), the activity's own workflow id."""
     iteration: int = 0
     idempotency_key: str = ""
     """Stable for one ``tool_use`` of one run: the same across retries and continue-as-new, new in a fork."""
