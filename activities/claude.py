@@ -103,6 +103,8 @@ class ClaudeActivities:
         The reply comes back as the response body carried it, except that blocks too big to carry through the
         run's history are stored and replaced by placeholders (``agent_runner/contract/transcript.py``).
         """
+        if not input.run_id:  # runs since issue 14 leave their own id out of the input (workflows/history_size.py)
+            input = input.model_copy(update={"run_id": activity.info().workflow_id or ""})
         turn = input.turn
         if turn is None:
             async with self._publisher(input, activity.info().attempt) as events:

@@ -37,7 +37,7 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded
+from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
 from agent_runner.contract.types import (
@@ -293,7 +293,7 @@ class McpActivities:
     @activity.defn(name=CALL_MCP_TOOL_ACTIVITY)
     async def call_mcp_tool(self, input: McpCallInput) -> ToolResult:
         """One call of a tool of an MCP server, as its ``tool_result``."""
-        call = input.call
+        call = own_run(input.call)
         connection = self._connections.get(input.server)
         if connection is None:
             raise ApplicationError(

@@ -389,6 +389,7 @@ class ToolActivities:
     @activity.defn(name=RUN_TOOL_ACTIVITY)
     async def run_tool(self, input: RunToolInput) -> ToolResult:
         """Run one ``tool_use`` block and return its result, errors included."""
+        input = own_run(input)
         tool = self._registry.get(input.name)
         if tool is None:
             return ToolResult(content=f"Error: Tool '{input.name}' not found", is_error=True)
@@ -436,6 +437,7 @@ class ToolActivities:
     @activity.defn(name=RECONCILE_TOOL_ACTIVITY)
     async def reconcile_tool(self, input: RunToolInput) -> ReconcileOutput:
         """Ask an ``at_most_once`` tool's ``reconcile`` function whether a call whose outcome is unknown happened."""
+        input = own_run(input)
         tool = self._registry.get(input.name)
         reconcile = _effects_of(tool).reconcile if tool is not None else None
         if reconcile is None:
@@ -551,6 +553,11 @@ class ToolActivities:
     async def _recorded(self, input: RunToolInput, result: ToolResult) -> ToolResult:
         """``result`` ready to leave the worker: a big one stored apart. Never raises: the tool has run."""
         return await offloaded(self._content, input.name, result)
+
+
+def own_run(call: RunToolInput) -> RunToolInput:
+    """``call`` naming its run: runs since issue 14 leave their own id out (``workflows/history_size.py``)."""
+    return call if call.run_id else call.model_copy(update={"run_id": activity.info().workflow_id or ""})
 
 
 async def offloaded(content: Content, name: str, result: ToolResult) -> ToolResult:

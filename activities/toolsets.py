@@ -148,7 +148,9 @@ class ToolsetActivities:
     @activity.defn(name=RUN_TOOLSET_ACTION_ACTIVITY)
     async def run_toolset_action(self, input: ToolsetActionInput) -> ToolResult:
         """Run one action of a toolset and return its result, errors included."""
-        call = input.call
+        from agent_runner.activities.tools import own_run
+
+        call = own_run(input.call)
         toolset = self._toolsets.get(input.toolset)
         if toolset is None:
             raise ApplicationError(
@@ -208,9 +210,9 @@ class ToolsetActivities:
     @activity.defn(name=RECONCILE_TOOLSET_ACTION_ACTIVITY)
     async def reconcile_toolset_action(self, input: ToolsetActionInput) -> ReconcileOutput:
         """Ask an ``at_most_once`` toolset's ``reconcile`` whether an action whose outcome is unknown happened."""
-        from agent_runner.activities.tools import _call_of, _current_call, _error_text, _safe_result
+        from agent_runner.activities.tools import _call_of, _current_call, _error_text, _safe_result, own_run
 
-        call = input.call
+        call = own_run(input.call)
         name = f"{input.toolset}/{call.name}"
         toolset = self._toolsets.get(input.toolset)
         reconcile = _effects_of(toolset).reconcile if toolset is not None else None

@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing
 from agent_runner.contract.transcript import (
     INLINE_LIMIT,
+    RESULT_INLINE_LIMIT,
     canonical,
     escape,
     next_head,
@@ -169,8 +170,11 @@ class Content:
         return heads
 
     async def offload(self, value: Any) -> Any:
-        """Plain ``value`` as held: escaped, its big parts stored and replaced by placeholders (``offload``)."""
-        return await self._offload(escape(value))
+        """A tool result's plain content as held: escaped, its big parts stored and replaced by placeholders.
+
+        Big is more than ``RESULT_INLINE_LIMIT``, as for the ``tool_result`` blocks of ``offload_content``.
+        """
+        return await self._offload(escape(value), limit=RESULT_INLINE_LIMIT)
 
     async def offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
         """A plain content block as held: stored and replaced by a placeholder if it is too big to carry.
@@ -213,8 +217,8 @@ class Content:
 
     # The private halves take content already escaped: escaping twice would turn the first escapes into data.
 
-    async def _offload(self, held: Any, deferred: dict[str, bytes] | None = None) -> Any:
-        carried, blobs = offload(held)
+    async def _offload(self, held: Any, deferred: dict[str, bytes] | None = None, limit: int = INLINE_LIMIT) -> Any:
+        carried, blobs = offload(held, limit)
         if deferred is not None:
             deferred.update(blobs)
         elif blobs:
@@ -236,7 +240,8 @@ class Content:
         blocks: list[Any] = []
         for block in content:
             if isinstance(block, dict) and block.get("type") == "tool_result" and "content" in block:
-                blocks.append({**block, "content": await self._offload(block["content"])})
+                # As a tool's own result is stored (``offload``), so a client's copy of it matches the run's.
+                blocks.append({**block, "content": await self._offload(block["content"], limit=RESULT_INLINE_LIMIT)})
             elif isinstance(block, dict):
                 blocks.append(await self._offload_block(block))
             else:

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, CreateMessageInput, CreateMessageOutput
     from agent_runner.workflows.failures import retry_policy
     from agent_runner.workflows.fallbacks import hop_turn
+    from agent_runner.workflows.history_size import input_run_id
     from agent_runner.workflows.reply import reply_problems
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class BackgroundCompaction:
             try:
                 output: CreateMessageOutput = await workflow.execute_activity(
                     CREATE_MESSAGE_ACTIVITY,
-                    CreateMessageInput(turn=turn, run_id=workflow.info().workflow_id, iteration=0),
+                    CreateMessageInput(turn=turn, run_id=input_run_id(), iteration=0),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,
                     heartbeat_timeout=options.heartbeat_timeout,

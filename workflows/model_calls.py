@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         inherits_fast_speed,
         without_fast_speed,
     )
+    from agent_runner.workflows.history_size import input_run_id
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.state import RunState
 
@@ -145,7 +146,7 @@ class ModelCalls:
                     CreateMessageInput(
                         turn=turn,
                         replies_head=state.replies_head,
-                        run_id=workflow.info().workflow_id,
+                        run_id=input_run_id(),
                         iteration=reply_number,
                         eager_tools=eager,
                         eager_token=self._eager.token,
@@ -256,7 +257,7 @@ class ModelCalls:
         output: CreateMessageOutput = await workflow.execute_activity(
             CREATE_MESSAGE_ACTIVITY,
             CreateMessageInput(
-                turn=turn, replies_head=state.replies_head, run_id=workflow.info().workflow_id, iteration=reply_number
+                turn=turn, replies_head=state.replies_head, run_id=input_run_id(), iteration=reply_number
             ),
             result_type=CreateMessageOutput,
             start_to_close_timeout=options.start_to_close_timeout,

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
+    from agent_runner.workflows.history_size import input_run_id
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
     from agent_runner.workflows.sleep import Sleeps
@@ -188,7 +189,7 @@ class ToolCalls:
             name=spec.name,
             tool_use_id=str(block.get("id")),
             input=tool_input,
-            run_id=workflow.info().workflow_id,
+            run_id=input_run_id(),
             iteration=iteration,
             idempotency_key=_idempotency_key(str(block.get("id"))),
         )

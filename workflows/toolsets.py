@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY, ToolsetActionInput, toolset_family
     from agent_runner.contract.types import TOOL_TIMEOUT_GRACE, RunToolInput, ToolResult, ToolSpec
     from agent_runner.workflows.failures import retry_policy
+    from agent_runner.workflows.history_size import input_run_id
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -126,7 +127,7 @@ class Toolsets:
             name=str(block.get("name")),
             tool_use_id=str(block.get("id")),
             input=tool_input,
-            run_id=workflow.info().workflow_id,
+            run_id=input_run_id(),
             iteration=iteration,
             idempotency_key=_idempotency_key(str(block.get("id"))),
         )

@@ -47,6 +47,11 @@ RESERVED = frozenset({STORED, SPLICE, ESCAPED})
 INLINE_LIMIT = 4096
 """Content bigger than this (in canonical JSON bytes) is stored apart rather than carried through history."""
 
+RESULT_INLINE_LIMIT = 256
+"""A tool result's content bigger than this is stored apart. Lower than ``INLINE_LIMIT`` because a result is carried
+twice (the tool call's output and the next model call's input), and results are most of what an iteration adds to
+the run's history: a 1 KB result carried inline made an iteration weigh 4.5 KB, and its placeholder is 90 bytes."""
+
 
 def canonical(value: Any) -> bytes:
     """The bytes a JSON value is named and stored by: sorted keys, no spaces, UTF-8."""

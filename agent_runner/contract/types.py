@@ -240,7 +240,9 @@ class FallbackSplice(BaseModel):
 class ModelTurn(BaseModel):
     """What a model call needs to build its request, with the history by reference (``contract/transcript.py``)."""
 
-    settings: dict[str, Any] | None = None
+    # Fields at their defaults are left out of the JSON (here and in `CreateMessageInput`): a model call's input is
+    # in the run's history every iteration, and an unset field read back is its default.
+    settings: dict[str, Any] | None = Field(default=None, exclude_if=lambda settings: settings is None)
     """``{"params": …, "tools": […]}``: the request fields besides ``messages``; ``None`` when ``settings_ref``
     is already stored."""
 
@@ -257,7 +259,7 @@ class ModelTurn(BaseModel):
     threading: bool = True
     answered: int = 0
     previous_message_id: str | None = None
-    compaction: dict[str, Any] | None = None
+    compaction: dict[str, Any] | None = Field(default=None, exclude_if=lambda compaction: compaction is None)
     """Set for a compaction request: the ``compaction`` field, sent with the full history on a new thread."""
     # Left out of the JSON while unset, so a turn dumps as it did before refusal-fallback splices.
     strip_seams: bool = Field(default=False, exclude_if=lambda strip: not strip)
@@ -277,14 +279,15 @@ class CreateMessageInput(BaseModel):
     replies_head: str | None = None
     """The chain of the run's replies so far; the call stores its reply after them."""
 
-    request: dict[str, Any] = {}
+    request: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda request: not request)
     """The request itself, as runs started before the transcript store sent it (kept so they can finish)."""
 
-    run_id: str = ""
+    run_id: str = Field(default="", exclude_if=lambda run_id: not run_id)
+    """The run's workflow id; when empty (runs since issue 14 leave it out), the activity's own workflow id."""
     iteration: int = 0
-    eager_tools: bool = False
+    eager_tools: bool = Field(default=False, exclude_if=lambda eager: not eager)
     """Signal ``TOOL_USE_READY_SIGNAL`` to the run for each ``tool_use`` block as soon as its input is complete."""
-    eager_token: str = ""
+    eager_token: str = Field(default="", exclude_if=lambda token: not token)
     """Sent back with each ``tool_use_ready`` signal: the run starts tools early only for the call it gave it to."""
 
 
@@ -306,7 +309,8 @@ class RunToolInput(BaseModel):
     name: str
     tool_use_id: str
     input: Any
-    run_id: str = ""
+    run_id: str = Field(default="", exclude_if=lambda run_id: not run_id)
+    """The run's workflow id; when empty (runs since issue 14 leave it out), the activity's own workflow id."""
     iteration: int = 0
     idempotency_key: str = ""
     """Stable for one ``tool_use`` of one run: the same across retries and continue-as-new, new in a fork."""

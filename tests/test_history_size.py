@@ -1,0 +1,88 @@
+"""What an iteration puts in the run's history (issue 14): no tool result over 256 bytes, no run id, no defaults.
+
+A tool result is carried twice (the tool call's output and the next model call's input), so one over
+``RESULT_INLINE_LIMIT`` goes to the content store and both carry its placeholder; a smaller one stays inline. The
+activities read the run's id from their own ``activity.info()``, so their inputs leave it out. Claude receives the
+same request either way, and the run's transcript holds the result itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from anthropic import beta_async_tool
+from temporalio.client import WorkflowHistory
+
+from agent_runner.client import AgentRunner
+from agent_runner.contract.transcript import RESULT_INLINE_LIMIT, canonical, ref_for, stored
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from tests.conftest import WorkerFactory
+
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
+BIG = "b" * 1000
+SMALL = "s" * 100
+
+
+@beta_async_tool
+async def fetch(size: str) -> str:
+    """Fetch a big or a small answer.
+
+    Args:
+        size: "big" or "small".
+    """
+    return BIG if size == "big" else SMALL
+
+
+def payloads(history: WorkflowHistory, activity: str) -> tuple[list[Any], list[Any]]:
+    """The decoded inputs and results of every call of ``activity`` in ``history``."""
+    names: dict[int, str] = {}
+    inputs: list[Any] = []
+    results: list[Any] = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            names[event.event_id] = attributes.activity_type.name
+            if attributes.activity_type.name == activity:
+                inputs.append(json.loads(attributes.input.payloads[0].data))
+        elif event.HasField("activity_task_completed_event_attributes"):
+            attributes = event.activity_task_completed_event_attributes
+            if names[attributes.scheduled_event_id] == activity:
+                results.append(json.loads(attributes.result.payloads[0].data))
+    return inputs, results
+
+
+async def test_a_tool_result_over_the_limit_crosses_history_as_a_placeholder_and_reaches_claude_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    assert len(json.dumps(SMALL)) <= RESULT_INLINE_LIMIT < len(json.dumps(BIG))
+    fake_api.script(
+        Reply([tool_use("toolu_B", "fetch", {"size": "big"})], "tool_use"),
+        Reply([tool_use("toolu_S", "fetch", {"size": "small"})], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(fetch):
+        run = await runner.start(**BASE, messages=[{"role": "user", "content": "Go."}], tools=[fetch], thread=False)
+        await run.result()
+        history = await run.handle.fetch_history()
+        transcript = await run.transcript()
+
+    big_result = {"type": "tool_result", "tool_use_id": "toolu_B", "content": BIG}
+    small_result = {"type": "tool_result", "tool_use_id": "toolu_S", "content": SMALL}
+    bodies = fake_api.bodies()
+    assert bodies[1]["messages"][2] == {"role": "user", "content": [big_result]}
+    assert bodies[2]["messages"][4] == {"role": "user", "content": [small_result]}
+    assert transcript[2] == {"role": "user", "content": [big_result]}
+
+    placeholder = stored(ref_for(canonical(BIG)))
+    tool_inputs, tool_results = payloads(history, RUN_TOOL_ACTIVITY)
+    assert tool_results == [{"content": placeholder, "is_error": False}, {"content": SMALL, "is_error": False}]
+    assert [sorted(i) for i in tool_inputs] == [["idempotency_key", "input", "iteration", "name", "tool_use_id"]] * 2
+
+    model_inputs, _ = payloads(history, CREATE_MESSAGE_ACTIVITY)
+    assert [sorted(i) for i in model_inputs] == [["iteration", "replies_head", "turn"]] * 3
+    assert model_inputs[1]["turn"]["pending"] == [{"role": "user", "content": [{**big_result, "content": placeholder}]}]
+    assert model_inputs[2]["turn"]["pending"] == [{"role": "user", "content": [small_result]}]
+    assert "settings" in model_inputs[0]["turn"] and "settings" not in model_inputs[1]["turn"]
+    assert BIG not in "".join(str(event) for event in history.events)
