@@ -55,6 +55,7 @@ from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
+from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
@@ -240,30 +241,40 @@ def tool_options(
     return apply
 
 
+Registrable = Tool | BetaAnyRunnableToolset | AgentSpec
+"""What a worker registers: tools, runnable toolsets, and agents (a run names each in its ``tools``)."""
+
+
 class ToolRegistry:
-    """The tools one worker can run, by name."""
+    """The tools, toolsets and agents one worker offers runs, by name."""
 
     def __init__(
         self,
-        tools: Iterable[Tool | BetaAnyRunnableToolset] = (),
+        tools: Iterable[Registrable] = (),
         hooks: Iterable[ResultHook] = (),
         toolsets: Iterable[BetaAnyRunnableToolset] = (),
+        agents: Iterable[AgentSpec] = (),
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._origins: dict[str, str] = {}
         self.toolsets: dict[str, BetaAnyRunnableToolset] = {}
         """Runnable toolsets by family (``activities/toolsets.py``); a run names one by its family."""
+        self.agents: dict[str, AgentSpec] = {}
+        """Agents by name: a run naming one in its ``tools`` calls it as a child run (``workflows/subagents.py``)."""
         self.hooks: dict[str, ResultHook] = {hook.name: hook for hook in [*BUILTIN_HOOKS, *hooks]}
         """Result hooks by name: the built-in ones and those of the registered modules."""
-        for tool in [*tools, *toolsets]:
+        for tool in [*tools, *toolsets, *agents]:
             self.add(tool)
 
-    def add(self, tool: Tool | BetaAnyRunnableToolset, *, origin: str = "") -> None:
-        """Register ``tool`` or a runnable toolset. Two under one name are refused, not silently overwritten."""
+    def add(self, tool: Registrable, *, origin: str = "") -> None:
+        """Register a tool, a runnable toolset or an agent. Two under one name are refused, not silently overwritten."""
+        if isinstance(tool, AgentSpec):
+            self._add_agent(tool, origin)
+            return
         if is_toolset(tool):
             assert isinstance(tool, TOOLSET_CLASSES)
             family = tool.toolset_name
-            if self.toolsets.get(family, tool) is not tool or family in self._tools:
+            if self.toolsets.get(family, tool) is not tool or family in self._tools or family in self.agents:
                 raise ToolRegistrationError(
                     f"Two tools or toolsets are named {family!r}: register one {family!r} toolset per worker, and no "
                     "tool of that name (the API rejects a tool named like a toolset)."
@@ -278,12 +289,28 @@ class ToolRegistry:
         existing = self._tools.get(name)
         if name in self.toolsets:
             raise ToolRegistrationError(f"Tool {name!r} is named like a registered toolset; rename it.")
+        if name in self.agents:
+            raise ToolRegistrationError(
+                f"Tool {name!r} is named like a registered agent; rename one of them (Claude calls both by name)."
+            )
         if existing is not None and existing is not tool:
             raise ToolRegistrationError(
                 f"Two tools are named {name!r} (from {self._origins[name] or 'an earlier registration'} and "
                 f"{origin or 'a later one'}). Rename one with @beta_tool(name=...): Claude calls tools by name."
             )
         self._tools[name] = tool
+        self._origins[name] = origin
+
+    def _add_agent(self, agent: AgentSpec, origin: str) -> None:
+        name = agent.name
+        existing = self.agents.get(name)
+        if name in self._tools or name in self.toolsets or (existing is not None and existing != agent):
+            raise ToolRegistrationError(
+                f"Agent {name!r} has the name of another registered tool, toolset or agent (from "
+                f"{self._origins.get(name) or 'an earlier registration'} and {origin or 'a later one'}). Rename one: "
+                "Claude calls them by name."
+            )
+        self.agents[name] = agent
         self._origins[name] = origin
 
     def add_module(self, module_name: str) -> list[str]:
@@ -302,8 +329,9 @@ class ToolRegistry:
         names = list(self._add_tools_of(module))
         if not names:
             raise ToolRegistrationError(
-                f"Tool module {module_name!r} defines no tool or result hook. Decorate its functions with "
-                "anthropic's @beta_tool or @beta_async_tool (or agent_runner's @result_hook)."
+                f"Tool module {module_name!r} defines no tool, agent or result hook. Decorate its functions with "
+                "anthropic's @beta_tool or @beta_async_tool (or agent_runner's @result_hook), or define an "
+                "agent_runner AgentSpec at its top level."
             )
         return names
 
@@ -318,6 +346,9 @@ class ToolRegistry:
             elif isinstance(value, ResultHook):
                 self.hooks[value.name] = value
                 yield value.name
+            elif isinstance(value, AgentSpec):
+                self.add(value, origin=module.__name__)
+                yield value.name
 
     def get(self, name: str) -> Tool | None:
         """The tool registered under ``name``, if any."""
@@ -325,12 +356,15 @@ class ToolRegistry:
 
     @property
     def names(self) -> list[str]:
-        """Every registered name (toolsets by family)."""
-        return [*self._tools, *self.toolsets]
+        """Every registered name (toolsets by family, and agents)."""
+        return [*self._tools, *self.toolsets, *self.agents]
 
     def spec(self, name: str) -> ToolSpec | None:
         """The tool's definition and activity options, as a run needs them."""
         tool = self._tools.get(name)
+        if tool is None and name in self.agents:
+            agent = self.agents[name]
+            return ToolSpec(name=name, definition=agent.definition(), agent=agent)
         if tool is None:
             toolset = self.toolsets.get(name)
             return toolset_spec(toolset) if toolset is not None else None

@@ -1,8 +1,9 @@
 """A durable agent runner for Claude on Temporal: the Anthropic SDK's tool runner, surviving crashes.
 
 The public API: ``AgentRunner`` and ``Run`` to start, follow and cancel runs; ``tool_options`` to set how a tool's
-activity is scheduled; the error tree of ``agent_runner.contract.errors``. Names are imported on first use, so
-that light entry points (``python -m agent_runner.testing``) start without loading the Temporal and Anthropic clients.
+activity is scheduled; ``AgentSpec`` for an agent a worker registers; the error tree of
+``agent_runner.contract.errors``. Names are imported on first use, so that light entry points (``python -m
+agent_runner.testing``) start without loading the Temporal and Anthropic clients.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
     from agent_runner.activities.toolsets import toolset_options
     from agent_runner.client import AgentRunner, Run
+    from agent_runner.contract.agents import AgentSpec
     from agent_runner.contract.errors import (
         AgentRunError,
         AgentRunnerError,
@@ -45,6 +47,7 @@ _HOMES = {
     "StopRun": "agent_runner.activities.hooks",
     "AgentRunner": "agent_runner.client",
     "Run": "agent_runner.client",
+    "AgentSpec": "agent_runner.contract.agents",
     **dict.fromkeys(
         [
             "AgentRunError",
@@ -76,6 +79,7 @@ __all__ = [
     "AgentRunError",
     "AgentRunner",
     "AgentRunnerError",
+    "AgentSpec",
     "ConfigurationError",
     "InvalidRunInput",
     "MalformedReply",

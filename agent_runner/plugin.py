@@ -22,7 +22,6 @@ from collections.abc import Callable, Collection, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from anthropic.lib.tools._toolsets._runnable import BetaAnyRunnableToolset
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import DataConverter, SerializationContext, StorageDriverStoreContext
@@ -34,7 +33,7 @@ from temporalio.workflow import Info
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.subagents import child_usage
-from agent_runner.activities.tools import Tool, ToolActivities, ToolRegistry
+from agent_runner.activities.tools import Registrable, ToolActivities, ToolRegistry
 from agent_runner.activities.toolsets import ToolsetActivities
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
@@ -61,7 +60,7 @@ and its determinism is pinned by the replay tests (``tests/histories``), which i
 """
 
 
-def build_registry(modules: Iterable[str] = (), tools: Iterable[Tool | BetaAnyRunnableToolset] = ()) -> ToolRegistry:
+def build_registry(modules: Iterable[str] = (), tools: Iterable[Registrable] = ()) -> ToolRegistry:
     """A registry of the tools the modules define, plus ``tools``.
 
     Raises:
@@ -92,8 +91,8 @@ class AgentRunnerPlugin(SimplePlugin):
     """Adds the ``AgentRun`` workflow, its activities and data converter to a Temporal client or worker.
 
     Args:
-        tools: Tool modules to register (``"my_pkg.tools"``), and/or tools (``@beta_tool`` functions) and runnable
-            toolsets (``activities/toolsets.py``).
+        tools: Tool modules to register (``"my_pkg.tools"``), and/or tools (``@beta_tool`` functions), runnable
+            toolsets (``activities/toolsets.py``) and agents (``AgentSpec``: a run naming one calls it as a child run).
         registry: A registry built already, instead of ``tools``.
         serve: What the worker runs: ``workflows`` (the loop, plus ``describe_tools`` and result hooks), ``model``
             (Claude calls), ``tools`` (tool calls). All three by default.
@@ -111,7 +110,7 @@ class AgentRunnerPlugin(SimplePlugin):
     def __init__(
         self,
         *,
-        tools: Iterable[str | Tool | BetaAnyRunnableToolset] = (),
+        tools: Iterable[str | Registrable] = (),
         registry: ToolRegistry | None = None,
         serve: Collection[str] = ROLES,
         claude: ClaudeActivities | None = None,

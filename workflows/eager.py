@@ -56,6 +56,8 @@ class EagerTools:
             return  # a toolset's actions start with the reply, in order (``toolsets.py``), never early
         if spec is None or run.approvals.needed(spec) or run.tool_calls.withdrawn(spec.name):
             return
+        if spec.agent is not None:
+            return  # a registered agent's child run starts with the reply, as a declared agent's does
         if ready.attempt > self._attempt:
             self._started, self._attempt = {}, ready.attempt
         tool_use_id = str(block["id"])

@@ -1,10 +1,11 @@
 """Sub-agents: an agent is a tool.
 
-A run declares agents in its input (``agents``): each is a tool definition for Claude (name, description, input
-schema) and the run a call of it starts (model, system, tools, limits, its own agents). A ``tool_use`` of an agent
-starts a child ``AgentRun`` (a child workflow, so it survives crashes like any run) whose one user message is the
-call's input; its final message's text becomes the ``tool_result``, and a child that failed, was cancelled, stopped
-or ran out of iterations or budget becomes an ``is_error`` result saying so.
+A run declares agents in its input (``agents``), or names in its ``tools`` an agent a worker registered (which
+``describe_tools`` describes like a tool, so its definition is in the run's history): each is a tool definition for
+Claude (name, description, input schema) and the run a call of it starts (model, system, tools, limits, its own
+agents). A ``tool_use`` of an agent starts a child ``AgentRun`` (a child workflow, so it survives crashes like any
+run) whose one user message is the call's input; its final message's text becomes the ``tool_result``, and a child
+that failed, was cancelled, stopped or ran out of iterations or budget becomes an ``is_error`` result saying so.
 
 The tree is bounded (``agent_limits``): declared agents may nest ``max_depth`` levels below the root, and one reply
 starts at most ``max_fan_out`` of them. Cancelling the parent cancels its children (the handle's cancellation and
@@ -80,9 +81,14 @@ class SubAgents:
         self._run = run
 
     def find(self, name: str) -> AgentSpec | None:
-        """The run's agent called ``name``, if it has one."""
+        """The agent called ``name`` that the run declared (``agents``), if it has one."""
         spec = self._run.spec
         return next((a for a in spec.agents if a.name == name), None) if spec is not None else None
+
+    def is_agent(self, name: str) -> bool:
+        """Whether a call of ``name`` is an agent's: one the run declared, or one a worker registered."""
+        registered = self._run.state.tools.get(name)
+        return self.find(name) is not None or (registered is not None and registered.agent is not None)
 
     async def call(self, agent: AgentSpec, block: dict[str, Any]) -> ToolResult:
         """Run the child for one ``tool_use`` of ``agent``; its result, or an error result saying why there is none."""
@@ -161,7 +167,7 @@ class SubAgents:
         calls = [
             str(b.get("id"))
             for b in reply.get("content") or []
-            if b.get("type") == "tool_use" and self.find(str(b.get("name"))) is not None
+            if b.get("type") == "tool_use" and self.is_agent(str(b.get("name")))
         ]
         return calls.index(tool_use_id) if tool_use_id in calls else 0
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent_runner.contract.agents import AgentSpec
+
 TASK_QUEUE = "agent-runner"
 """The default task queue of runs, model calls and tools."""
 
@@ -188,6 +190,8 @@ class ToolSpec(BaseModel):
     # Left out of the JSON while unset, so the specs of registered tools carry what they carried before.
     mcp: McpToolRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
     """Set for a tool of an MCP server: its calls go to ``CALL_MCP_TOOL_ACTIVITY``."""
+    agent: AgentSpec | None = Field(default=None, exclude_if=lambda agent: agent is None)
+    """Set for an agent a worker registered: a call starts a child run (``workflows/subagents.py``)."""
 
 
 class DescribeToolsInput(BaseModel):

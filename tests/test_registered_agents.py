@@ -1,0 +1,230 @@
+"""Agents registered on a worker: a run names one in its ``tools``, and a call of it starts a child run.
+
+The worker describes a registered agent like a tool (``describe_tools``), so its definition is in the run's history
+and the run replays without the worker. The fake Messages API tells the parent's requests from the children's by
+their system prompt (``tests/subagent_support.py``), so each test pins the exact bodies every run sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agent_runner import AgentSpec
+from agent_runner.activities.tools import ToolRegistry
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import ToolNotRegistered, ToolRegistrationError
+from agent_runner.contract.types import ToolSpec
+from agent_runner.plugin import build_registry
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.workflows.agent_run import AgentRun
+from tests.agents_for_tests import researcher, scout
+from tests.conftest import WorkerFactory
+from tests.subagent_support import (
+    BASE,
+    RESEARCH,
+    RESEARCHER_DEF,
+    TASK_SCHEMA,
+    USER,
+    by_system,
+    child_bodies,
+    parent_bodies,
+    research,
+    scouting_child,
+)
+from tests.test_loop import GET_WEATHER_DEF
+from tests.tools_for_tests import get_time, get_weather
+
+SCOUT_DEF = {"name": "scout", "description": "Looks once.", "input_schema": TASK_SCHEMA}
+
+
+async def test_a_run_naming_a_registered_agent_runs_a_child_whose_final_text_is_the_tool_result(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    child_script = [
+        Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"),
+        end_turn("Sunny, 21C."),
+    ]
+    fake_api.responder = by_system(
+        [research("toolu_P1", "Find the weather in Paris."), end_turn("It is sunny.")],
+        lambda _: child_script.pop(0),
+    )
+    async with worker(get_weather, get_time, researcher):
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, tools=["get_time", "researcher"], max_iterations=10
+        )
+        final = await run.until_done()
+        status = await run.status()
+    assert final.content[0].type == "text" and final.content[0].text == "It is sunny."
+    assert status.agents == [
+        {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}
+    ]
+    child_user = {"role": "user", "content": "Find the weather in Paris."}
+    child = {
+        "model": "claude-fake-1",
+        "max_tokens": 1024,
+        "system": RESEARCH,
+        "tools": [GET_WEATHER_DEF],
+        "stream": True,
+    }
+    assert child_bodies(fake_api) == [
+        {**child, "messages": [child_user]},
+        {
+            **child,
+            "messages": [
+                child_user,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_C1", "name": "get_weather", "input": {"city": "Paris"}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "sunny, 21C in Paris"}],
+                },
+            ],
+        },
+    ]
+    get_time_def = get_time.to_dict()
+    parent_call = {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "tool_use",
+                "id": "toolu_P1",
+                "name": "researcher",
+                "input": {"task": "Find the weather in Paris."},
+            }
+        ],
+    }
+    # The registered agent is a tool where the run names it, after get_time.
+    assert parent_bodies(fake_api) == [
+        {**BASE, "messages": [USER], "tools": [get_time_def, RESEARCHER_DEF], "stream": True},
+        {
+            **BASE,
+            "messages": [
+                USER,
+                parent_call,
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Sunny, 21C."}],
+                },
+            ],
+            "tools": [get_time_def, RESEARCHER_DEF],
+            "stream": True,
+        },
+    ]
+    # The child is bounded by the agent's own max_iterations (5, below the parent's 10 - 1 left).
+    child_input = (await client.get_workflow_handle(f"{run.id}/toolu_P1").fetch_history()).events[0]
+    started = pydantic_data_converter.payload_converter.from_payload(
+        child_input.workflow_execution_started_event_attributes.input.payloads[0], dict
+    )
+    assert started["max_iterations"] == 5 and started["tools"] == ["get_weather"]
+    # The agent's definition came from describe_tools, in the history: the run replays with no worker at all.
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+async def test_a_registered_agent_may_name_another_registered_agent_in_its_tools(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Look around."), end_turn("Done.")], scouting_child)
+    async with worker(researcher.model_copy(update={"tools": ["scout"]}), scout):
+        run = await runner.start(**BASE, messages=[USER], thread=False, tools=["researcher"])
+        await run.until_done()
+        tree = await run.status(tree=True)
+    child = tree.agents[0]
+    assert child["status"] == "completed"
+    assert [{k: v for k, v in c.items() if k != "run"} for c in child["run"]["agents"]] == [
+        {"id": f"{run.id}/toolu_P1/toolu_S1", "name": "scout", "tool_use_id": "toolu_S1", "status": "completed"}
+    ]
+    researcher_bodies = child_bodies(fake_api)
+    assert [body["tools"] for body in researcher_bodies] == [[SCOUT_DEF], [SCOUT_DEF]]
+    assert researcher_bodies[1]["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_S1", "content": "Seen."}],
+    }
+
+
+async def test_a_registered_agent_below_max_depth_is_an_error_result(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system([research("toolu_P1", "Look around."), end_turn("Done.")], scouting_child)
+    async with worker(researcher.model_copy(update={"tools": ["scout"]}), scout):
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, tools=["researcher"], agent_limits={"max_depth": 1}
+        )
+        await run.until_done()
+    assert child_bodies(fake_api)[1]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_S1",
+                "content": "Error: Agent 'scout' was not started: this run is at depth 1, and "
+                "`agent_limits.max_depth` is 1.",
+                "is_error": True,
+            }
+        ],
+    }
+
+
+async def test_a_run_naming_an_agent_no_worker_registered_fails_at_start(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    async with worker(get_weather, researcher):
+        run = await runner.start(**BASE, messages=[USER], tools=["researcher", "writer"])
+        with pytest.raises(ToolNotRegistered, match="registered 'writer'. Start a worker with"):
+            await run.until_done()
+    assert fake_api.requests == []
+
+
+def test_a_tool_module_registers_the_agents_it_defines() -> None:
+    registry = build_registry(["tests.agents_for_tests"])
+    assert registry.names == ["researcher", "scout"]
+    assert registry.spec("researcher") == ToolSpec(name="researcher", definition=RESEARCHER_DEF, agent=researcher)
+    assert registry.get("researcher") is None  # not a tool the run_tool activity runs
+
+
+def test_a_registered_agent_spec_is_json_that_only_an_agent_carries() -> None:
+    registry = ToolRegistry([get_weather, researcher])
+    plain = registry.spec("get_weather")
+    agent = registry.spec("researcher")
+    assert plain is not None and "agent" not in plain.model_dump(mode="json")  # what tools described before
+    assert agent is not None
+    assert agent.model_dump(mode="json")["agent"] == {
+        "name": "researcher",
+        "description": "Researches one question.",
+        "input_schema": None,
+        "model": None,
+        "max_tokens": None,
+        "system": RESEARCH,
+        "tools": ["get_weather"],
+        "mcp": [],
+        "agents": [],
+        "max_iterations": 5,
+    }
+    assert ToolSpec.model_validate_json(agent.model_dump_json()) == agent
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (get_weather, AgentSpec(name="get_weather", description="x")),
+        (AgentSpec(name="get_weather", description="x"), get_weather),
+        (researcher, researcher.model_copy(update={"description": "Another."})),
+    ],
+)
+def test_two_registrations_under_one_name_are_refused(first: Any, second: Any) -> None:
+    with pytest.raises(ToolRegistrationError, match="named like a registered agent|has the name of another"):
+        ToolRegistry([first, second])
+
+
+def test_the_same_agent_registered_twice_is_one_agent() -> None:
+    assert ToolRegistry([researcher, researcher.model_copy()]).names == ["researcher"]
