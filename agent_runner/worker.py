@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="MODULE",
-        help=f"a module whose @beta_tool functions, toolsets and AgentSpec agents to register (repeatable; also ${TOOLS_ENV})",
+        help=f"a module whose @beta_tool functions, toolsets and AgentSpecs to register (repeatable; ${TOOLS_ENV})",
     )
     parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"task queue to poll (default {TASK_QUEUE})")
     parser.add_argument(
