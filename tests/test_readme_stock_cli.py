@@ -15,7 +15,8 @@ delete once the run it fired has finished.
 The MCP and toolset examples (each after a ``stock-cli-json`` comment) need an MCP server and a toolset backend that
 the dev stack's scripted model never calls, so their commands run with the session's test server, a worker of the
 test's own (tests/mcp_server.py as ``files``, a recording browser) and the fake API scripted to call them: the JSON
-they start is the README's, byte for byte (only the task queue is the test's).
+they start is the README's, byte for byte (only the task queue is the test's). The registered agent's run is served by
+a worker registering the README's own agents module (its ``# my_agents.py`` block, run).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tests.test_mcp import config
 from tests.test_readme_walkthrough import READY, REPO, _env, processes_with, temporal
 from tests.test_toolsets import RecordingBrowser, action
 from tests.test_toolsets import result as toolset_result
+from tests.tools_for_tests import get_weather
 
 __all__ = ["temporal"]  # the fixture, imported for this module's test
 
@@ -161,7 +163,7 @@ async def start_as_the_readme_does(client: Client, task_queue: str, checks: str)
 
 
 def test_the_readme_marks_an_mcp_run_a_toolset_run_and_an_agent_run() -> None:
-    assert sorted(stock_cli_runs()) == ["MCP call", "actions", "agent call"]
+    assert sorted(stock_cli_runs()) == ["MCP call", "actions", "agent call", "registered agent call"]
 
 
 async def test_the_readme_mcp_run_json_calls_the_servers_tool(
@@ -304,5 +306,55 @@ async def test_the_readme_agent_run_json_runs_a_child_whose_answer_is_the_tool_r
     ]
     assert json.loads(child)["result"]["status"] == "completed"
     assert fake_api.bodies()[-1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_A", "content": "Sunny, 21C."}
+    ]
+
+
+def readme_agents_module() -> dict[str, object]:
+    """The README's agents module (the Python block that opens with ``# my_agents.py``), run: its names."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [block] = [b for b in re.findall(r"^```python\n(.*?)^```$", readme, re.S | re.M) if b.startswith("# my_agents.py")]
+    names: dict[str, object] = {}
+    exec(compile(block, "README.md: my_agents.py", "exec"), names)
+    return names
+
+
+async def test_the_readme_registered_agent_run_json_runs_the_workers_agent(
+    client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    def claude(body: dict[str, object]) -> ScriptItem:
+        if body.get("system") == "You research.":
+            return end_turn("Sunny, 21C.")
+        if "tool_result" not in json.dumps(body["messages"]):
+            return Reply([tool_use("toolu_A", "researcher", {"task": "Weather in Paris?"})], "tool_use")
+        return end_turn("It is sunny.")
+
+    fake_api.responder = claude
+    researcher = readme_agents_module()["researcher"]
+    async with worker(get_weather, researcher):
+        run_id, run_input = await start_as_the_readme_does(client, task_queue, "registered agent call")
+        out = await asyncio.to_thread(stock_temporal, client, "workflow", "result", "--workflow-id", run_id)
+    assert run_input["tools"] == ["researcher"]
+    assert json.loads(out)["result"]["final_message"]["content"] == [{"type": "text", "text": "It is sunny."}]
+    researcher_tools = [body["tools"] for body in fake_api.bodies() if body.get("system") == "You research."]
+    assert researcher_tools == [[get_weather.to_dict()]]  # the agent's settings are the worker's
+    lead = [body for body in fake_api.bodies() if body.get("system") is None]
+    assert lead[0]["tools"] == [
+        {
+            "name": "researcher",
+            "description": "Answers one question.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "task": {
+                        "type": "string",
+                        "description": "What the agent should do, with everything it needs to know.",
+                    }
+                },
+                "required": ["task"],
+            },
+        }
+    ]
+    assert lead[-1]["messages"][-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_A", "content": "Sunny, 21C."}
     ]
