@@ -6,6 +6,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME              # writes tests/histories/NAME.json (the steered run)
     python tests/histories/record.py NAME everything   # writes NAME.json, NAME_continued.json and NAME_step.json
     python tests/histories/record.py NAME subagents    # writes NAME.json (a parent) and NAME_child.json
+    python tests/histories/record.py NAME registered_agents  # writes NAME.json and NAME_child.json (an agent the
+                                                             # worker registered, named in the run's tools)
     python tests/histories/record.py NAME charge       # writes NAME.json (a parent charged for a failed child)
     python tests/histories/record.py NAME parity       # writes NAME.json (the SDK's runner methods, issue 13)
     python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
@@ -73,6 +75,7 @@ from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner  # noqa: E402
+from agent_runner.contract.agents import AgentSpec  # noqa: E402
 from agent_runner.contract.errors import AgentRunnerError  # noqa: E402
 from agent_runner.contract.types import ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
@@ -154,7 +157,7 @@ async def record(name: str, scenario: str = "steered") -> None:
         worker = build_worker(
             env.client,
             registry=ToolRegistry(
-                [get_weather, get_time, send_once],
+                [get_weather, get_time, send_once, ANALYST],
                 toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer(), _till()],
             ),
             task_queue=queue,
@@ -179,6 +182,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "subagents":
                 await subagents(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "registered_agents":
+                await registered_agents(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "charge":
@@ -385,6 +392,49 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
                 "tools": ["get_weather"],
             }
         ],
+    )
+    result = await run.result()
+    assert result.status == "completed", result
+    parent = await run.handle.fetch_history()
+    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
+    (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
+
+
+ANALYST = AgentSpec(name="analyst", description="Analyses a city.", system="You analyse.", tools=["get_weather"])
+"""The agent the recording worker registers (the ``registered_agents`` scenario)."""
+
+
+async def registered_agents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``registered_agents`` scenario: with eager tools, a reply calls a tool and the registered agent twice.
+
+    The agent's definition is the worker's (``describe_tools``, in the history); ``get_time`` starts while the reply
+    streams, the agents' child runs with the reply; the Paris child calls a tool.
+    """
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("system") == "You lead.":
+            if len(body["messages"]) == 1:
+                calls = [tool_use("toolu_T", "get_time", {"city": "Paris"})]
+                calls += [
+                    tool_use(f"toolu_P{i}", "analyst", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
+                ]
+                return Reply(calls, "tool_use")
+            return end_turn("Both sunny.")
+        if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
+            return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
+        return end_turn(f"{body['messages'][0]['content']}: sunny.")
+
+    fake.responder = respond
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        system="You lead.",
+        messages=[{"role": "user", "content": "Paris and Rome?"}],
+        thread=False,
+        eager_tools=True,
+        id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
+        tools=["get_time", "analyst"],
     )
     result = await run.result()
     assert result.status == "completed", result
@@ -843,6 +893,7 @@ if __name__ == "__main__":
     scenarios = [
         "everything",
         "subagents",
+        "registered_agents",
         "charge",
         "parity",
         "compaction_end",
