@@ -62,6 +62,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
+from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.big_params import big_params
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
@@ -218,8 +219,8 @@ class AgentRunner:
             model: The Claude model.
             max_tokens: The most tokens each reply may have.
             messages: The conversation so far.
-            tools: ``@beta_tool`` functions (a worker must have registered them), their names, or raw tool
-                definitions (sent to Claude, never executed: server tools, for instance).
+            tools: ``@beta_tool`` functions and ``AgentSpec`` agents (a worker must have registered them), their
+                names, or raw tool definitions (sent to Claude, never executed: server tools, for instance).
             max_iterations: The most replies to ask for; ``None`` for no limit.
             thread: Keep the conversation on a server-side message thread (the SDK's default), or resend the full
                 history every turn (``False``).
@@ -1039,16 +1040,19 @@ async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
 
 
 def _tool_param(tool: Any) -> str | dict[str, Any]:
-    """A run's ``tools`` entry: a registered tool's name, or a raw definition sent as is."""
+    """A run's ``tools`` entry: a registered tool's (or agent's) name, or a raw definition sent as is."""
     if isinstance(tool, str):
         return tool
+    if isinstance(tool, AgentSpec):
+        return tool.name  # an agent the workers registered; one the run declares goes in ``agents``
     if isinstance(tool, Mapping):
         return dict(tool)
     name = getattr(tool, "name", None)
     if isinstance(name, str) and hasattr(tool, "to_dict"):
         return name
     raise TypeError(
-        f"tools takes @beta_tool functions, tool names or tool definition dicts, got {type(tool).__name__}."
+        f"tools takes @beta_tool functions, registered AgentSpecs, tool names or tool definition dicts, got "
+        f"{type(tool).__name__}."
     )
 
 

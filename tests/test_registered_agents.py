@@ -24,6 +24,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.agents_for_tests import researcher, scout
 from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 from tests.subagent_support import (
     BASE,
     RESEARCH,
@@ -173,6 +174,54 @@ async def test_a_registered_agent_below_max_depth_is_an_error_result(
             }
         ],
     }
+
+
+async def test_add_tools_gives_a_run_a_registered_agent_from_the_next_turn_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = by_system(
+        [
+            Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+            research("toolu_P1", "Find the weather in Rome."),
+            end_turn("Both sunny."),
+        ],
+        lambda _: end_turn("Rome: sunny."),
+    )
+    async with worker(get_weather, researcher):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(researcher)  # the worker's agent, by its name
+        for iteration in (1, 2, 3):
+            await wait_status(run, "waiting_for_step", iteration)
+            await run.advance()
+        await run.until_done()
+    added = {
+        "role": "system",
+        "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": RESEARCHER_DEF}}],
+    }
+    weather = [
+        {"role": "assistant", "content": [tool_use("toolu_S1", "get_weather", {"city": "Paris"})]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_S1", "content": "sunny, 21C in Paris"}],
+        },
+    ]
+    agent_call = {
+        "role": "assistant",
+        "content": [tool_use("toolu_P1", "researcher", {"task": "Find the weather in Rome."})],
+    }
+    agent_result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Rome: sunny."}],
+    }
+    assert [body["messages"] for body in parent_bodies(fake_api)] == [
+        [USER],
+        [USER, *weather, added],
+        [USER, *weather, added, agent_call, agent_result],
+    ]
+    assert [body["messages"] for body in child_bodies(fake_api)] == [
+        [{"role": "user", "content": "Find the weather in Rome."}]
+    ]
 
 
 async def test_a_run_naming_an_agent_no_worker_registered_fails_at_start(
