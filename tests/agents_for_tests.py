@@ -17,3 +17,6 @@ researcher = AgentSpec(
 )
 
 scout = AgentSpec(name="scout", description="Looks once.", system="You scout.")
+
+stepper = AgentSpec(name="stepper", description="Runs the two steps.", system="You research.", tools=["slow_step"])
+"""The agent of the durability test: its child run calls ``slow_step`` twice (``tests/test_durability.py``)."""

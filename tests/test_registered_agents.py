@@ -7,6 +7,9 @@ their system prompt (``tests/subagent_support.py``), so each test pins the exact
 
 from __future__ import annotations
 
+import signal
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.subagent_support import (
     BASE,
+    LEAD,
     RESEARCH,
     RESEARCHER_DEF,
     TASK_SCHEMA,
@@ -37,6 +41,7 @@ from tests.subagent_support import (
     research,
     scouting_child,
 )
+from tests.test_durability import FAST, connect, conversation_responder, server, wait_for, worker_process
 from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_time, get_weather
 
@@ -236,7 +241,7 @@ async def test_a_run_naming_an_agent_no_worker_registered_fails_at_start(
 
 def test_a_tool_module_registers_the_agents_it_defines() -> None:
     registry = build_registry(["tests.agents_for_tests"])
-    assert registry.names == ["researcher", "scout"]
+    assert registry.names == ["researcher", "scout", "stepper"]
     assert registry.spec("researcher") == ToolSpec(name="researcher", definition=RESEARCHER_DEF, agent=researcher)
     assert registry.get("researcher") is None  # not a tool the run_tool activity runs
 
@@ -277,3 +282,63 @@ def test_two_registrations_under_one_name_are_refused(first: Any, second: Any) -
 
 def test_the_same_agent_registered_twice_is_one_agent() -> None:
     assert ToolRegistry([researcher, researcher.model_copy()]).names == ["researcher"]
+
+
+async def run_stepper(where: Path, fake: FakeMessagesAPI, kill: bool) -> dict[str, Any]:
+    """A run naming the ``stepper`` agent that worker processes register with ``--tools tests.agents_for_tests``; with
+    ``kill``, the first worker is killed while the child waits for Claude's answer to its second request."""
+    fake.reset()
+    child = conversation_responder({2} if kill else set(), slow_seconds=6.0)
+
+    def respond(body: dict[str, Any]) -> Any:
+        if body.get("system") != LEAD:
+            return child(body)
+        if len(body["messages"]) == 1:
+            return Reply(
+                id="msg_parent_1", content=[tool_use("toolu_A", "stepper", {"task": "Go."})], stop_reason="tool_use"
+            )
+        return end_turn("Done.", id="msg_parent_2")
+
+    fake.responder = respond
+    where.mkdir()
+    marks, log = where / "marks.txt", where / "worker.log"
+    args = ("--tools", "tests.agents_for_tests")
+    env = {"AGENT_RUNNER_TEST_SLOW_SECONDS": "1"}
+    async with server(where) as temporal:
+        runner = AgentRunner(await connect(temporal.address), task_queue=f"registered-kill-{uuid.uuid4()}")
+        with worker_process(temporal.address, runner.task_queue, fake, marks, log, *args, env=env) as first:
+            run = await runner.start(**BASE, messages=[USER], thread=False, model_activity=FAST, tools=["stepper"])
+            if kill:
+                await wait_for(lambda: len(child_bodies(fake)) >= 2, "the child's second request")
+                first.send_signal(signal.SIGKILL)
+                first.wait()
+        with worker_process(temporal.address, runner.task_queue, fake, marks, log, *args, env=env):
+            result = await run.result()
+            stepper_run = run.child("toolu_A")
+            return {
+                "status": (result.status, (await stepper_run.result()).status),
+                "transcripts": (await run.transcript(), await stepper_run.transcript()),
+                "parent_bodies": parent_bodies(fake),
+                "child_bodies": child_bodies(fake),
+                "steps": marks.read_text().splitlines(),
+            }
+
+
+@pytest.mark.slow  # real worker processes, one killed
+async def test_a_worker_killed_while_a_registered_agents_child_runs_leaves_an_uninterrupted_tree(
+    tmp_path: Path, fake_api: FakeMessagesAPI
+) -> None:
+    expected = await run_stepper(tmp_path / "reference", fake_api, kill=False)
+    killed = await run_stepper(tmp_path / "killed", fake_api, kill=True)
+    assert killed["status"] == expected["status"] == ("completed", "completed")
+    assert killed["transcripts"] == expected["transcripts"]
+    assert killed["parent_bodies"] == expected["parent_bodies"]
+    # The child's killed request was asked again on the new worker; each step ran once.
+    assert killed["child_bodies"] == [*expected["child_bodies"][:2], *expected["child_bodies"][1:]]
+    assert killed["steps"] == expected["steps"] == ["start step1", "start step2"]
+    stepper_def = {"name": "stepper", "description": "Runs the two steps.", "input_schema": TASK_SCHEMA}
+    assert [body["tools"] for body in expected["parent_bodies"]] == [[stepper_def], [stepper_def]]
+    assert expected["transcripts"][0][2] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_A", "content": "Both steps are done."}],
+    }
