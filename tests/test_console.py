@@ -148,6 +148,44 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
     assert (await listed(http, runs, [terminated, (done.id, "completed", None, 1, None)]))[0] == terminated
 
 
+async def test_a_row_waiting_for_approval_names_the_tools_its_run_waits_for_while_a_worker_answers(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        end_turn("Nothing to do."),
+        Reply(
+            [tool_use("toolu_D", "delete_file", {"path": "/tmp"}), tool_use("toolu_R", "long_report", {"topic": "t"})],
+            "tool_use",
+        ),
+    )
+    runs = f"{console}/api/runs?task_queue={runner.task_queue}"
+
+    def with_tools(listing: dict[str, Any]) -> list[Row]:
+        return [(r["id"], r["waiting"], r["tools"]) for r in listing["runs"]]
+
+    async with worker(delete_file, long_report, search_attributes=True):
+        done = await runner.start(**BASE)
+        await done.until_done()
+        run = await runner.start(
+            **BASE, tools=[delete_file, long_report], approval={"tools": ["delete_file", "long_report"]}
+        )
+        await wait_status(run, "waiting_for_approval")
+        finished = (done.id, "completed", None, 1, None)
+        await listed(http, runs, [(run.id, "waiting_for_approval", "approval", 1, None), finished])
+        # Only the row waiting for approval asks its run, which answers: the tools in the order Claude called them.
+        assert with_tools((await get(http, runs))[1]) == [
+            (run.id, "approval", ["delete_file", "long_report"]),
+            (done.id, None, None),
+        ]
+        assert with_tools((await get(http, f"{runs}&waiting=approval"))[1]) == [
+            (run.id, "approval", ["delete_file", "long_report"])
+        ]
+    # No worker answers now: the row still says what the run waits for, without the tools.
+    assert with_tools((await get(http, runs))[1]) == [(run.id, "approval", None), (done.id, None, None)]
+    assert rows((await get(http, runs))[1]) == [(run.id, "waiting_for_approval", "approval", 1, None), finished]
+    await run.terminate("done with it")
+
+
 async def test_the_dev_stack_keeps_search_attributes_only_where_the_namespace_has_them(
     client: Client, tmp_path: Path
 ) -> None:
