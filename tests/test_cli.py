@@ -868,16 +868,15 @@ async def test_status_and_transcript_of_an_ended_run_need_no_worker(
         "turns        0",
         "stop_reason  none",
         "tokens       0 input / 0 output tokens",
-        "messages     0",
+        "messages     1",
         "version      0",
         "stopped      nobody serves this queue",
     ]
-    # Its conversation too, as its history holds it (no model call: none), saying where it comes from.
+    # Its conversation too, as its history holds it (no model call: the input's message), saying where it comes from.
     assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
     assert capsys.readouterr() == (
-        "[]\n",
-        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up to "
-        "Claude's last reply (tool results after it are not shown).\n",
+        json.dumps([USER], indent=2) + "\n",
+        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it.\n",
     )
     # A run that has not ended still says that a worker is needed, and how to start one.
     open_run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])

@@ -252,6 +252,45 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
     assert fake_api.bodies()[1]["messages"][2]["content"][0]["content"] == f"disk:\n{BIG}"
 
 
+async def test_a_run_cut_off_by_max_iterations_has_a_page_with_the_tool_results_after_its_last_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(Reply([text("Writing it."), tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"))
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], max_iterations=1, thread=False)
+        assert (await run.result()).status == "max_iterations"
+        own = await run.transcript()  # the run's own word, while a worker can answer
+    # No worker now: the page reads the history and the store, and shows the tool's result no model call saw.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Writing it."},
+                    {"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+            },
+        ]
+    )
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["transcript_length"]) == (
+        "max_iterations",
+        1,
+        "tool_use",
+        3,
+    )
+    assert len(fake_api.bodies()) == 1  # the result never reached Claude
+
+
 async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
 ) -> None:
@@ -298,11 +337,12 @@ async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
     status, data = await get(http, f"{console}/api/runs/{run.id}")
     assert status == 200
     page = data["status"]
+    # It never called the model: its conversation is the input's messages.
     assert (page["status"], page["iterations"], page["stop_reason"], data["transcript"]["messages"]) == (
         "failed",
         0,
         None,
-        [],
+        [USER],
     )
     assert page["stop_reason_detail"] == (
         f"No worker on task queue {runner.task_queue!r} registered 'no_such_tool'. Start a worker with `python "
