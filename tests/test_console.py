@@ -351,6 +351,26 @@ async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
     )
 
 
+async def test_a_run_that_ended_before_its_first_model_call_has_a_page_with_its_input_messages(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    async with worker():
+        run = await runner.start(**BASE, budget={"max_output_tokens": 0})  # spent before the first request
+        assert (await run.result()).status == "budget_exhausted"
+        own = await run.transcript()
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"]["messages"] == own == [USER]
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["transcript_length"]) == (
+        "budget_exhausted",
+        0,
+        None,
+        1,
+    )
+    assert fake_api.bodies() == []
+
+
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:
     assert await get(http, f"{console}/api/runs/no-such-run") == (
         404,
