@@ -129,7 +129,8 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
         await done.until_done()
         waiting = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
         await wait_status(waiting, "waiting_for_approval")
-    # No worker polls the runs' task queue now: the list asks no run anything, Temporal's visibility store answers.
+    # No worker polls the runs' task queue now: Temporal's visibility store answers (the waiting run is asked which
+    # tools, and does not answer: its row says "approval" all the same).
     runs = f"{console}/api/runs?task_queue={runner.task_queue}"
     waits = (waiting.id, "waiting_for_approval", "approval", 1, None)
     assert await listed(http, runs, [waits, (done.id, "completed", None, 1, None)]) == [

@@ -1,4 +1,4 @@
-"""The console's list of runs, read from Temporal's visibility store in one listing: no run is asked anything.
+"""The console's list of runs, from Temporal's visibility store in one listing, and runs waiting for approval asked.
 
 A run whose workers keep the ``AgentRun*`` search attributes current (``--search-attributes``;
 ``workflows/search_attributes.py``) shows its own status, what it waits for and its turns, as of its last workflow
