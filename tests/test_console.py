@@ -31,7 +31,7 @@ from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
 from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
 from agent_runner.temporal_server import EmbeddedTemporal
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
 from tests.test_layers import ROOT, _imports, _layer_of_module
@@ -370,6 +370,42 @@ async def test_a_run_that_ended_before_its_first_model_call_has_a_page_with_its_
         1,
     )
     assert fake_api.bodies() == []
+
+
+async def test_a_run_terminated_after_it_continued_as_new_has_a_page_with_the_conversation_it_carried(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"),
+        SlowStream(end_turn("The disk is fine."), event_delay=3),  # under way when the run is terminated
+    )
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], thread=False, continue_as_new={"events": 10})
+        first = (await run.handle.describe()).run_id
+        async with asyncio.timeout(20):
+            while (await run.handle.describe()).run_id == first or len(fake_api.bodies()) < 2:
+                await asyncio.sleep(0.05)
+        own = await run.transcript()  # the continued execution's, while its second request streams
+        await run.terminate("enough")
+    # The last execution's history has no reply: its conversation is the one it carried over.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+            },
+        ]
+    )
+    assert (data["status"]["status"], data["status"]["stop_reason_detail"]) == ("terminated", "enough")
 
 
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:

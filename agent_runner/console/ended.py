@@ -8,9 +8,9 @@ its result is Claude's reply, and the run's result (or its failure) says how it 
 The conversation is the one the run itself reports (``Run.transcript()``): the result carries it when it ends with
 messages no model call stored (the tool results after a ``max_iterations`` cut-off, a message injected last;
 ``workflows/result_transcript.py``), else it is the last model call's and its reply, and a run that never called the
-model shows its input's messages. A run that ended without a result (failed, cancelled, terminated) after a model
-call shows the conversation up to the last reply: what came after it is only in the run's memory (``whole`` is
-``False`` then).
+model shows its input's messages (an execution that continued a run as new: the conversation it carried). A run that
+ended without a result (failed, cancelled, terminated) after a model call shows the conversation up to the last
+reply: what came after it is only in the run's memory (``whole`` is ``False`` then).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunError
+from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult, RunStatus, RunStatusName, Usage
 
 _ENDED: dict[str, RunStatusName] = {
@@ -104,7 +105,17 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
 
 
 async def _input_messages(runner: AgentRunner, run_input: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The messages a run was started with, as plain JSON (a run that ended before any model call)."""
+    """The messages a run was started with, as plain JSON (a run that ended before any model call).
+
+    An execution that continued a run as new starts from the conversation it carried, not its input's messages.
+    """
+    continued = (run_input or {}).get("continued")
+    if isinstance(continued, dict):
+        try:
+            carried = Transcript.model_validate(continued["conversation"]["transcript"])
+        except (KeyError, TypeError, ValueError):
+            return []
+        return await runner.content.resolve([*(await runner.content.messages(carried.head)), *carried.pending])
     messages = (run_input or {}).get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         return []  # an input the run refused: it had no conversation
