@@ -115,7 +115,10 @@ async def _input_messages(runner: AgentRunner, run_input: dict[str, Any] | None)
             carried = Transcript.model_validate(continued["conversation"]["transcript"])
         except (KeyError, TypeError, ValueError):
             return []
-        return await runner.content.resolve([*(await runner.content.messages(carried.head)), *carried.pending])
+        resolved: list[dict[str, Any]] = await runner.content.resolve(
+            [*(await runner.content.messages(carried.head)), *carried.pending]
+        )
+        return resolved
     messages = (run_input or {}).get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         return []  # an input the run refused: it had no conversation
