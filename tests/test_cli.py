@@ -508,7 +508,7 @@ async def test_follow_transcript_status_and_list_of_a_finished_run(
             "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
         ]
 
-        assert await cli.amain(["transcript", run.id, "--json"]) == 0
+        assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
         assert json.loads(capsys.readouterr().out) == transcript
 
         assert await cli.amain(["transcript", run.id]) == 0
@@ -868,16 +868,15 @@ async def test_status_and_transcript_of_an_ended_run_need_no_worker(
         "turns        0",
         "stop_reason  none",
         "tokens       0 input / 0 output tokens",
-        "messages     0",
+        "messages     1",
         "version      0",
         "stopped      nobody serves this queue",
     ]
-    # Its conversation too, as its history holds it (no model call: none), saying where it comes from.
+    # Its conversation too, as its history holds it (no model call: the input's message), saying where it comes from.
     assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
     assert capsys.readouterr() == (
-        "[]\n",
-        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up to "
-        "Claude's last reply (tool results after it are not shown).\n",
+        json.dumps([USER], indent=2) + "\n",
+        f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it.\n",
     )
     # A run that has not ended still says that a worker is needed, and how to start one.
     open_run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
@@ -886,6 +885,60 @@ async def test_status_and_transcript_of_an_ended_run_need_no_worker(
         assert capsys.readouterr() == ("", f"error: {_no_worker(task_queue)}\n")
     finally:
         await open_run.terminate("test over")
+
+
+@pytest.mark.slow  # each command first waits out the query its gone worker cannot answer (20 s)
+@pytest.mark.usefixtures("temporal_address")
+async def test_status_and_transcript_of_a_run_cut_off_by_max_iterations_show_its_last_tool_results_without_a_worker(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The tool results after the last reply reached no model call: the run's result carries them, as the console's.
+
+    The worker is gone but polled a moment ago, so the commands' queries wait for it before they read the history.
+    """
+    fake_api.script(Reply([text("Let me check."), tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"))
+    async with worker(get_weather):
+        run = await runner.start(
+            model="claude-fake-1", max_tokens=50, messages=[USER], tools=[get_weather], max_iterations=1
+        )
+        await run.result()
+        own = await run.transcript()  # the run's own word, while a worker answers
+    async with asyncio.timeout(60):
+        assert await cli.amain(["transcript", run.id, "--json", "--task-queue", task_queue]) == 0
+    out, note = capsys.readouterr()
+    assert (
+        json.loads(out)
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_W", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_W", "content": "sunny, 21C in Paris"}],
+            },
+        ]
+    )
+    assert note == f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it.\n"
+    async with asyncio.timeout(60):
+        assert await cli.amain(["status", run.id, "--task-queue", task_queue]) == 0
+    assert _lines(capsys.readouterr().out)[:6] == [
+        f"run          {run.id}",
+        "status       max_iterations",
+        "turns        1",
+        "stop_reason  tool_use",
+        "tokens       10 input / 5 output tokens",
+        "messages     3",
+    ]
 
 
 @pytest.mark.usefixtures("temporal_address", "fresh_tools")

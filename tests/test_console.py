@@ -31,7 +31,7 @@ from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
 from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
 from agent_runner.temporal_server import EmbeddedTemporal
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
 from tests.test_layers import ROOT, _imports, _layer_of_module
@@ -129,7 +129,8 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
         await done.until_done()
         waiting = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
         await wait_status(waiting, "waiting_for_approval")
-    # No worker polls the runs' task queue now: the list asks no run anything, Temporal's visibility store answers.
+    # No worker polls the runs' task queue now: Temporal's visibility store answers (the waiting run is asked which
+    # tools, and does not answer: its row says "approval" all the same).
     runs = f"{console}/api/runs?task_queue={runner.task_queue}"
     waits = (waiting.id, "waiting_for_approval", "approval", 1, None)
     assert await listed(http, runs, [waits, (done.id, "completed", None, 1, None)]) == [
@@ -146,6 +147,44 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
     await waiting.terminate("done with it")
     terminated = (waiting.id, "terminated", None, 1, None)
     assert (await listed(http, runs, [terminated, (done.id, "completed", None, 1, None)]))[0] == terminated
+
+
+async def test_a_row_waiting_for_approval_names_the_tools_its_run_waits_for_while_a_worker_answers(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        end_turn("Nothing to do."),
+        Reply(
+            [tool_use("toolu_D", "delete_file", {"path": "/tmp"}), tool_use("toolu_R", "long_report", {"topic": "t"})],
+            "tool_use",
+        ),
+    )
+    runs = f"{console}/api/runs?task_queue={runner.task_queue}"
+
+    def with_tools(listing: dict[str, Any]) -> list[Row]:
+        return [(r["id"], r["waiting"], r["tools"]) for r in listing["runs"]]
+
+    async with worker(delete_file, long_report, search_attributes=True):
+        done = await runner.start(**BASE)
+        await done.until_done()
+        run = await runner.start(
+            **BASE, tools=[delete_file, long_report], approval={"tools": ["delete_file", "long_report"]}
+        )
+        await wait_status(run, "waiting_for_approval")
+        finished = (done.id, "completed", None, 1, None)
+        await listed(http, runs, [(run.id, "waiting_for_approval", "approval", 1, None), finished])
+        # Only the row waiting for approval asks its run, which answers: the tools in the order Claude called them.
+        assert with_tools((await get(http, runs))[1]) == [
+            (run.id, "approval", ["delete_file", "long_report"]),
+            (done.id, None, None),
+        ]
+        assert with_tools((await get(http, f"{runs}&waiting=approval"))[1]) == [
+            (run.id, "approval", ["delete_file", "long_report"])
+        ]
+    # No worker answers now: the row still says what the run waits for, without the tools.
+    assert with_tools((await get(http, runs))[1]) == [(run.id, "approval", None), (done.id, None, None)]
+    assert rows((await get(http, runs))[1]) == [(run.id, "waiting_for_approval", "approval", 1, None), finished]
+    await run.terminate("done with it")
 
 
 async def test_the_dev_stack_keeps_search_attributes_only_where_the_namespace_has_them(
@@ -214,6 +253,45 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
     assert fake_api.bodies()[1]["messages"][2]["content"][0]["content"] == f"disk:\n{BIG}"
 
 
+async def test_a_run_cut_off_by_max_iterations_has_a_page_with_the_tool_results_after_its_last_reply(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(Reply([text("Writing it."), tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"))
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], max_iterations=1, thread=False)
+        assert (await run.result()).status == "max_iterations"
+        own = await run.transcript()  # the run's own word, while a worker can answer
+    # No worker now: the page reads the history and the store, and shows the tool's result no model call saw.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Writing it."},
+                    {"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+            },
+        ]
+    )
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["transcript_length"]) == (
+        "max_iterations",
+        1,
+        "tool_use",
+        3,
+    )
+    assert len(fake_api.bodies()) == 1  # the result never reached Claude
+
+
 async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
 ) -> None:
@@ -260,17 +338,74 @@ async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
     status, data = await get(http, f"{console}/api/runs/{run.id}")
     assert status == 200
     page = data["status"]
+    # It never called the model: its conversation is the input's messages.
     assert (page["status"], page["iterations"], page["stop_reason"], data["transcript"]["messages"]) == (
         "failed",
         0,
         None,
-        [],
+        [USER],
     )
     assert page["stop_reason_detail"] == (
         f"No worker on task queue {runner.task_queue!r} registered 'no_such_tool'. Start a worker with `python "
         "worker.py --tools <module that defines it>`, or pass the tool's definition as a JSON object to send it "
         "without running it."
     )
+
+
+async def test_a_run_that_ended_before_its_first_model_call_has_a_page_with_its_input_messages(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    async with worker():
+        run = await runner.start(**BASE, budget={"max_output_tokens": 0})  # spent before the first request
+        assert (await run.result()).status == "budget_exhausted"
+        own = await run.transcript()
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"]["messages"] == own == [USER]
+    page = data["status"]
+    assert (page["status"], page["iterations"], page["stop_reason"], page["transcript_length"]) == (
+        "budget_exhausted",
+        0,
+        None,
+        1,
+    )
+    assert fake_api.bodies() == []
+
+
+async def test_a_run_terminated_after_it_continued_as_new_has_a_page_with_the_conversation_it_carried(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"),
+        SlowStream(end_turn("The disk is fine."), event_delay=3),  # under way when the run is terminated
+    )
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], thread=False, continue_as_new={"events": 10})
+        first = (await run.handle.describe()).run_id
+        async with asyncio.timeout(20):
+            while (await run.handle.describe()).run_id == first or len(fake_api.bodies()) < 2:
+                await asyncio.sleep(0.05)
+        own = await run.transcript()  # the continued execution's, while its second request streams
+        await run.terminate("enough")
+    # The last execution's history has no reply: its conversation is the one it carried over.
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert (
+        data["transcript"]["messages"]
+        == own
+        == [
+            USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+            },
+        ]
+    )
+    assert (data["status"]["status"], data["status"]["stop_reason_detail"]) == ("terminated", "enough")
 
 
 async def test_a_missing_run_is_a_404_that_says_how_to_find_runs(console: str, http: aiohttp.ClientSession) -> None:

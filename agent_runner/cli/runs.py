@@ -23,7 +23,6 @@ from agent_runner.cli.follow import announce_and_follow, follow_from_here
 from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
 from agent_runner.client import AgentRunner, Run, check_run_input
 from agent_runner.contract.errors import AgentRunError, ConfigurationError, RunAlreadyExists, RunCancelled
-from agent_runner.contract.types import RunStatus
 
 
 def _load_run_file(path: str) -> dict[str, Any]:
@@ -115,12 +114,13 @@ async def cmd_transcript(args: argparse.Namespace) -> int:
             ended = await run.ended()  # an ended run's conversation is in its history and the store, as the console's
             if ended is None:
                 raise
-            from agent_runner.console.ended import ended_page
+            from agent_runner.console.ended import ended_run
 
-            transcript = (await ended_page(runner, run.id, ended))["transcript"]["messages"]
+            read = await ended_run(runner, run.id, ended)
+            transcript = read.messages
             err(
-                f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it, up "
-                "to Claude's last reply (tool results after it are not shown)."
+                f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it"
+                + ("." if read.whole else f", up to Claude's last reply (it ended {ended}: what came after is lost).")
             )
     if args.json:
         print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
@@ -165,9 +165,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
             ended = await run.ended()
             if ended is None:
                 raise
-            from agent_runner.console.ended import ended_page  # the console's reader, loaded only when needed
+            from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
 
-            status = RunStatus.model_validate((await ended_page(runner, run.id, ended))["status"])
+            status = (await ended_run(runner, run.id, ended)).status
     if args.json:
         print(status.model_dump_json(indent=2), flush=True)
     else:

@@ -3,7 +3,8 @@
 ``GET /`` and ``GET /runs/<id>`` serve the page (``static/``); its script reads:
 
 - ``GET /api/runs?waiting=approval|step|review|sleep|any&task_queue=Q&limit=N``: runs, newest first, each with what
-  it waits for, from Temporal's visibility store (the runs' search attributes; ``listing.py``);
+  it waits for, from Temporal's visibility store (the runs' search attributes; ``listing.py``), and for a run waiting
+  for approval the tools it waits for (``tools``, ``null`` when the run did not say within a short time);
 - ``GET /api/runs/<id>``: the run's status, its transcript with stored content put back, and the offset its live
   events go on from; for an ended run, read from its history and the content store (``ended.py``), without a worker;
 - ``GET /api/runs/<id>/events?after=N``: the live events as a Server-Sent Events stream (each ``id:`` is the event's
@@ -40,7 +41,7 @@ from agent_runner.contract.errors import (
 from agent_runner.contract.events import RUN_FINISHED
 
 from .ended import ended_page
-from .listing import WAITING_FOR, list_rows
+from .listing import WAITING_FOR, list_rows, with_approval_tools
 from .security import DEFAULT_HOST, check_binding, guard, is_loopback
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -135,10 +136,9 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         raise _BadRequest("limit must be a whole number.") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise _BadRequest(f"limit must be between 1 and {MAX_LIMIT}.")
-    rows = await list_rows(
-        request.app[RUNNER].client, task_queue=request.query.get("task_queue"), waiting=waiting, limit=limit
-    )
-    return web.json_response({"runs": rows})
+    runner = request.app[RUNNER]
+    rows = await list_rows(runner.client, task_queue=request.query.get("task_queue"), waiting=waiting, limit=limit)
+    return web.json_response({"runs": await with_approval_tools(runner, rows)})
 
 
 async def _events_offset(runner: AgentRunner, run_id: str) -> int | None:

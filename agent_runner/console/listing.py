@@ -1,22 +1,27 @@
-"""The console's list of runs, read from Temporal's visibility store in one listing: no run is asked anything.
+"""The console's list of runs, from Temporal's visibility store in one listing, and runs waiting for approval asked.
 
 A run whose workers keep the ``AgentRun*`` search attributes current (``--search-attributes``;
 ``workflows/search_attributes.py``) shows its own status, what it waits for and its turns, as of its last workflow
 task; the list filters on ``AgentRunWaiting`` in the listing itself. A run without them shows Temporal's word for
 it (``running``) and a note saying how to get more: asking each run in turn would make the list cost a query per run,
 each one a workflow task a worker must replay, and hang on runs no worker serves.
+
+Only the rows waiting for ``approval`` are asked something (``with_approval_tools``): which tools they wait for, which
+no search attribute says. They are asked together, each for at most ``APPROVALS_TIMEOUT`` seconds, and a row whose
+run does not answer in time still says ``approval``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
-from agent_runner.client import CLOSED_STATUSES
-from agent_runner.contract.errors import AgentRunError
+from agent_runner.client import CLOSED_STATUSES, AgentRunner
+from agent_runner.contract.errors import AgentRunError, AgentRunnerError
 from agent_runner.contract.types import WORKFLOW_TYPE
 
 WAITING_FOR = {
@@ -30,6 +35,9 @@ WAITING_FOR = {
 STATUS = SearchAttributeKey.for_keyword("AgentRunStatus")
 WAITING = SearchAttributeKey.for_keyword("AgentRunWaiting")
 ITERATIONS = SearchAttributeKey.for_int("AgentRunIterations")
+
+APPROVALS_TIMEOUT = 2.0
+"""Seconds a row waiting for approval waits for its run to say which tools (a run no worker serves never answers)."""
 
 NO_ATTRIBUTES_NOTE = "its workers keep no search attributes (--search-attributes): open it to see what it waits for"
 
@@ -57,7 +65,10 @@ def visibility_query(*, task_queue: str | None, waiting: str | None) -> str:
 
 
 def row(execution: WorkflowExecution) -> dict[str, Any]:
-    """One line of the list, from what Temporal's visibility store holds of the run."""
+    """One line of the list, from what Temporal's visibility store holds of the run.
+
+    ``tools`` (the names of the tool calls waiting for approval) is ``None`` here: ``with_approval_tools`` asks.
+    """
     attributes = execution.typed_search_attributes
     own = attributes.get(STATUS)
     temporal = execution.status
@@ -75,6 +86,7 @@ def row(execution: WorkflowExecution) -> dict[str, Any]:
         "start_time": execution.start_time.isoformat(),
         "close_time": execution.close_time.isoformat() if execution.close_time else None,
         "waiting": waiting or None,
+        "tools": None,
         "iterations": attributes.get(ITERATIONS),
         "note": NO_ATTRIBUTES_NOTE if running and own is None else None,
     }
@@ -99,3 +111,28 @@ async def list_rows(client: Client, *, task_queue: str | None, waiting: str | No
             else ""
         )
         raise AgentRunError(f"Temporal refused to list runs: {e.message}.{hint}") from e
+
+
+async def _waiting_tools(runner: AgentRunner, run_id: str, timeout: float) -> list[str] | None:
+    """The names of the run's tool calls waiting for approval, in order, or ``None`` if it did not say in time."""
+    try:
+        async with asyncio.timeout(timeout):
+            pending = await runner.attach(run_id).pending_approvals()
+    except (TimeoutError, AgentRunnerError):
+        return None  # no worker serves it, or it ended meanwhile: the row still says "approval"
+    return [approval.name for approval in pending]
+
+
+async def with_approval_tools(
+    runner: AgentRunner, rows: list[dict[str, Any]], *, timeout: float = APPROVALS_TIMEOUT
+) -> list[dict[str, Any]]:
+    """The rows, each waiting for ``approval`` with ``tools`` set to the tools its run waits for, when it said.
+
+    Only those rows' runs are asked (the ``pending_approvals`` query), all at once, each for at most ``timeout``
+    seconds: the list costs one query per run waiting for a person, and never more than ``timeout`` in all.
+    """
+    asking = [r for r in rows if r["waiting"] == WAITING_FOR["waiting_for_approval"]]
+    answers = await asyncio.gather(*(_waiting_tools(runner, r["id"], timeout) for r in asking))
+    for r, tools in zip(asking, answers, strict=True):
+        r["tools"] = tools
+    return rows

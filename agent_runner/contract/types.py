@@ -436,6 +436,14 @@ class RunStatus(BaseModel):
     ``failed``, ``cancelled``, ``terminated``, ``timed_out``. Each child is a run: attach to it by its id."""
 
 
+class HeldTranscript(BaseModel):
+    """A conversation by reference, as a run holds it: the messages of ``head`` in the store, then ``pending``."""
+
+    head: str | None = None
+    pending: list[dict[str, Any]] = []
+    """Messages no model call stored, in the held form (``contract/transcript.py``: placeholders to resolve)."""
+
+
 class RunResult(BaseModel):
     """What a finished run returns."""
 
@@ -449,3 +457,10 @@ class RunResult(BaseModel):
     usage: Usage = Usage()
     detail: str | None = None
     """Why the run ended, when it did not end on its own: the spent budget, or the reason it was stopped for."""
+
+    transcript: HeldTranscript | None = Field(default=None, exclude_if=lambda transcript: transcript is None)
+    """The whole conversation, when it ends with messages no model call stored (so its history does not show
+    them): the tool results after a ``max_iterations`` cut-off, a message injected last, the input of a run that
+    never called the model. ``None`` (and left out of the JSON) otherwise: then the conversation is the last model
+    call's and its reply. Readers without a worker read an ended run's conversation from it
+    (``agent_runner/console/ended.py``)."""

@@ -36,14 +36,17 @@ def drive(driver: Any, url: str, task_queue: str, run_id: str) -> dict[str, Any]
     wait = WebDriverWait(driver, 30, poll_frequency=0.05)
     seen: dict[str, Any] = {}
 
-    # The list: both runs of this test's task queue, the waiting one saying what it waits for. The console has a
-    # token: the first address carries it, the browser keeps it as a cookie, and the address bar loses it.
+    # The list: both runs of this test's task queue, the waiting one saying what it waits for (which tool: a worker
+    # serves it, so it answers). The console has a token: the first address carries it, the browser keeps it as a
+    # cookie, and the address bar loses it.
     for old in SCREENSHOTS.glob("*.png"):
         old.unlink()
     driver.get(f"{url}/?token={TOKEN}&task_queue={task_queue}")
     seen["address"] = driver.current_url
     # The list refreshes itself; Temporal's visibility store shows what the run waits for a moment after it does.
-    wait.until(lambda d: any("approval 1" in r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tbody tr")))
+    wait.until(
+        lambda d: any("approval (delete_file) 1" in r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tbody tr"))
+    )
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 2)
     seen["list"] = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
     driver.save_screenshot(str(SCREENSHOTS / "list.png"))
@@ -112,7 +115,7 @@ async def test_an_operator_approves_in_the_page_and_sees_the_reply_stream_in(
             seen = await asyncio.to_thread(drive, browser, url, runner.task_queue, run.id)
         result = await run.result()
 
-    assert seen["list"][0].startswith(f"{run.id} waiting for approval approval 1 ")
+    assert seen["list"][0].startswith(f"{run.id} waiting for approval approval (delete_file) 1 ")
     assert seen["list"][1].startswith(f"{done.id} completed ")
     assert seen["filtered"] == [run.id]
     assert seen["address"] == f"{url}/?task_queue={runner.task_queue}"

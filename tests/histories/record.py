@@ -22,6 +22,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME toolsets     # writes NAME.json (runnable toolsets: approval, halt rule)
     python tests/histories/record.py NAME mcp          # writes NAME.json (tools of an MCP server, tests/mcp_server.py)
     python tests/histories/record.py NAME splice       # writes NAME.json (refusal fallbacks spliced, as the middleware)
+    python tests/histories/record.py NAME result_transcript  # writes NAME.json (a max_iterations cut-off whose result
+                                                             # carries the tool result no model call saw)
     python tests/histories/record.py NAME fork         # writes NAME.json and NAME_fork.json (a fork runs a tool the
                                                        # run was given before the fork point)
     python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
@@ -242,6 +244,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "gave_up":
                 await gave_up(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "result_transcript":
+                await result_transcript(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -685,6 +691,24 @@ async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def result_transcript(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``result_transcript`` scenario: ``max_iterations`` cuts the run off after a tool call, and its
+    result carries the conversation with the tool's result (patch ``run-result-carries-unsent-messages``)."""
+    fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"))
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        max_iterations=1,
+    )
+    result = await run.result()
+    assert result.status == "max_iterations" and result.transcript is not None, result
+    assert [m["role"] for m in result.transcript.pending] == ["user"], result.transcript
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
     placeholder escaped) in the run's input, an injected message and an approval's edited input."""
@@ -908,6 +932,7 @@ if __name__ == "__main__":
         "splice",
         "fork",
         "gave_up",
+        "result_transcript",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(

@@ -120,6 +120,7 @@ async function showList() {
       el("td", {}, badge(run.status)),
       el("td", { class: run.waiting ? "waiting" : "" },
         run.waiting || "",
+        run.tools && run.tools.length ? el("span", { class: "tools", text: ` (${run.tools.join(", ")})` }) : null,
         run.note ? el("span", { class: "muted note", text: run.note }) : null),
       el("td", { text: run.iterations ?? "" }),
       el("td", { text: when(run.start_time) }),
