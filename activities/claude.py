@@ -50,6 +50,7 @@ from agent_runner.contract.types import (
     TOOL_USE_READY_SIGNAL,
     CreateMessageInput,
     CreateMessageOutput,
+    ToolUseReady,
 )
 from agent_runner.store import LiveEntries
 from agent_runner.workflows.conversation import build_request, compaction_params
@@ -342,9 +343,9 @@ async def _tool_use_ready(input: CreateMessageInput, block: dict[str, Any]) -> N
     """Tell the run a ``tool_use`` block is complete, so it can start the tool before the reply ends."""
     info = activity.info()
     handle = activity.client().get_workflow_handle(info.workflow_id or "")
-    ready = {"iteration": input.iteration, "attempt": info.attempt, "token": input.eager_token, "block": block}
+    ready = ToolUseReady(iteration=input.iteration, attempt=info.attempt, token=input.eager_token, block=block)
     try:
-        await handle.signal(TOOL_USE_READY_SIGNAL, ready)
+        await handle.signal(TOOL_USE_READY_SIGNAL, ready.model_dump(mode="json"))
     except RPCError as e:
         # The run then starts the tool when the reply arrives, as without eager tools.
         logger.warning("Could not signal a ready tool_use to run %s: %s", info.workflow_id, e.message)

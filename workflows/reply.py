@@ -9,12 +9,11 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.transcript import is_placeholder
+from agent_runner.contract.types import ToolUseReady
 
 _USAGE_COUNTS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
@@ -58,18 +57,6 @@ def reply_problems(reply: object) -> list[str]:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 problems.append(f"`usage.{key}` is not a count")
     return problems
-
-
-class ToolUseReady(BaseModel):
-    """The ``tool_use_ready`` signal's payload: one complete ``tool_use`` block of the model call under way."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    iteration: int
-    attempt: int = Field(ge=1)
-    token: str = Field(min_length=1)
-    """The call's own token (``CreateMessageInput.eager_token``): only that call can start tools early."""
-    block: dict[str, Any]
 
 
 def parse_tool_use_ready(raw: object) -> tuple[ToolUseReady | None, str]:

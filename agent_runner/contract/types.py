@@ -464,3 +464,15 @@ class RunResult(BaseModel):
     never called the model. ``None`` (and left out of the JSON) otherwise: then the conversation is the last model
     call's and its reply. Readers without a worker read an ended run's conversation from it
     (``agent_runner/console/ended.py``)."""
+
+
+class ToolUseReady(BaseModel):
+    """The ``tool_use_ready`` signal's payload: one complete ``tool_use`` block of the model call under way."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    iteration: int
+    attempt: int = Field(ge=1)
+    token: str = Field(min_length=1)
+    """The call's own token (``CreateMessageInput.eager_token``): only that call can start tools early."""
+    block: dict[str, Any]
