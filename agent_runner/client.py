@@ -37,6 +37,7 @@ from anthropic.lib._parse._transform import (
 )
 from anthropic.types.beta import BetaMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -128,6 +129,24 @@ logger = logging.getLogger(__name__)
 
 _POLL_MIN = 0.05
 _POLL_MAX = 1.0
+
+
+class _Backoff:
+    """The client's polling pace: from ``_POLL_MIN``, doubling up to ``_POLL_MAX`` while nothing new comes."""
+
+    def __init__(self) -> None:
+        self._delay = _POLL_MIN
+
+    def reset(self) -> None:
+        """Something new came: poll again soon."""
+        self._delay = _POLL_MIN
+
+    async def wait(self) -> None:
+        """Sleep the current delay, and double the next one."""
+        await asyncio.sleep(self._delay)
+        self._delay = min(self._delay * 2, _POLL_MAX)
+
+
 _EVENTS_POLL = timedelta(seconds=0.2)
 """The least time between two polls of a run's live events once caught up (each poll is an update in its history)."""
 
@@ -383,7 +402,7 @@ class Run:
         the run's failure, if it failed.
         """
         seen = max(0, from_iteration - 1)
-        delay = _POLL_MIN
+        backoff = _Backoff()
         while True:
             done = await self._is_closed()
             replies = await self._replies(seen)
@@ -393,8 +412,9 @@ class Run:
             if done:
                 await self.until_done()  # raises the run's failure, if any
                 return
-            delay = _POLL_MIN if replies else min(delay * 2, _POLL_MAX)
-            await asyncio.sleep(delay)
+            if replies:
+                backoff.reset()
+            await backoff.wait()
 
     async def events(self, after: int = 0, *, agents: bool = True) -> AsyncIterator[RunEvent]:
         """The run's live events (``contract/events.py``), each with its stream ``offset``, until it finishes.
@@ -720,7 +740,7 @@ class Run:
         ``advance(tool_results=...)``) or stopped it.
         """
         seen = 0
-        delay = _POLL_MIN
+        backoff = _Backoff()
         while True:
             status = await self.status()
             # `seen` counts replies, compactions included (they are yielded too, as the SDK's loop yields them); the
@@ -732,7 +752,7 @@ class Run:
                 after = await self.status()
                 if after.status == "waiting_for_step" and _replies_of(after) == seen:
                     await self.advance(iteration=after.iterations)
-                delay = _POLL_MIN
+                backoff.reset()
                 continue
             if await self._is_closed():
                 for reply in await self._replies(seen):
@@ -740,8 +760,7 @@ class Run:
                     yield reply
                 await self.until_done()
                 return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
+            await backoff.wait()
 
     async def _edit(self, update: str, payload: dict[str, Any], wait: bool | None) -> int | None:
         arg = {k: v for k, v in payload.items() if v is not None}
@@ -769,15 +788,14 @@ class Run:
 
     async def _execute_update(self, update: str, arg: dict[str, Any]) -> Any:
         """Send an update, waiting out Temporal's limit of 10 updates in flight per run instead of failing."""
-        delay = _POLL_MIN
+        backoff = _Backoff()
         for _ in range(60):
             try:
                 return await self._answered(self.handle.execute_update(update, arg))
             except RPCError as e:
                 if e.status != RPCStatusCode.RESOURCE_EXHAUSTED:
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _POLL_MAX)
+                await backoff.wait()
         return await self._answered(self.handle.execute_update(update, arg))
 
     async def _edit_applied(self, update: str, seq: int) -> int:
@@ -786,7 +804,7 @@ class Run:
         Raises:
             EditQueued: The run waits for a person first, and ``wait_for_people`` is off.
         """
-        delay = _POLL_MIN
+        backoff = _Backoff()
         while True:
             outcome = await self._query(EDIT_OUTCOME_QUERY, seq)
             if outcome is not None:
@@ -811,8 +829,7 @@ class Run:
                         f"({status.status}).",
                         seq=seq,
                     )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
+            await backoff.wait()
 
     async def fork(self, from_iteration: int, *, id: str | None = None, task_queue: str | None = None) -> Run:
         """Start a new run whose first request is this run's request for ``from_iteration``.
@@ -917,6 +934,20 @@ class Run:
         if status is None or status == WorkflowExecutionStatus.RUNNING:
             return None
         return status.name.lower()
+
+    async def history_events(self) -> AsyncIterator[HistoryEvent]:
+        """The run's Temporal history, event by event (payloads as Temporal holds them, decoded by the caller).
+
+        What an ended run's readers use (the console's page, ``agent-runner status`` without a worker).
+
+        Raises:
+            AgentRunError: Temporal would not give the history.
+        """
+        try:
+            async for event in self.handle.fetch_history_events():
+                yield event
+        except RPCError as e:
+            raise AgentRunError(f"Temporal would not give run {self.id}'s history: {e.message}") from e
 
     async def started_in_step_mode(self) -> bool:
         """Whether the run was started with ``step``: then its edits apply only once a client advances it.

@@ -21,10 +21,8 @@ from typing import Any
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
-from temporalio.service import RPCError
 
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import AgentRunError
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult, RunStatus, RunStatusName, Usage
 
@@ -137,13 +135,9 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     Raises:
         AgentRunError: Temporal would not give the run's history.
     """
-    handle = runner.client.get_workflow_handle(run_id)
     reading = _Reading()
-    try:
-        async for event in handle.fetch_history_events():
-            await _read(runner.client.data_converter, event, reading)
-    except RPCError as e:
-        raise AgentRunError(f"Temporal would not give run {run_id}'s history: {e.message}") from e
+    async for event in runner.attach(run_id).history_events():
+        await _read(runner.client.data_converter, event, reading)
     result = RunResult.model_validate(reading.result) if reading.result is not None else None
     stop_reason: str | None = None
     whole = True
