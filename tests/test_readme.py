@@ -37,3 +37,14 @@ def test_the_readme_tool_example_passes_ruff_and_mypy_strict(tmp_path: Path) -> 
     ):
         done = lint(*command)
         assert done.returncode == 0, f"{' '.join(command[:2])}:\n{done.stdout}{done.stderr}"
+
+
+def test_the_fault_matrix_is_the_guarantees_tables_proofs_and_each_exists() -> None:
+    from tests.conftest import guarantee_test_files
+
+    files = guarantee_test_files()
+    # Every promise names its proof, and the proofs are files of this repository (`-m fault_matrix` runs them).
+    assert "tests/test_tool_effects.py" in files and "tests/test_durability.py" in files
+    assert len(files) >= 15
+    missing = [f for f in files if not (REPO / f).is_file()]
+    assert missing == []
