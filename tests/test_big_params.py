@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic import beta_tool
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
@@ -21,26 +20,10 @@ from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import wait_status
+from tests.test_no_wedge import RAN, forget_launches, launch  # noqa: F401  (the autouse fixture, imported to apply here)
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
-RAN: list[str] = []
-
-
-@beta_tool
-def launch(target: str) -> str:
-    """Launch something.
-
-    Args:
-        target: What to launch.
-    """
-    RAN.append(target)
-    return f"launched {target}"
-
-
-@pytest.fixture(autouse=True)
-def forget_launches() -> None:
-    RAN.clear()
 
 
 def script_three_turns(fake_api: FakeMessagesAPI) -> None:
