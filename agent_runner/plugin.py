@@ -17,18 +17,13 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio.bridge.proto.workflow_activation import WorkflowActivation
-from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
-from temporalio.converter import DataConverter, SerializationContext, StorageDriverStoreContext
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from temporalio.workflow import Info
+from temporalio.worker import WorkerConfig
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
@@ -47,17 +42,6 @@ if TYPE_CHECKING:
 
 ROLES = ("workflows", "model", "tools")
 """What a worker can serve; a fleet may split them across processes and task queues."""
-
-PASSTHROUGH_MODULES = ("agent_runner", "anthropic", "pydantic", "pydantic_core")
-"""Modules the sandbox takes from the worker's own imports instead of importing them again for every run.
-
-Temporal's sandbox re-imports a workflow's module for each run it starts, each continuation and each run it replays
-after a cache eviction: 15 to 60 ms of CPU under the interpreter lock for ``AgentRun`` here (the module compiled from
-source in a container that writes no bytecode), against under 1 ms passed through; at a thousand runs starting at
-once, that alone held one process for tens of seconds while other runs' tasks waited. ``agent_runner`` includes the
-workflow module: its helpers were passed through already (``imports_passed_through``), its module state is constants,
-and its determinism is pinned by the replay tests (``tests/histories``), which is what the sandbox's checks were for.
-"""
 
 
 def build_registry(modules: Iterable[str] = (), tools: Iterable[Registrable] = ()) -> ToolRegistry:
@@ -157,7 +141,6 @@ class AgentRunnerPlugin(SimplePlugin):
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
             run_context=mcp_activities.running if mcp_activities is not None else None,
-            workflow_runner=_with_passthrough,
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
@@ -177,70 +160,6 @@ def _mcp_activities(config: McpConfig, content: Content) -> McpActivities:
             f"MCP servers need the `mcp` package ({e}): pip install 'agent-runner[mcp]'."
         ) from None
     return McpActivities(config, content=content)
-
-
-def _with_passthrough(existing: WorkflowRunner | None) -> WorkflowRunner:
-    """The worker's sandbox (Temporal's default one if none is set), passing ``PASSTHROUGH_MODULES`` through.
-
-    Its instances remember their payloads' serialization contexts (``ContextCachingSandbox``). Any other runner
-    (``UnsandboxedWorkflowRunner``, a debugging one) is kept as it is.
-    """
-    sandbox = SandboxedWorkflowRunner() if existing is None else existing
-    if not isinstance(sandbox, SandboxedWorkflowRunner):
-        return sandbox
-    restrictions = sandbox.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
-    if type(sandbox) is SandboxedWorkflowRunner:
-        return ContextCachingSandbox(restrictions=restrictions, runner_class=sandbox.runner_class)
-    return dataclasses.replace(sandbox, restrictions=restrictions)
-
-
-@dataclasses.dataclass(frozen=True)
-class ContextCachingSandbox(SandboxedWorkflowRunner):
-    """Temporal's sandbox, whose run instances work out each payload's serialization context once.
-
-    The worker asks a run's instance for the serialization context of every payload it decodes or encodes, six times
-    per payload for each activation (three passes each way), and the sandbox answers each time by compiling and
-    running a statement inside the run's sandbox: about a tenth of a workflow worker's CPU went there. The answer
-    for a given command (its activity, child workflow, signal target or operation, fixed when the command is made)
-    and for the run itself never changes, so each instance keeps it.
-    """
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        """The sandbox's instance, behind a cache of its contexts."""
-        return _ContextCachingInstance(super().create_instance(det))
-
-
-class _ContextCachingInstance(WorkflowInstance):
-    """A run's instance that keeps the serialization and storage contexts it gave, by command.
-
-    ``command_info`` is Temporal's ``CommandInfo`` (a command's type and sequence number, hashable) or ``None``.
-    """
-
-    def __init__(self, inner: WorkflowInstance) -> None:
-        self._inner = inner
-        self._contexts: dict[Any, SerializationContext | None] = {}
-        self._store_contexts: dict[Any, StorageDriverStoreContext] = {}
-
-    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
-        return self._inner.activate(act)
-
-    def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
-        if command_info in self._contexts:
-            return self._contexts[command_info]
-        context = self._contexts[command_info] = self._inner.get_serialization_context(command_info)
-        return context
-
-    def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
-        context = self._store_contexts.get(command_info)
-        if context is None:
-            context = self._store_contexts[command_info] = self._inner.get_external_store_context(command_info)
-        return context
-
-    def get_info(self) -> Info:
-        return self._inner.get_info()
-
-    def get_thread_id(self) -> int | None:
-        return self._inner.get_thread_id()
 
 
 def _converter(existing: DataConverter | None) -> DataConverter:

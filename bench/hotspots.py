@@ -6,9 +6,10 @@ fake Messages API, on an embedded Temporal dev server with in-process workers. T
 
 1. **Variants** that take one suspect away without changing runtime code (each its own worker and task queue):
 
-   * ``agent-runner``: as deployed (``build_worker``: sandboxed workflows, SQLite store on disk, ``synchronous=FULL``);
-   * ``unsandboxed``: the same plugin on a Worker with ``UnsandboxedWorkflowRunner`` (what the sandbox costs: it
-     re-imports the workflow modules for each run);
+   * ``agent-runner``: as deployed (``build_worker``: ``AgentRun`` outside the sandbox, SQLite store on disk,
+     ``synchronous=FULL``);
+   * ``sandboxed``: the same plugin with ``AgentRun`` in Temporal's sandbox, the runner's modules passed through (as
+     deployed before: what the sandbox costs);
    * ``store-in-memory``: the store file on ``/dev/shm`` (what the disk syncs of store commits cost);
    * ``no-live-events``: the model call publishes no live events (``EventPublisher`` swapped, on that variant's
      task queue only, for one that sends nothing): no signals to the run;
@@ -66,7 +67,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client, WorkflowHandle
     from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     import agent_runner.activities.claude as claude_activity
     from agent_runner.activities.claude import ClaudeActivities
@@ -78,7 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.testing import FakeMessagesAPI
     from agent_runner.worker import build_registry, build_worker
 
-VARIANTS = ("agent-runner", "unsandboxed", "store-in-memory", "no-live-events", "no-heartbeats", "floor")
+VARIANTS = ("agent-runner", "sandboxed", "store-in-memory", "no-live-events", "no-heartbeats", "floor")
 # The variants that take away a piece of the model call do it on their own task queue only (see Counters).
 NO_LIVE_EVENTS_QUEUE = "profile-no-live-events"
 NO_HEARTBEATS_QUEUE = "profile-no-heartbeats"
@@ -217,11 +219,16 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
                 store=stores["disk"],
                 graceful_shutdown_timeout=quick,
             ),
-            "unsandboxed": Worker(
+            "sandboxed": Worker(
                 client,
-                task_queue="profile-unsandboxed",
+                task_queue="profile-sandboxed",
                 plugins=[AgentRunnerPlugin(registry=registry, claude=claude(), store=stores["disk"])],
-                workflow_runner=UnsandboxedWorkflowRunner(),
+                # AgentRun is `sandboxed=False`: the worker runs it with its "unsandboxed" runner, a sandbox here.
+                unsandboxed_workflow_runner=SandboxedWorkflowRunner(
+                    restrictions=SandboxRestrictions.default.with_passthrough_modules(
+                        "agent_runner", "anthropic", "pydantic", "pydantic_core"
+                    )
+                ),
                 graceful_shutdown_timeout=quick,
             ),
             "store-in-memory": build_worker(
@@ -258,7 +265,7 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
         }
         queues = {
             "agent-runner": "profile-agent-runner",
-            "unsandboxed": "profile-unsandboxed",
+            "sandboxed": "profile-sandboxed",
             "store-in-memory": "profile-store-in-memory",
             "no-live-events": NO_LIVE_EVENTS_QUEUE,
             "no-heartbeats": NO_HEARTBEATS_QUEUE,

@@ -3,6 +3,10 @@
 A change to `AgentRun` that would break running agents (a reordered activity, a new timer, a renamed update) makes
 these replays fail. Deliberate changes go behind `workflow.patched(...)`, and new histories are recorded beside the
 old ones with `python tests/histories/record.py`.
+
+Workers run `AgentRun` outside Temporal's sandbox (`sandboxed=False`, for its cost); these replays run it inside the
+strict one (Temporal's default restrictions, nothing of ours passed through), so a clock, a random number, I/O or a
+module-level mutation anywhere on the paths the histories take fails here instead of in production.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent_runner.workflows.agent_run import AgentRun
 
@@ -28,9 +33,42 @@ def load(path: Path) -> WorkflowHistory:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_recorded_runs_replay_on_the_current_code(path: Path) -> None:
-    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
+    result = await strict_replayer(AgentRun).replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+def strict_replayer(workflow_class: type) -> Replayer:
+    """A replayer that runs `workflow_class` in Temporal's strict sandbox, even though it is `sandboxed=False`."""
+    return Replayer(
+        workflows=[workflow_class],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+    )
+
+
+def test_workers_run_agent_run_outside_the_sandbox() -> None:
+    defn = workflow._Definition.must_from_class(AgentRun)
+    assert defn.sandboxed is False
+
+
+@workflow.defn(name="AgentRun", sandboxed=False)
+class AgentRunReadingTheClock(AgentRun):
+    """A careless change: the wall clock read in workflow code (`datetime.now()` instead of `workflow.now()`)."""
+
+    @workflow.run
+    async def run(self, raw_input: Any = None) -> dict[str, Any]:
+        import datetime
+
+        datetime.datetime.now()
+        return await super().run(raw_input)
+
+
+async def test_a_clock_read_in_workflow_code_fails_the_strict_replay() -> None:
+    result = await strict_replayer(AgentRunReadingTheClock).replay_workflow(
+        load(HISTORIES[0]), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is not None
+    assert "datetime.datetime.now" in str(result.replay_failure)
 
 
 @workflow.defn(name="AgentRun")
@@ -44,8 +82,9 @@ class AgentRunWithAnExtraTimer(AgentRun):
 
 
 async def test_a_non_deterministic_change_fails_the_replay() -> None:
-    replayer = Replayer(workflows=[AgentRunWithAnExtraTimer], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(load(HISTORIES[0]), raise_on_replay_failure=False)
+    result = await strict_replayer(AgentRunWithAnExtraTimer).replay_workflow(
+        load(HISTORIES[0]), raise_on_replay_failure=False
+    )
     assert result.replay_failure is not None
     assert (
         "Nondeterminism" in type(result.replay_failure).__name__ or "nondetermin" in str(result.replay_failure).lower()
