@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shlex
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -40,7 +36,7 @@ from agent_runner.schedules import describe_schedule
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.test_mcp import config
-from tests.test_readme_walkthrough import READY, REPO, _env, processes_with, temporal
+from tests.test_readme_walkthrough import READY, REPO, _env, readme_block, run_beside_a_dev_stack, temporal
 from tests.test_toolsets import RecordingBrowser, action
 from tests.test_toolsets import result as toolset_result
 from tests.tools_for_tests import get_weather
@@ -91,11 +87,7 @@ OUTPUT = [
 
 def stock_cli_block() -> str:
     """The README's shell block right after the stock-cli mark."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme.count(MARK) == 1, "README.md must mark exactly one stock-cli block"
-    block = re.match(r"```sh\n(.*?)^```$", readme.split(MARK, 1)[1], re.S | re.M)
-    assert block is not None, "the stock-cli mark must come right before a ```sh block"
-    return block.group(1)
+    return readme_block(MARK)
 
 
 def _normalized(out: str) -> list[str]:
@@ -109,22 +101,7 @@ def test_the_readme_stock_temporal_cli_block_runs_verbatim_and_approves_a_waitin
     home = tmp_path / "agent-runner-home"
     env = _env(temporal, home)
     script = "set -euo pipefail\n. .venv/bin/activate\n" + stock_cli_block()
-    try:
-        done = subprocess.run(
-            ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
-        )
-        left = processes_with(f"AGENT_RUNNER_HOME={home}")
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "agent_runner.cli", "dev", "--stop"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        for leftover in processes_with(f"AGENT_RUNNER_HOME={home}"):
-            os.kill(leftover, signal.SIGKILL)
+    done, left = run_beside_a_dev_stack(script, env, timeout=180)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     lines = _normalized(done.stdout)
     ready = [re.fullmatch(pattern, line) for pattern, line in zip(READY, lines, strict=False)]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -27,13 +28,44 @@ RUN_ID = re.compile(r"agent-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
+def readme_block(mark: str) -> str:
+    """The README's shell block right after ``mark`` (an HTML comment naming the test that runs it)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme.count(mark) == 1, f"README.md must hold exactly one {mark.strip()}"
+    block = re.match(r"```sh\n(.*?)^```$", readme.split(mark, 1)[1], re.S | re.M)
+    assert block is not None, f"{mark.strip()} must come right before a ```sh block"
+    return block.group(1)
+
+
 def walkthrough() -> str:
     """The README's shell block right after the walk-through mark."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme.count(MARK) == 1, "README.md must mark exactly one walk-through"
-    block = re.match(r"```sh\n(.*?)^```$", readme.split(MARK, 1)[1], re.S | re.M)
-    assert block is not None, "the walk-through mark must come right before a ```sh block"
-    return block.group(1)
+    return readme_block(MARK)
+
+
+def run_beside_a_dev_stack(script: str, env: dict[str, str], timeout: float) -> tuple[CompletedProcess[str], list[int]]:
+    """``script`` run by bash in the repository, and the processes of its ``AGENT_RUNNER_HOME`` left when it ended.
+
+    Whatever happened, the dev stack the script started is stopped and anything of it still alive is killed, so a
+    script that failed half-way leaves nothing behind for the next test.
+    """
+    marker = f"AGENT_RUNNER_HOME={env['AGENT_RUNNER_HOME']}"
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        left = processes_with(marker)
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "agent_runner.cli", "dev", "--stop"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        for leftover in processes_with(marker):
+            os.kill(leftover, signal.SIGKILL)
+    return done, left
 
 
 def processes_with(marker: str) -> list[int]:
@@ -193,24 +225,7 @@ def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, 
     """It prints what the README promises, ends with the stack stopped, and no process of it is left."""
     home = tmp_path / "agent-runner-home"
     env = _env(temporal, home)
-    script = "set -euo pipefail\n" + walkthrough()
-    try:
-        done = subprocess.run(
-            ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False
-        )
-        left = processes_with(f"AGENT_RUNNER_HOME={home}")
-    finally:
-        # A walk-through that failed half-way leaves its dev stack up: stop it, whatever happened.
-        subprocess.run(
-            [sys.executable, "-m", "agent_runner.cli", "dev", "--stop"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        for leftover in processes_with(f"AGENT_RUNNER_HOME={home}"):
-            os.kill(leftover, signal.SIGKILL)
+    done, left = run_beside_a_dev_stack("set -euo pipefail\n" + walkthrough(), env, timeout=240)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     lines = _normalized(done.stdout)
     ready = [re.fullmatch(pattern, line) for pattern, line in zip(READY, lines, strict=False)]
