@@ -64,7 +64,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
-from agent_runner.contract.big_params import big_values, slim_params, slim_tool
+from agent_runner.contract.big_params import big_values, read_by_fallbacks, slim_params, slim_tool
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
     AgentRunError,
@@ -638,7 +638,8 @@ class Run:
     async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:
         """Change request parameters (``max_tokens``, ``tool_choice``, ...) for later turns; ``None`` removes one.
 
-        A big ``system`` is stored and sent by reference, as ``AgentRunner.start`` sends it.
+        A big parameter the run only passes through (a long ``system``, an ``output_config`` schema) is stored and sent
+        by reference, as ``AgentRunner.start`` sends it.
         """
         held = await _store_big_params(self._content, params)
         payload: dict[str, Any] = {"params": params, **({"held": True} if held else {})}
@@ -1073,7 +1074,8 @@ async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
         Whether any was stored.
     """
     api = {key: value for key, value in params.items() if key in API_PARAMS | EXTRA_BODY_PARAMS}
-    big = {key: api[key] for key, value in slim_params(api).items() if value is not api[key]}
+    slim = slim_params(api, keep=read_by_fallbacks(params.get("refusal_fallbacks")))
+    big = {key: api[key] for key, value in slim.items() if value is not api[key]}
     refused = param_problems({**big, "model": "m", "max_tokens": 1})
     big = {key: value for key, value in big.items() if not any(f"`{key}" in problem for problem in refused)}
     for key, value in big.items():

@@ -209,6 +209,42 @@ async def test_plain_json_add_tools_with_a_big_definition_reaches_claude_exactly
     }
 
 
+async def test_a_run_with_big_values_forks_and_goes_on_with_them(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    search = raw_tool("search", 300_000)
+    output_config = {"format": {"type": "json_schema", "schema": schema("answer", 300_000)}}
+    fake_api.script(end_turn("Done."), end_turn("Forked."), end_turn("Sent."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], tools=[search], output_config=output_config, thread=False)
+        await run.until_done()
+        fork = await run.fork(1)
+        await fork.until_done()
+        sent = await run.send("And then?")
+        await sent.until_done()
+    bodies = fake_api.bodies()
+    assert [(body["tools"], body["output_config"]) == ([search], output_config) for body in bodies] == [True] * 3
+
+
+async def test_a_big_output_config_a_refusal_fallback_patches_is_held_by_value_and_patched_exactly(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A hop merges its entry's ``output_config`` into the run's key by key, which needs the value itself."""
+    output_config = {"effort": "high", "format": {"type": "json_schema", "schema": schema("answer", 200_000)}}
+    details = {"type": "refusal", "category": "cyber", "explanation": "Not this.", "fallback_credit_token": "tok_A"}
+    fake_api.script(Reply([text("No.")], "refusal", stop_details=details), end_turn("Yes."))
+    async with worker():
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            output_config=output_config,
+            thread=False,
+            refusal_fallbacks=[{"model": "claude-fallback-2", "output_config": {"effort": "low"}}],
+        )
+        assert (await run.result()).status == "completed"
+    assert [body["output_config"] for body in fake_api.bodies()] == [output_config, {**output_config, "effort": "low"}]
+
+
 @pytest.mark.parametrize(
     "field",
     [

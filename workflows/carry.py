@@ -20,6 +20,7 @@ from agent_runner.contract.big_params import (
     big_params,
     big_values,
     by_reference,
+    read_by_fallbacks,
     settings_refs,
     slim_params,
     slim_tool,
@@ -129,7 +130,7 @@ def continuation_input(
     dropped_forks = max(0, len(state.fork_points) - CARRIED_FORK_POINTS)
     dropped_replies = _replies_to_drop(state.replies)
     # Every field of the state goes across (a new one cannot be forgotten); only these are trimmed on the way.
-    params, tools, specs = _carried_settings(state)
+    params, tools, specs = _carried_settings(state, read_by_fallbacks(run_input.get("refusal_fallbacks")))
     trimmed = {
         "conversation": conversation.model_copy(
             update={"transcript": conversation.transcript.carry(), "params": params, "tools": tools}
@@ -181,13 +182,15 @@ def _replies_to_drop(replies: list[dict[str, Any]]) -> int:
     return len(replies) - kept
 
 
-def _carried_settings(state: RunState) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, ToolSpec]]:
+def _carried_settings(
+    state: RunState, keep: frozenset[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, ToolSpec]]:
     """The parameters, tool definitions and tool specs a continuation carries: big values by reference once stored.
 
     The model call stores every big value it is sent (``activities/claude.py``), so a run that got a long ``system``,
     a big ``output_config`` or megabytes of tool schemas by value (plain JSON, an MCP server's tools) has them in the
     store once its current settings went out; carried by value, they would be in every later continuation's input
-    and could push it past Temporal's payload limit.
+    and could push it past Temporal's payload limit. ``keep`` are parameters the workflow reads after all.
     """
     conversation = state.conversation
     assert conversation is not None
@@ -201,7 +204,7 @@ def _carried_settings(state: RunState) -> tuple[dict[str, Any], list[dict[str, A
             name: spec.model_copy(update={"definition": _slim_known(spec.definition, known)})
             for name, spec in state.tools.items()
         }
-        return slim_params(params), slim_tools(tools), specs
+        return slim_params(params, keep=keep), slim_tools(tools), specs
     if big_params(params) and workflow.patched(PARAMS_BY_REFERENCE_PATCH):
         return by_reference(params), tools, state.tools
     return params, tools, state.tools

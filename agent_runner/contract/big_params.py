@@ -86,9 +86,22 @@ def _slim(mapping: Mapping[str, Any], keep: frozenset[str], limit: int) -> dict[
     }
 
 
-def slim_params(params: Mapping[str, Any], limit: int = PARAM_INLINE_LIMIT) -> dict[str, Any]:
-    """``params`` with every big parameter the workflow does not read replaced by its placeholder."""
-    return _slim(params, READ_PARAMS, limit)
+def slim_params(
+    params: Mapping[str, Any], limit: int = PARAM_INLINE_LIMIT, keep: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """``params`` with every big parameter the workflow does not read (nor ``keep``) replaced by its placeholder."""
+    return _slim(params, READ_PARAMS | keep, limit)
+
+
+def read_by_fallbacks(refusal_fallbacks: object) -> frozenset[str]:
+    """Parameters a run's refusal-fallback hops merge into, which it must then hold by value (``keep``).
+
+    A ``refusal_fallbacks`` entry's ``output_config`` patches the run's key by key (``workflows/fallbacks.py``), which
+    the workflow cannot do to a placeholder.
+    """
+    entries = refusal_fallbacks if isinstance(refusal_fallbacks, list) else []
+    patched = any(isinstance(entry, dict) and "output_config" in entry for entry in entries)
+    return frozenset({"output_config"}) if patched else frozenset()
 
 
 def slim_tool(tool: Any, limit: int = PARAM_INLINE_LIMIT) -> Any:
