@@ -56,7 +56,7 @@ from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
-from agent_runner.contract.big_params import big_values, slim_tool
+from agent_runner.contract.big_params import big_values, slim_tools
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
@@ -413,7 +413,7 @@ class ToolActivities:
         """The definitions and options of the named tools, and the names this worker does not know."""
         specs = [self._registry.spec(name) for name in input.names]
         return DescribeToolsOutput(
-            tools=[await self._by_reference(spec) for spec in specs if spec is not None],
+            tools=await self._by_reference([spec for spec in specs if spec is not None]),
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
             registered=self._registry.names,
@@ -421,15 +421,19 @@ class ToolActivities:
             search_attributes=self._search_attributes,
         )
 
-    async def _by_reference(self, spec: ToolSpec) -> ToolSpec:
-        """``spec`` with its definition's big fields stored and replaced by placeholders (``big_params.py``).
+    async def _by_reference(self, specs: list[ToolSpec]) -> list[ToolSpec]:
+        """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``).
 
-        A tool's megabytes of input schema would otherwise ride in this answer, the run's state and each continuation.
+        Megabytes of input schemas would otherwise ride in this answer, the run's state and each continuation.
         """
-        for value in big_values({}, [spec.definition]):
+        definitions = [spec.definition for spec in specs]
+        for value in big_values({}, definitions):
             await self._content.put_value(value)
-        slim = slim_tool(spec.definition)
-        return spec if slim == spec.definition else spec.model_copy(update={"definition": slim})
+        slim = slim_tools(definitions)
+        return [
+            spec if new == spec.definition else spec.model_copy(update={"definition": new})
+            for spec, new in zip(specs, slim, strict=True)
+        ]
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)
     async def run_tool(self, input: RunToolInput) -> ToolResult:

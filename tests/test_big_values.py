@@ -110,6 +110,44 @@ async def test_megabytes_of_tool_schemas_and_output_config_from_the_python_clien
     assert largest_event(histories) < LIMIT
 
 
+@pytest.mark.parametrize("plain", [False, True], ids=["python_client", "plain_json"])
+async def test_many_modest_tool_schemas_that_add_up_to_megabytes_go_by_reference(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path, plain: bool
+) -> None:
+    """No field is big, but 60 tools of 25 KB each are: every field over 1 KB goes by reference then."""
+    tools = [raw_tool(f"tool{i:02}", 25_000) for i in range(60 if not plain else 40)]
+    assert len(canonical(tools)) > (1_400_000 if not plain else 900_000)
+    script_three_turns(fake_api)
+    run_input: dict[str, Any] = {
+        **BASE,
+        "messages": [USER],
+        "tools": ["launch", *tools],
+        "thread": False,
+        "continue_as_new": {"events": 10},
+    }
+    async with worker(launch):
+        if plain:
+            path = tmp_path / "input.json"
+            path.write_text(json.dumps(run_input))
+            stock_temporal(
+                runner.client,
+                *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
+                *("--workflow-id", "many-tools-plain", "--input-file", str(path)),
+            )
+            run = runner.attach("many-tools-plain")
+        else:
+            run = await runner.start(**{**run_input, "tools": [launch, *tools]})
+        async with asyncio.timeout(90):
+            result = await run.result()
+        first = (await run.handle.describe()).raw_description.workflow_execution_info.first_run_id
+    assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
+    assert [body["tools"] == [launch.to_dict(), *tools] for body in fake_api.bodies()] == [True] * 3
+    histories = await executions(runner.client, run.id, first)
+    assert len(histories) >= 2
+    # By value only where plain JSON gave it so: the run's input and the first model call's.
+    assert largest_event(histories if not plain else histories[1:]) < LIMIT
+
+
 async def test_big_tool_schemas_and_output_config_sent_as_plain_json_are_carried_by_reference(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
 from agent_runner.contract.big_params import (
+    TOOL_FIELD_LIMIT,
     big_params,
     big_values,
     by_reference,
@@ -226,7 +227,7 @@ def held_definition(tool: dict[str, Any], held: bool) -> dict[str, Any]:
 
 def _slim_known(tool: dict[str, Any], known: set[str]) -> dict[str, Any]:
     """``tool`` with the big fields whose values are stored (their refs in ``known``) replaced by placeholders."""
-    slim = slim_tool(tool)
+    slim = slim_tool(tool, TOOL_FIELD_LIMIT)  # the smallest limit: only what is known to be stored is replaced
     return {key: value if stored_ref(value) in known else tool[key] for key, value in slim.items()}
 
 

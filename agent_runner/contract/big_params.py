@@ -55,6 +55,10 @@ READ_TOOL_FIELDS = frozenset({"name", "type"})
 PARAM_INLINE_LIMIT = 64_000
 """A value bigger than this (in canonical JSON bytes) goes by reference."""
 
+TOOL_FIELD_LIMIT = 1024
+"""Once a run's tool definitions together are bigger than ``PARAM_INLINE_LIMIT``, each field of theirs bigger than
+this goes by reference: hundreds of tools of modest schemas add up to megabytes as surely as one big one."""
+
 
 def stored_ref(value: Any) -> str | None:
     """The ref a value's placeholder names, or ``None`` when the value is not a placeholder."""
@@ -109,17 +113,27 @@ def slim_tool(tool: Any, limit: int = PARAM_INLINE_LIMIT) -> Any:
     return _slim(tool, READ_TOOL_FIELDS, limit) if isinstance(tool, dict) else tool
 
 
-def slim_tools(tools: Iterable[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:
-    """Each of ``tools`` as ``slim_tool`` makes it."""
-    return [slim_tool(tool, limit) for tool in tools]
+def tool_field_limit(tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> int:
+    """The size over which a field of one of ``tools`` goes by reference.
+
+    ``limit``, or ``TOOL_FIELD_LIMIT`` once the definitions together are bigger than ``limit``.
+    """
+    return limit if len(canonical(tools)) <= limit else min(limit, TOOL_FIELD_LIMIT)
 
 
-def big_values(params: Mapping[str, Any], tools: Iterable[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:
-    """Every value of ``params`` and ``tools`` that ``slim_params`` / ``slim_tool`` would put by reference."""
+def slim_tools(tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:
+    """``tools`` with their big fields replaced by placeholders (``tool_field_limit``)."""
+    field_limit = tool_field_limit(tools, limit)
+    return [slim_tool(tool, field_limit) for tool in tools]
+
+
+def big_values(params: Mapping[str, Any], tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:
+    """Every value of ``params`` and ``tools`` that ``slim_params`` / ``slim_tools`` would put by reference."""
     values = [v for k, v in params.items() if k not in READ_PARAMS and _big(v, limit)]
+    field_limit = tool_field_limit(tools, limit)
     for tool in tools:
         if isinstance(tool, dict):
-            values.extend(v for k, v in tool.items() if k not in READ_TOOL_FIELDS and _big(v, limit))
+            values.extend(v for k, v in tool.items() if k not in READ_TOOL_FIELDS and _big(v, field_limit))
     return values
 
 
