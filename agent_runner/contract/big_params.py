@@ -3,7 +3,8 @@
 A run carries its request parameters and its tools' definitions in its input, in every model call's input that
 sends its settings, in the state it hands to continue-as-new and in the edits that change them (``update_params``,
 ``add_tools``). A long ``system`` prompt, a big ``output_config`` schema or megabytes of tool input schemas carried
-so can push any of these past Temporal's 2 MB payload limit. So, once one is bigger than ``PARAM_INLINE_LIMIT``:
+so can push any of these past Temporal's 2 MB payload limit. So, once one is bigger than ``PARAM_INLINE_LIMIT``
+(a tool's field: bigger than ``TOOL_FIELD_LIMIT`` once the run's tools together are bigger than that):
 
 - the Python client stores it in the content store and sends the placeholder ``{"agent_runner.stored": ref}`` in
   its place (the run's input, or the edit, says ``"held": true``);
