@@ -56,7 +56,6 @@ from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
-from agent_runner.contract.big_params import big_values, slim_tools
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
@@ -413,27 +412,13 @@ class ToolActivities:
         """The definitions and options of the named tools, and the names this worker does not know."""
         specs = [self._registry.spec(name) for name in input.names]
         return DescribeToolsOutput(
-            tools=await self._by_reference([spec for spec in specs if spec is not None]),
+            tools=await specs_by_reference(self._content, [spec for spec in specs if spec is not None]),
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
             registered=self._registry.names,
             model_task_queue=self._model_task_queue,
             search_attributes=self._search_attributes,
         )
-
-    async def _by_reference(self, specs: list[ToolSpec]) -> list[ToolSpec]:
-        """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``).
-
-        Megabytes of input schemas would otherwise ride in this answer, the run's state and each continuation.
-        """
-        definitions = [spec.definition for spec in specs]
-        for value in big_values({}, definitions):
-            await self._content.put_value(value)
-        slim = slim_tools(definitions)
-        return [
-            spec if new == spec.definition else spec.model_copy(update={"definition": new})
-            for spec, new in zip(specs, slim, strict=True)
-        ]
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)
     async def run_tool(self, input: RunToolInput) -> ToolResult:
@@ -774,3 +759,12 @@ def _well_formed_content(content: Any) -> Any:
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             block["text"] = _well_formed(block["text"])
     return blocks
+
+
+async def specs_by_reference(content: Content, specs: list[ToolSpec]) -> list[ToolSpec]:
+    """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``)."""
+    slim = await content.tools_by_reference([spec.definition for spec in specs])
+    return [
+        spec if new == spec.definition else spec.model_copy(update={"definition": new})
+        for spec, new in zip(specs, slim, strict=True)
+    ]

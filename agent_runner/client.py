@@ -64,7 +64,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
-from agent_runner.contract.big_params import big_values, read_by_fallbacks, slim_params, slim_tools
+from agent_runner.contract.big_params import read_by_fallbacks, slim_params
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
     AgentRunError,
@@ -270,7 +270,7 @@ class AgentRunner:
             "messages": await self.content.offload_messages([dict(m) for m in messages]),
             "held": True,  # the messages are held already: the run takes their placeholders as ours
         }
-        tool_list = await _store_big_fields(self.content, [_tool_param(t) for t in tools])
+        tool_list = await self.content.tools_by_reference([_tool_param(t) for t in tools])
         if tool_list:
             run_input["tools"] = tool_list
         if max_iterations is not None:
@@ -652,7 +652,7 @@ class Run:
         sends them.
         """
         # A definition goes into the conversation (a `tool_addition` block), so it is held as content is: escaped.
-        added = await _store_big_fields(self._content, [escape(_tool_param(t)) for t in tools])
+        added = await self._content.tools_by_reference([escape(_tool_param(t)) for t in tools])
         held = any(isinstance(t, dict) for t in added)
         return await self._edit(ADD_TOOLS_UPDATE, {"tools": added, **({"held": True} if held else {})}, wait)
 
@@ -1081,13 +1081,6 @@ async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
     for key, value in big.items():
         params[key] = stored(await content.put_value(value))
     return bool(big)
-
-
-async def _store_big_fields(content: Content, tools: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
-    """Tool definitions with their big fields stored and replaced by their placeholders (``big_params.py``)."""
-    for value in big_values({}, tools):
-        await content.put_value(value)
-    return slim_tools(tools)
 
 
 def _tool_param(tool: Any) -> str | dict[str, Any]:
