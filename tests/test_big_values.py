@@ -20,9 +20,11 @@ from temporalio.api.history.v1 import History
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.steering import AddTools, UpdateParams
 from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows.edits import check_add_tools, check_params
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import wait_status
 from tests.test_big_params import executions, largest_payloads
@@ -297,3 +299,13 @@ def test_plain_json_shaped_like_a_reference_where_one_would_count_is_refused(fie
     with pytest.raises(InvalidRunInput, match="shaped like a stored reference"):
         parse_run_input({**BASE, "messages": [USER], **field})
     parse_run_input({**BASE, "messages": [USER], **field, "held": True})  # the Python client's: a reference
+
+
+def test_plain_edits_shaped_like_a_reference_where_one_would_count_are_refused() -> None:
+    """As the run's input: ``update_params`` and ``add_tools`` from plain JSON never name stored values."""
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    with pytest.raises(ValueError, match="`metadata` is an object shaped like a stored reference"):
+        check_params(UpdateParams(params={"metadata": lookalike}), None)
+    with pytest.raises(ValueError, match=r"`tools\[0\].input_schema` is an object shaped like a stored reference"):
+        check_add_tools(AddTools(tools=[{"name": "t", "input_schema": lookalike}]), None)
+    check_add_tools(AddTools(tools=[{"name": "t", "input_schema": lookalike}], held=True), None)
