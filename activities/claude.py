@@ -38,7 +38,7 @@ from temporalio.service import RPCError
 
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.content import Content
-from agent_runner.contract.big_params import big_params, resolve_params, stored_params
+from agent_runner.contract.big_params import big_values, resolve_params, resolve_tool, settings_refs
 from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.params import mcp_token_env
@@ -117,12 +117,16 @@ class ClaudeActivities:
         else:
             await self.content.put_value(settings)
             # Stored apart too, so the run can carry them by reference into its continuation (``big_params.py``).
-            for value in big_params(settings["params"]).values():
+            for value in big_values(settings["params"], settings["tools"]):
                 await self.content.put_value(value)
-        refs = stored_params(settings["params"])
+        refs = settings_refs(settings["params"], settings["tools"])
         if refs:
-            found = await self.content.values(list(refs.values()))
-            settings = {**settings, "params": resolve_params(settings["params"], found.__getitem__)}
+            found = await self.content.values(refs)
+            settings = {
+                **settings,
+                "params": resolve_params(settings["params"], found.__getitem__),
+                "tools": [resolve_tool(tool, found.__getitem__) for tool in settings["tools"]],
+            }
         # A turn that continues a thread sends only what the server does not hold: read only that. (A compaction
         # turn has no `previous_message_id`, so it reads the whole history.)
         skip = turn.answered if turn.threading and turn.previous_message_id else 0

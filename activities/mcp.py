@@ -37,7 +37,7 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run
+from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run, specs_by_reference
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
 from agent_runner.contract.types import (
@@ -260,7 +260,9 @@ class McpActivities:
                 type="ToolNotRegistered",
                 non_retryable=True,
             )
-        return ListMcpToolsOutput(tools=specs, configured=sorted(self._connections))
+        return ListMcpToolsOutput(
+            tools=await specs_by_reference(self._content, specs), configured=sorted(self._connections)
+        )
 
     async def _list(self, server: str) -> list[Tool]:
         connection = self._connections[server]

@@ -412,7 +412,7 @@ class ToolActivities:
         """The definitions and options of the named tools, and the names this worker does not know."""
         specs = [self._registry.spec(name) for name in input.names]
         return DescribeToolsOutput(
-            tools=[spec for spec in specs if spec is not None],
+            tools=await specs_by_reference(self._content, [spec for spec in specs if spec is not None]),
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
             missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
             registered=self._registry.names,
@@ -759,3 +759,12 @@ def _well_formed_content(content: Any) -> Any:
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             block["text"] = _well_formed(block["text"])
     return blocks
+
+
+async def specs_by_reference(content: Content, specs: list[ToolSpec]) -> list[ToolSpec]:
+    """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``)."""
+    slim = await content.tools_by_reference([spec.definition for spec in specs])
+    return [
+        spec if new == spec.definition else spec.model_copy(update={"definition": new})
+        for spec, new in zip(specs, slim, strict=True)
+    ]

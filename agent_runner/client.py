@@ -64,7 +64,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
-from agent_runner.contract.big_params import big_params
+from agent_runner.contract.big_params import read_by_fallbacks, slim_params
 from agent_runner.contract.errors import (
     ERRORS_BY_NAME,
     AgentRunError,
@@ -85,7 +85,8 @@ from agent_runner.contract.events import (
     RunFinished,
     parse_event,
 )
-from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.params import param_problems
+from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS, parse_run_input
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -269,7 +270,7 @@ class AgentRunner:
             "messages": await self.content.offload_messages([dict(m) for m in messages]),
             "held": True,  # the messages are held already: the run takes their placeholders as ours
         }
-        tool_list = [_tool_param(t) for t in tools]
+        tool_list = await self.content.tools_by_reference([_tool_param(t) for t in tools])
         if tool_list:
             run_input["tools"] = tool_list
         if max_iterations is not None:
@@ -637,15 +638,23 @@ class Run:
     async def update_params(self, *, wait: bool | None = None, **params: Any) -> int | None:
         """Change request parameters (``max_tokens``, ``tool_choice``, ...) for later turns; ``None`` removes one.
 
-        A big ``system`` is stored and sent by reference, as ``AgentRunner.start`` sends it.
+        A big parameter the run only passes through (a long ``system``, an ``output_config`` schema) is stored and sent
+        by reference, as ``AgentRunner.start`` sends it.
         """
         held = await _store_big_params(self._content, params)
         payload: dict[str, Any] = {"params": params, **({"held": True} if held else {})}
         return await self._edit(UPDATE_PARAMS_UPDATE, payload, wait)
 
     async def add_tools(self, *tools: Any, wait: bool | None = None) -> int | None:
-        """Make registered tools (or raw definitions) available from the next turn on."""
-        return await self._edit(ADD_TOOLS_UPDATE, {"tools": [_tool_param(t) for t in tools]}, wait)
+        """Make registered tools (or raw definitions) available from the next turn on.
+
+        A raw definition's big fields (a long input schema) are stored and sent by reference, as ``AgentRunner.start``
+        sends them.
+        """
+        # A definition goes into the conversation (a `tool_addition` block), so it is held as content is: escaped.
+        added = await self._content.tools_by_reference([escape(_tool_param(t)) for t in tools])
+        held = any(isinstance(t, dict) for t in added)
+        return await self._edit(ADD_TOOLS_UPDATE, {"tools": added, **({"held": True} if held else {})}, wait)
 
     async def remove_tools(self, *names: str, wait: bool | None = None) -> int | None:
         """Take tools away from the next turn on."""
@@ -1058,13 +1067,17 @@ def _rpc_error(run_id: str, error: RPCError) -> AgentRunnerError:
 async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
     """Store the big parameters of ``params`` and put their placeholders in their place (``big_params.py``).
 
-    Stored, not carried: a long ``system`` would push the run's input past Temporal's payload limit. A value of the
-    wrong type stays, for the run to refuse with the usual message.
+    Stored, not carried: a long ``system`` or a big ``output_config`` schema would push the run's input past
+    Temporal's payload limit. A value of the wrong type stays, for the run to refuse with the usual message.
 
     Returns:
         Whether any was stored.
     """
-    big = {key: value for key, value in big_params(params).items() if isinstance(value, str | list)}
+    api = {key: value for key, value in params.items() if key in API_PARAMS | EXTRA_BODY_PARAMS}
+    slim = slim_params(api, keep=read_by_fallbacks(params.get("refusal_fallbacks")))
+    big = {key: api[key] for key, value in slim.items() if value is not api[key]}
+    refused = param_problems({**big, "model": "m", "max_tokens": 1})
+    big = {key: value for key, value in big.items() if not any(f"`{key}" in problem for problem in refused)}
     for key, value in big.items():
         params[key] = stored(await content.put_value(value))
     return bool(big)

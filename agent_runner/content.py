@@ -23,6 +23,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.contract.big_params import big_values, slim_tools
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing
 from agent_runner.contract.transcript import (
     INLINE_LIMIT,
@@ -247,6 +248,15 @@ class Content:
             else:
                 blocks.append(block)
         return blocks
+
+    async def tools_by_reference(self, tools: list[Any]) -> list[Any]:
+        """Tool definitions with their big fields stored and replaced by placeholders (``contract/big_params.py``).
+
+        Megabytes of input schemas would otherwise ride in a run's input, its state and each continuation.
+        """
+        for value in big_values({}, tools):
+            await self.put_value(value)
+        return slim_tools(tools)
 
     async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None) -> str:
         """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref.

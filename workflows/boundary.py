@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateParams,
     )
     from agent_runner.workflows.background import BackgroundCompaction
+    from agent_runner.workflows.carry import held_definition
     from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import COMPACTION_AT_THE_END_PATCH
     from agent_runner.workflows.edits import (
@@ -155,7 +156,7 @@ class Boundary:
                         conversation.params.pop(key, None)
                     else:
                         conversation.params[key] = value
-            case AddTools(tools=tools):
+            case AddTools(tools=tools, held=held):
                 described = await self._run.describe_tools([t for t in tools if isinstance(t, str)])
                 if described.missing:
                     raise EditFailed(str(not_registered(described.missing)))
@@ -169,7 +170,7 @@ class Boundary:
                         state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
                 state.tools.update(specs)
                 note_tools(state)
-                definitions = [specs[t].definition if isinstance(t, str) else t for t in tools]
+                definitions = [specs[t].definition if isinstance(t, str) else held_definition(t, held) for t in tools]
                 conversation.append_system_content(
                     [
                         {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": d}}

@@ -16,11 +16,23 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from agent_runner.contract.big_params import big_params, by_reference
+from agent_runner.contract.big_params import (
+    TOOL_FIELD_LIMIT,
+    big_params,
+    big_values,
+    by_reference,
+    read_by_fallbacks,
+    settings_refs,
+    slim_params,
+    slim_tool,
+    slim_tools,
+    stored_ref,
+)
 from agent_runner.contract.budget import HistoryLimits
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS
-from agent_runner.contract.transcript import canonical
+from agent_runner.contract.transcript import canonical, escape, ref_for
+from agent_runner.contract.types import ToolSpec
 from agent_runner.workflows.forking import carried_tools_from
 from agent_runner.workflows.state import RunState
 
@@ -44,8 +56,13 @@ CARRIED_BYTES = 1_000_000
 """Above this, a continuation drops the carried events: its input must stay well under the 2 MiB payload limit."""
 
 PARAMS_BY_REFERENCE_PATCH = "params-by-reference"
-"""``workflow.patched`` id of carrying big parameters by reference into a continuation (``big_params.py``). Asked
+"""``workflow.patched`` id of carrying a big ``system`` by reference into a continuation (``big_params.py``). Asked
 only where a big parameter is held by value, so other runs carry no marker."""
+
+BIG_VALUES_PATCH = "big-values-by-reference"
+"""``workflow.patched`` id of carrying every big value by reference into a continuation: any parameter the workflow
+does not read and the big fields of tool definitions, in the conversation, the tool specs and a trimmed input
+(``big_params.py``). Asked only where a big value is held by value, so other runs carry no marker."""
 
 CARRIED_INPUT_MESSAGES_BYTES = 64_000
 """The run's first messages are repeated in a continuation's input only up to this size (the transcript has them)."""
@@ -114,10 +131,12 @@ def continuation_input(
     dropped_forks = max(0, len(state.fork_points) - CARRIED_FORK_POINTS)
     dropped_replies = _replies_to_drop(state.replies)
     # Every field of the state goes across (a new one cannot be forgotten); only these are trimmed on the way.
+    params, tools, specs = _carried_settings(state, read_by_fallbacks(run_input.get("refusal_fallbacks")))
     trimmed = {
         "conversation": conversation.model_copy(
-            update={"transcript": conversation.transcript.carry(), "params": _carried_params(state)}
+            update={"transcript": conversation.transcript.carry(), "params": params, "tools": tools}
         ),
+        "tools": specs,
         "replies": state.replies[dropped_replies:],
         "reply_offset": state.reply_offset + dropped_replies,
         "outcomes": {seq: state.outcomes[seq] for seq in kept_outcomes},
@@ -145,6 +164,7 @@ def continuation_input(
         run_input = {k: v for k, v in run_input.items() if k not in API_PARAMS | EXTRA_BODY_PARAMS}
         run_input.update(model=conversation.params["model"], max_tokens=conversation.params["max_tokens"])
         carried.input_trimmed = True
+        run_input = _slim_input_tools(run_input, tools, conversation.tools)
     return {**run_input, "continued": carried.model_dump(mode="json")}
 
 
@@ -163,18 +183,65 @@ def _replies_to_drop(replies: list[dict[str, Any]]) -> int:
     return len(replies) - kept
 
 
-def _carried_params(state: RunState) -> dict[str, Any]:
-    """The request parameters a continuation carries: the big ones by reference once a model call stored them.
+def _carried_settings(
+    state: RunState, keep: frozenset[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, ToolSpec]]:
+    """The parameters, tool definitions and tool specs a continuation carries: big values by reference once stored.
 
-    The model call stores every big parameter it is sent (``activities/claude.py``), so a run that got a long
-    ``system`` by value (plain JSON) has it in the store once its current settings went out; carried by value, it
-    would be in every later continuation's input and could push it past Temporal's payload limit.
+    The model call stores every big value it is sent (``activities/claude.py``), so a run that got a long ``system``,
+    a big ``output_config`` or megabytes of tool schemas by value (plain JSON, an MCP server's tools) has them in the
+    store once its current settings went out; carried by value, they would be in every later continuation's input
+    and could push it past Temporal's payload limit. ``keep`` are parameters the workflow reads after all.
     """
     conversation = state.conversation
     assert conversation is not None
-    params = conversation.params
-    if not big_params(params) or conversation.turn().settings_ref != state.settings_stored:
-        return params  # nothing big, or not stored yet: carried as before
-    if not workflow.patched(PARAMS_BY_REFERENCE_PATCH):
-        return params
-    return by_reference(params)
+    params, tools = conversation.params, conversation.tools
+    big = big_values(params, tools)
+    if not big or conversation.turn().settings_ref != state.settings_stored:
+        return params, tools, state.tools  # nothing big, or not stored yet: carried as before
+    if workflow.patched(BIG_VALUES_PATCH):
+        known = {ref_for(canonical(value)) for value in big}
+        specs = {
+            name: spec.model_copy(update={"definition": _slim_known(spec.definition, known)})
+            for name, spec in state.tools.items()
+        }
+        return slim_params(params, keep=keep), slim_tools(tools), specs
+    if big_params(params) and workflow.patched(PARAMS_BY_REFERENCE_PATCH):
+        return by_reference(params), tools, state.tools
+    return params, tools, state.tools
+
+
+def held_definition(tool: dict[str, Any], held: bool) -> dict[str, Any]:
+    """A raw definition ``add_tools`` adds, as the conversation holds it (its ``tool_addition`` block is content).
+
+    Plain JSON is escaped (``plain_json.py``) behind ``BIG_VALUES_PATCH``, asked only where there is something to
+    escape: an object in it shaped like a reference is data, never looked up.
+    """
+    if held:
+        return tool
+    escaped: dict[str, Any] = escape(tool)
+    if escaped is tool or not workflow.patched(BIG_VALUES_PATCH):
+        return tool
+    return escaped
+
+
+def _slim_known(tool: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """``tool`` with the big fields whose values are stored (their refs in ``known``) replaced by placeholders."""
+    slim = slim_tool(tool, TOOL_FIELD_LIMIT)  # the smallest limit: only what is known to be stored is replaced
+    return {key: value if stored_ref(value) in known else tool[key] for key, value in slim.items()}
+
+
+def _slim_input_tools(run_input: dict[str, Any], carried: list[Any], current: list[Any]) -> dict[str, Any]:
+    """A trimmed continuation input whose raw tool definitions name their stored big fields by reference.
+
+    Only once the carried definitions do (``carried`` differs from ``current``): the input then says ``held``, as the
+    Python client's does, for its placeholders to be taken as references (its messages are the trimmed stand-in).
+    """
+    tools = run_input.get("tools")
+    if carried is current or not isinstance(tools, list):
+        return run_input
+    known = {ref for ref in settings_refs({}, carried)}
+    slim = [_slim_known(t, known) if isinstance(t, dict) else t for t in tools]
+    if slim == tools:
+        return run_input
+    return {**run_input, "tools": slim, "held": True}

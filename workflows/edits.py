@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent_runner.contract.big_params import by_reference, stored_params
+from agent_runner.contract.big_params import by_reference, lookalike_problems, stored_params
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.params import param_problems
@@ -173,7 +173,8 @@ def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
     merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
     if edit.held:  # the client stored the big ones: only the store has them (``big_params.py``)
         merged = {k: v for k, v in merged.items() if k not in stored_params(edit.params)}
-    problems = [p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params)]
+    lookalikes = [] if edit.held else lookalike_problems(edit.params, [])
+    problems = [*lookalikes, *(p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params))]
     if problems:
         raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
     if (
@@ -190,6 +191,9 @@ def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
 
 def check_add_tools(edit: AddTools, registered: list[str] | None) -> None:
     """A tool added by name must be one the workers registered (when they said which)."""
+    lookalikes = [] if edit.held else lookalike_problems({}, edit.tools)
+    if lookalikes:  # plain JSON: a reference-shaped field is data no tool definition takes, never a reference
+        raise ValueError("The tools were rejected:\n- " + "\n- ".join(lookalikes))
     unknown = [t for t in edit.tools if isinstance(t, str) and registered is not None and t not in registered]
     if unknown:
         raise ValueError(

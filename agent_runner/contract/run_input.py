@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from agent_runner.contract.agents import AgentLimits, AgentSpec, parse_agents
-from agent_runner.contract.big_params import stored_params
+from agent_runner.contract.big_params import lookalike_problems, stored_params
 from agent_runner.contract.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.contract.continuation import ContinueFrom, continue_from_problems
 from agent_runner.contract.errors import InvalidRunInput, validation_summary
@@ -226,6 +226,8 @@ def parse_run_input(raw: object) -> RunSpec:
         params = {k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS}
         if raw.get("held") is True:  # the client stored the big ones (``big_params.py``): only the store has them
             params = {k: v for k, v in params.items() if k not in stored_params(params)}
+        else:  # plain JSON: a reference-shaped value is data no parameter takes, never a reference
+            problems.extend(lookalike_problems(params, raw.get("tools")))
         problems.extend(param_problems({**params, "model": str(raw.get("model")), "max_tokens": 1}))
     messages = raw.get("messages")
     if "messages" in raw:

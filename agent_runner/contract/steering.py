@@ -92,6 +92,10 @@ class AddTools(_Strict):
 
     tools: list[str | dict[str, Any]] = Field(min_length=1)
 
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
+    """Whether big fields of the definitions are stored apart, as the Python client sends them
+    (``contract/big_params.py``)."""
+
 
 class RemoveTools(_Strict):
     """Take tools away: Claude is told in a ``tool_removal`` system message and calls to them are not executed."""

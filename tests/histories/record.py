@@ -16,6 +16,9 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
     python tests/histories/record.py NAME big_params   # writes NAME.json and NAME_continued.json (a big system
                                                        # prompt by value, carried by reference)
+    python tests/histories/record.py NAME big_values   # writes NAME.json and NAME_continued.json (a big tool schema
+                                                       # and output_config by value, carried by reference; a plain
+                                                       # add_tools definition's lookalike escaped)
     python tests/histories/record.py NAME toolset_effects  # writes NAME.json (an at-most-once toolset action lost
                                                            # past its timeout, reconciled)
     python tests/histories/record.py NAME features     # writes NAME.json and NAME_send.json
@@ -208,6 +211,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "big_params":
                 await big_params(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "big_values":
+                await big_values(name, fake, runner)
                 await env.shutdown()
                 return
             if scenario == "toolset_effects":
@@ -592,6 +599,40 @@ async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
 
 
+async def big_values(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``big_values`` scenario: a raw tool definition and an ``output_config`` over 64 KB in plain JSON, as
+    the stock CLI sends them, and a plain ``add_tools`` definition holding a reference-shaped object (escaped); the
+    run continues as new once, carrying the big values by reference (``big-values-by-reference``), then ends."""
+    fake.script(
+        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
+        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
+        end_turn("Done."),
+    )
+    properties = {f"p{i:04}": {"type": "string", "description": "d" * 100} for i in range(700)}
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 512,
+        "output_config": {"format": {"type": "json_schema", "schema": {"type": "object", "properties": properties}}},
+        "messages": [{"role": "user", "content": "Paris, then Rome?"}],
+        "tools": ["get_weather", {"name": "search", "input_schema": {"type": "object", "properties": properties}}],
+        "thread": False,
+        "continue_as_new": {"events": 22},
+    }
+    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+    lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
+    added = {"name": "find", "input_schema": {"type": "object", "examples": [lookalike]}}
+    await handle.execute_update("add_tools", {"tools": [added]})
+    run = runner.attach(handle.id)
+    result = await run.result()
+    assert result.status == "completed", result
+    assert handle.first_execution_run_id is not None
+    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
+    last = await run.handle.fetch_history()
+    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
+    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
+    (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
+
+
 async def toolset_effects(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolset_effects`` scenario: an ``at_most_once`` toolset action lost past its timeout is not run
     again but reconciled (it had taken effect), so the next action of the turn runs."""
@@ -925,6 +966,7 @@ if __name__ == "__main__":
         "sleep",
         "plain",
         "big_params",
+        "big_values",
         "toolset_effects",
         "mcp",
         "features",
