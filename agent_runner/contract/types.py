@@ -465,6 +465,11 @@ class RunResult(BaseModel):
     call's and its reply. Readers without a worker read an ended run's conversation from it
     (``agent_runner/console/ended.py``)."""
 
+    last_status: RunStatus | None = Field(default=None, exclude_if=lambda status: status is None)
+    """The run's status as it ended, as the ``status`` query answered then (transcript version, cost, child runs), so
+    that readers without a worker report it whole (``agent_runner/console/ended.py``); ``None`` (and left out of the
+    JSON) from runs recorded before."""
+
 
 class ToolUseReady(BaseModel):
     """The ``tool_use_ready`` signal's payload: one complete ``tool_use`` block of the model call under way."""
