@@ -137,7 +137,7 @@ async def test_a_run_that_ended_after_a_tool_ran_shows_its_result_and_the_calls_
 
 
 @pytest.mark.usefixtures("temporal_address")
-async def test_a_run_that_failed_on_the_request_after_its_tools_shows_what_it_sent(
+async def test_a_run_that_failed_on_the_request_after_its_tools_shows_their_results(
     runner: AgentRunner,
     worker: WorkerFactory,
     fake_api: FakeMessagesAPI,
@@ -150,7 +150,7 @@ async def test_a_run_that_failed_on_the_request_after_its_tools_shows_what_it_se
         run = await runner.start(**BASE, tools=[delete_file, long_report])
         with pytest.raises(Exception, match="too long"):
             await run.result()
-    # The second request failed for good: the conversation is what it carried, both tools' results included.
+    # The second request failed for good: the conversation ends with both tools' results, as that request carried them.
     delete_result = {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp"}
     expected = [USER, REPLY_MESSAGE, {"role": "user", "content": [delete_result, REPORT_RESULT]}]
     assert fake_api.bodies()[1]["messages"] == expected

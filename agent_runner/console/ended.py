@@ -62,7 +62,7 @@ class _Reading:
     last: tuple[dict[str, Any], dict[str, Any]] | None = None
     """The last model call that got a reply: its turn, and the reply as held."""
     under_way: dict[str, Any] | None = None
-    """The turn of a model call (not a compaction) scheduled after the last reply, that got none."""
+    """The turn of a model call (not a compaction) scheduled after the last reply, still under way."""
     tool_calls: dict[int, str] = field(default_factory=dict)
     """The ``tool_use_id`` of each tool call's activity, by its scheduled event's id."""
     hooks: set[int] = field(default_factory=set)
@@ -151,6 +151,18 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
             for block in output.get("results") or [] if isinstance(output, dict) else []:
                 if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
                     reading.results[block["tool_use_id"]] = block
+    elif event.HasField("activity_task_failed_event_attributes") or event.HasField(
+        "activity_task_timed_out_event_attributes"
+    ):
+        # A model call that failed for good: the run failed with it, or went on without it (a refusal fallback's
+        # hop), so its request is not the conversation the run ends with.
+        failed = (
+            event.activity_task_failed_event_attributes
+            if event.HasField("activity_task_failed_event_attributes")
+            else event.activity_task_timed_out_event_attributes
+        )
+        if reading.under_way is not None and reading.turns.get(failed.scheduled_event_id) is reading.under_way:
+            reading.under_way = None
     elif event.HasField("workflow_execution_completed_event_attributes"):
         result = await _payload(converter, event.workflow_execution_completed_event_attributes.result)
         reading.result = result if isinstance(result, dict) else None
