@@ -11,7 +11,9 @@ messages no model call stored (the tool results after a ``max_iterations`` cut-o
 ``workflows/result_transcript.py``), else it is the last model call's and its reply. A run that ended without a
 result (failed, cancelled, terminated) shows what it had when it ended: the conversation of a model call under way
 then; or Claude's last reply followed by the ``tool_result`` blocks of its tool calls that completed, as their
-activities returned them (``unfinished`` names the calls that had not). A run that never called the model shows its
+activities returned them (``unfinished`` names the calls that had not). A call the run answers itself, without a tool
+activity (an agent's child run, the built-in sleep, a denial, a tool it does not have, a toolset action), leaves no
+result the history shows as one: it is named among ``unfinished`` too. A run that never called the model shows its
 input's messages: after the conversation it continued (``Run.send``), or the one it carried (continue-as-new).
 
 A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
