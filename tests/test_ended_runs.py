@@ -136,6 +136,38 @@ async def test_a_run_that_ended_after_a_tool_ran_shows_its_result_and_the_calls_
     assert CALLS == []  # the deletion never ran
 
 
+async def test_an_earlier_replys_result_never_answers_a_later_call_with_the_same_id(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    fake_api.script(
+        Reply([tool_use("toolu_X", "long_report", {"topic": "disk"})], "tool_use"),
+        Reply([tool_use("toolu_X", "delete_file", {"path": "/tmp"})], "tool_use"),  # the same id, a later reply
+    )
+    async with worker(delete_file, long_report):
+        run = await runner.start(**BASE, tools=[delete_file, long_report], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval", 2)
+    await run.terminate("runaway")
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"]["messages"] == [
+        USER,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_X", "name": "long_report", "input": {"topic": "disk"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_X", "content": f"disk:\n{BIG}"}],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_X", "name": "delete_file", "input": {"path": "/tmp"}}],
+        },
+    ]
+    assert data["unfinished"] == [{"tool_use_id": "toolu_X", "name": "delete_file"}]
+    assert CALLS == []
+
+
 @pytest.mark.usefixtures("temporal_address")
 async def test_a_run_that_failed_on_the_request_after_its_tools_shows_their_results(
     runner: AgentRunner,

@@ -9,12 +9,13 @@ it ended.
 The conversation is the one the run itself reports (``Run.transcript()``): the result carries it when it ends with
 messages no model call stored (the tool results after a ``max_iterations`` cut-off, a message injected last;
 ``workflows/result_transcript.py``), else it is the last model call's and its reply. A run that ended without a
-result (failed, cancelled, terminated) shows what it had when it ended: the conversation of a model call under way
-then; or Claude's last reply followed by the ``tool_result`` blocks of its tool calls that completed, as their
-activities returned them (``unfinished`` names the calls that had not). A call the run answers itself, without a tool
-activity (an agent's child run, the built-in sleep, a denial, a tool it does not have, a toolset action), leaves no
-result the history shows as one: it is named among ``unfinished`` too. A run that never called the model shows its
-input's messages: after the conversation it continued (``Run.send``), or the one it carried (continue-as-new).
+result (failed, cancelled, terminated) shows what it had when it ended: the request of its last model call, if that
+got no reply (under way, or failed for good); else Claude's last reply followed by the ``tool_result`` blocks of its
+tool calls that completed, as their activities returned them (``unfinished`` names the calls that had not). A call
+the run answers itself, without a tool activity (an agent's child run, the built-in sleep, a denial, a tool it does
+not have, a toolset action), leaves no result the history shows as one: it is named among ``unfinished`` too. A run
+that never called the model shows its input's messages: after the conversation it continued (``Run.send``), or the
+one it carried (continue-as-new).
 
 A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
 query gave it (transcript version, cost, child runs); without one, the history's own account is given.
@@ -64,13 +65,15 @@ class _Reading:
     last: tuple[dict[str, Any], dict[str, Any]] | None = None
     """The last model call that got a reply: its turn, and the reply as held."""
     under_way: dict[str, Any] | None = None
-    """The turn of a model call (not a compaction) scheduled after the last reply, still under way."""
+    """The turn of the last model call (not a compaction) if it got no reply: under way when the run ended, or failed
+    for good (the run failed with it); a later call supersedes it."""
     tool_calls: dict[int, str] = field(default_factory=dict)
     """The ``tool_use_id`` of each tool call's activity, by its scheduled event's id."""
     hooks: set[int] = field(default_factory=set)
     """The scheduled events of the result hooks' activities."""
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """The ``tool_result`` block of each tool call that completed, held, by ``tool_use_id``."""
+    """The ``tool_result`` block of each tool call that completed since the last model call began, held, by
+    ``tool_use_id``."""
     replies: int = 0
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
@@ -121,6 +124,9 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.turns[event.event_id] = turn
                 if turn.get("compaction") is None:
                     reading.under_way = turn
+                    # The results so far are in this request: only the coming reply's tools (started after this,
+                    # eagerly or not) are its calls', and a later reply may use the same ids.
+                    reading.results.clear()
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -153,18 +159,6 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
             for block in output.get("results") or [] if isinstance(output, dict) else []:
                 if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
                     reading.results[block["tool_use_id"]] = block
-    elif event.HasField("activity_task_failed_event_attributes") or event.HasField(
-        "activity_task_timed_out_event_attributes"
-    ):
-        # A model call that failed for good: the run failed with it, or went on without it (a refusal fallback's
-        # hop), so its request is not the conversation the run ends with.
-        failed = (
-            event.activity_task_failed_event_attributes
-            if event.HasField("activity_task_failed_event_attributes")
-            else event.activity_task_timed_out_event_attributes
-        )
-        if reading.under_way is not None and reading.turns.get(failed.scheduled_event_id) is reading.under_way:
-            reading.under_way = None
     elif event.HasField("workflow_execution_completed_event_attributes"):
         result = await _payload(converter, event.workflow_execution_completed_event_attributes.result)
         reading.result = result if isinstance(result, dict) else None
@@ -232,7 +226,7 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     if result is not None and result.transcript is not None:
         messages = await _held(runner, result.transcript.head, result.transcript.pending)
     elif result is None and reading.under_way is not None:
-        # Ended while a model call was under way: its request holds everything the run had.
+        # Its last model call got no reply: that request holds everything the run had.
         messages = await _held(runner, reading.under_way.get("head"), reading.under_way.get("pending"))
     elif reading.last is not None:
         turn, reply = reading.last
