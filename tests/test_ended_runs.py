@@ -168,6 +168,44 @@ async def test_an_earlier_replys_result_never_answers_a_later_call_with_the_same
     assert CALLS == []
 
 
+async def test_an_agent_call_whose_child_run_completed_shows_the_childs_answer(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    researcher = {"name": "researcher", "description": "Researches one question.", "system": "You research."}
+    parent_reply = Reply(
+        [
+            tool_use("toolu_A", "researcher", {"task": "Weather in Paris?"}),
+            tool_use("toolu_D", "delete_file", {"path": "/tmp"}),
+        ],
+        "tool_use",
+    )
+
+    def respond(body: dict[str, Any]) -> Any:
+        return end_turn("It is sunny.") if body.get("system") == "You research." else parent_reply
+
+    fake_api.responder = respond
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], agents=[researcher], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        await tool_finished(run, "toolu_A")  # the child run answered; the deletion waits for a person
+    await run.terminate("runaway")
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    assert data["transcript"]["messages"] == [
+        USER,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_A", "name": "researcher", "input": {"task": "Weather in Paris?"}},
+                {"type": "tool_use", "id": "toolu_D", "name": "delete_file", "input": {"path": "/tmp"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_A", "content": "It is sunny."}]},
+    ]
+    assert data["unfinished"] == [{"tool_use_id": "toolu_D", "name": "delete_file"}]
+    assert CALLS == []
+
+
 @pytest.mark.usefixtures("temporal_address")
 async def test_a_run_that_failed_on_the_request_after_its_tools_shows_their_results(
     runner: AgentRunner,

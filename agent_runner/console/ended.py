@@ -11,11 +11,11 @@ messages no model call stored (the tool results after a ``max_iterations`` cut-o
 ``workflows/result_transcript.py``), else it is the last model call's and its reply. A run that ended without a
 result (failed, cancelled, terminated) shows what it had when it ended: the request of its last model call, if that
 got no reply (under way, or failed for good); else Claude's last reply followed by the ``tool_result`` blocks of its
-tool calls that completed, as their activities returned them (``unfinished`` names the calls that had not). A call
-the run answers itself, without a tool activity (an agent's child run, the built-in sleep, a denial, a tool it does
-not have, a toolset action), leaves no result the history shows as one: it is named among ``unfinished`` too. A run
-that never called the model shows its input's messages: after the conversation it continued (``Run.send``), or the
-one it carried (continue-as-new).
+tool calls that completed, as their activities (or an agent's child run) returned them (``unfinished`` names the
+calls that had not). A call the run answers itself, without a tool activity (the built-in sleep, a denial, a tool it
+does not have, a toolset action), or an agent call whose child run ended without a result, leaves no result the
+history shows as one: it is named among ``unfinished`` too. A run that never called the model shows its input's
+messages: after the conversation it continued (``Run.send``), or the one it carried (continue-as-new).
 
 A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
 query gave it (transcript version, cost, child runs); without one, the history's own account is given.
@@ -32,6 +32,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.transcript import Transcript
@@ -74,6 +75,9 @@ class _Reading:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The ``tool_result`` block of each tool call that completed since the last model call began, held, by
     ``tool_use_id``."""
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The result (``RunResult`` as plain JSON) of each agent call's child run that completed since the last model call
+    began, by ``tool_use_id``."""
     replies: int = 0
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
@@ -127,6 +131,7 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     # The results so far are in this request: only the coming reply's tools (started after this,
                     # eagerly or not) are its calls', and a later reply may use the same ids.
                     reading.results.clear()
+                    reading.agents.clear()
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -159,6 +164,11 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
             for block in output.get("results") or [] if isinstance(output, dict) else []:
                 if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
                     reading.results[block["tool_use_id"]] = block
+    elif event.HasField("child_workflow_execution_completed_event_attributes"):
+        child = event.child_workflow_execution_completed_event_attributes
+        outcome = await _payload(converter, child.result)
+        if isinstance(outcome, dict):  # an agent call's child run: its id is the parent's, "/", the call's
+            reading.agents[child.workflow_execution.workflow_id.rsplit("/", 1)[-1]] = outcome
     elif event.HasField("workflow_execution_completed_event_attributes"):
         result = await _payload(converter, event.workflow_execution_completed_event_attributes.result)
         reading.result = result if isinstance(result, dict) else None
@@ -232,7 +242,7 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
         turn, reply = reading.last
         held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
         if result is None:
-            done, unfinished = _tool_results(reply, reading.results)
+            done, unfinished = _tool_results(reply, reading)
             if done:
                 held.append({"role": "user", "content": done})
         messages = await _held(runner, turn.get("head"), held)
@@ -261,20 +271,24 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     return EndedRun(status=status, messages=messages, unfinished=unfinished)
 
 
-def _tool_results(
-    reply: dict[str, Any], results: dict[str, dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def _tool_results(reply: dict[str, Any], reading: _Reading) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not."""
     done: list[dict[str, Any]] = []
     unfinished: list[dict[str, str]] = []
     for block in reply.get("content") or []:
         if not isinstance(block, dict) or block.get("type") != "tool_use":
             continue
-        tool_use_id = str(block.get("id"))
-        if tool_use_id in results:
-            done.append(results[tool_use_id])
+        tool_use_id, name = str(block.get("id")), str(block.get("name"))
+        if tool_use_id in reading.results:
+            done.append(reading.results[tool_use_id])
+        elif tool_use_id in reading.agents:
+            content, is_error = agent_answer(name, reading.agents[tool_use_id])
+            done.append(
+                {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+                | ({"is_error": True} if is_error else {})
+            )
         else:
-            unfinished.append({"tool_use_id": tool_use_id, "name": str(block.get("name"))})
+            unfinished.append({"tool_use_id": tool_use_id, "name": name})
     return done, unfinished
 
 
