@@ -121,7 +121,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
-    from agent_runner.workflows.result_transcript import result_transcript
+    from agent_runner.workflows.result_transcript import result_status, result_transcript
     from agent_runner.workflows.run_input import RunSpec, parse_run_input
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.state import RunState
@@ -316,6 +316,7 @@ class AgentRun:
             usage=state.usage,
             detail=state.stop,
             transcript=result_transcript(state.conversation),
+            last_status=result_status(self),
         )
 
     async def _boundary(self) -> None:

@@ -43,7 +43,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from agent_runner.contract.agents import AgentSpec
+from agent_runner.contract.agents import AgentSpec, agent_answer
 from agent_runner.contract.events import AGENT_STARTED
 from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, ToolResult, Usage
 
@@ -232,24 +232,10 @@ def _error(text: str) -> ToolResult:
     return ToolResult(content=f"Error: {text}", is_error=True)
 
 
-def _text(message: dict[str, Any] | None) -> str:
-    """A reply's text blocks, joined."""
-    blocks = (message or {}).get("content") or []
-    return "\n\n".join(str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
-
-
 def _result(name: str, outcome: dict[str, Any]) -> ToolResult:
     """A finished child's ``RunResult`` as the call's result: its final text, or why it did not finish."""
-    status = outcome.get("status")
-    text = _text(outcome.get("final_message"))
-    if status == "completed":
-        return ToolResult(content=text)
-    why = {
-        "stopped": f"was stopped before it finished ({outcome.get('detail')})",
-        "max_iterations": f"reached its limit of {outcome.get('iterations')} iterations before it finished",
-        "budget_exhausted": f"ran out of budget before it finished ({outcome.get('detail')})",
-    }.get(str(status), f"ended {status}")
-    return _error(f"Agent '{name}' {why}." + (f" Its last reply said: {text}" if text else ""))
+    content, is_error = agent_answer(name, outcome)
+    return ToolResult(content=content, is_error=is_error)
 
 
 def _cause(error: FailureError) -> str:

@@ -108,20 +108,28 @@ async def cmd_transcript(args: argparse.Namespace) -> int:
     """``transcript``: the whole conversation, readable or as JSON."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        try:
-            transcript = await run.transcript()
-        except AgentRunError:
-            ended = await run.ended()  # an ended run's conversation is in its history and the store, as the console's
-            if ended is None:
-                raise
-            from agent_runner.console.ended import ended_run
+        # Temporal says first whether the run has ended: an ended run's conversation is in its history and the store,
+        # as the console reads it, and a query to it would wait for a worker to replay it (for ~20 s after its
+        # worker stopped, since Temporal remembers a gone poller for a while).
+        ended = await run.ended()
+        if ended is None:
+            try:
+                transcript = await run.transcript()
+            except AgentRunError:
+                ended = await run.ended()  # it ended meanwhile, and no worker answers for it
+                if ended is None:
+                    raise
+        if ended is not None:
+            from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
 
             read = await ended_run(runner, run.id, ended)
             transcript = read.messages
-            err(
-                f"note: no worker answers for run {run.id}, so this is its conversation as its history holds it"
-                + ("." if read.whole else f", up to Claude's last reply (it ended {ended}: what came after is lost).")
-            )
+            if read.unfinished:
+                calls = ", ".join(f"{call['name']} ({call['tool_use_id']})" for call in read.unfinished)
+                err(
+                    f"note: run {run.id} ended ({read.status.status}) before these tool calls completed: {calls}. "
+                    "The conversation ends with the results of those that did."
+                )
     if args.json:
         print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
     else:
@@ -157,17 +165,20 @@ async def cmd_status(args: argparse.Namespace) -> int:
     """``status``: the run's status, turns, stop reason and token usage."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        try:
-            status = await run.status(tree=True)  # with its agents' runs, and theirs
-        except AgentRunError:
-            # An ended run's status is in its history: no worker needs to replay it to say how it ended (nor can
-            # one answer a query to a run that ended before its first workflow task).
-            ended = await run.ended()
-            if ended is None:
-                raise
-            from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
+        # An ended run's status is in its history: no worker needs to replay it to say how it ended (nor can one
+        # answer a query to a run that ended before its first workflow task).
+        ended = await run.ended()
+        if ended is None:
+            try:
+                status = await run.status(tree=True)  # with its agents' runs, and theirs
+            except AgentRunError:
+                ended = await run.ended()  # it ended meanwhile, and no worker answers for it
+                if ended is None:
+                    raise
+        if ended is not None:
+            from agent_runner.console.ended import ended_status  # the console's reader, loaded only when needed
 
-            status = (await ended_run(runner, run.id, ended)).status
+            status = await ended_status(runner, run.id, ended)
     if args.json:
         print(status.model_dump_json(indent=2), flush=True)
     else:

@@ -1,21 +1,30 @@
 """An ended run's page, read from its Temporal history and the content store: no worker needs to answer.
 
 A query to a closed run is a workflow task some worker must pick up and replay, so a page built from queries would
-hang once the fleet is gone or serves other task queues. What the page needs is in the history already: the last
-model call's input names the conversation it sent (the head of its chain in the store, and the messages after it),
-its result is Claude's reply, and the run's result (or its failure) says how it ended.
+hang once the fleet is gone or serves other task queues. What the page needs is in the history already: each model
+call's input names the conversation it sent (the head of its chain in the store, and the messages after it), its
+result is Claude's reply, each tool call's result is its activity's, and the run's result (or its failure) says how
+it ended.
 
 The conversation is the one the run itself reports (``Run.transcript()``): the result carries it when it ends with
 messages no model call stored (the tool results after a ``max_iterations`` cut-off, a message injected last;
-``workflows/result_transcript.py``), else it is the last model call's and its reply, and a run that never called the
-model shows its input's messages (an execution that continued a run as new: the conversation it carried). A run that
-ended without a result (failed, cancelled, terminated) after a model call shows the conversation up to the last
-reply: what came after it is only in the run's memory (``whole`` is ``False`` then).
+``workflows/result_transcript.py``), else it is the last model call's and its reply. A run that ended without a
+result (failed, cancelled, terminated) shows what it had when it ended: the request of its last model call, if that
+got no reply (under way, or failed for good); else Claude's last reply followed by the ``tool_result`` blocks of its
+tool calls that completed, as their activities (or an agent's child run) returned them (``unfinished`` names the
+calls that had not). A call the run answers itself, without a tool activity (the built-in sleep, a denial, a tool it
+does not have, a toolset action), or an agent call whose child run ended without a result, leaves no result the
+history shows as one: it is named among ``unfinished`` too. A run that never called the model shows its input's
+messages: after the conversation it continued (``Run.send``), or the one it carried (continue-as-new).
+
+A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
+query gave it (transcript version, cost, child runs); without one, the history's own account is given.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.common.v1 import Payloads
@@ -23,8 +32,20 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.agents import agent_answer
+from agent_runner.contract.continuation import ContinueFrom
+from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.transcript import Transcript
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult, RunStatus, RunStatusName, Usage
+from agent_runner.contract.types import (
+    CALL_MCP_TOOL_ACTIVITY,
+    CREATE_MESSAGE_ACTIVITY,
+    PROCESS_RESULTS_ACTIVITY,
+    RUN_TOOL_ACTIVITY,
+    RunResult,
+    RunStatus,
+    RunStatusName,
+    Usage,
+)
 
 _ENDED: dict[str, RunStatusName] = {
     "completed": "completed",
@@ -36,20 +57,33 @@ _ENDED: dict[str, RunStatusName] = {
 """The run's status for how Temporal says it ended (``Run.ended``), when its result does not say."""
 
 
+@dataclass
 class _Reading:
     """What the history says, event by event."""
 
-    def __init__(self) -> None:
-        self.turns: dict[int, dict[str, Any]] = {}
-        """Each model call's ``turn`` (``ModelTurn`` as plain JSON), by its scheduled event's id."""
-        self.last: tuple[dict[str, Any], dict[str, Any]] | None = None
-        """The last model call that got a reply: its turn, and the reply as held."""
-        self.replies = 0
-        self.usage = Usage()
-        self.result: dict[str, Any] | None = None
-        self.detail: str | None = None
-        self.input: dict[str, Any] | None = None
-        """The run's input (the first event's), for the messages of a run that never called the model."""
+    turns: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Each model call's ``turn`` (``ModelTurn`` as plain JSON), by its scheduled event's id."""
+    last: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """The last model call that got a reply: its turn, and the reply as held."""
+    under_way: dict[str, Any] | None = None
+    """The turn of the last model call (not a compaction) if it got no reply: under way when the run ended, or failed
+    for good (the run failed with it); a later call supersedes it."""
+    tool_calls: dict[int, str] = field(default_factory=dict)
+    """The ``tool_use_id`` of each tool call's activity, by its scheduled event's id."""
+    hooks: set[int] = field(default_factory=set)
+    """The scheduled events of the result hooks' activities."""
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The ``tool_result`` block of each tool call that completed since the last model call began, held, by
+    ``tool_use_id``."""
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The result (``RunResult`` as plain JSON) of each agent call's child run that completed since the last model call
+    began, by ``tool_use_id``."""
+    replies: int = 0
+    usage: Usage = field(default_factory=Usage)
+    result: dict[str, Any] | None = None
+    detail: str | None = None
+    input: dict[str, Any] | None = None
+    """The run's input (the first event's), for the messages of a run that never called the model."""
 
 
 @dataclass(frozen=True)
@@ -59,42 +93,84 @@ class EndedRun:
     status: RunStatus
     messages: list[dict[str, Any]]
     """The conversation, in the Messages API's wire shape, stored content put back."""
-    whole: bool
-    """Whether ``messages`` is the whole conversation the run held; ``False`` for a run that ended without a result
-    after a model call: then it ends with the last reply, and any tool results after it are missing."""
+    unfinished: list[dict[str, str]] = field(default_factory=list)
+    """The tool calls of Claude's last reply that had not completed when a run without a result ended (``tool_use_id``
+    and ``name``, in the reply's order): ``messages`` ends with the results of the others."""
 
 
-async def _payloads(converter: DataConverter, payloads: Payloads) -> list[Any]:
+async def _payload(converter: DataConverter, payloads: Payloads) -> Any:
     # The client's converter, codec included: an encrypting fleet's console holds its keys.
-    return await converter.decode(payloads.payloads) if payloads.payloads else []
+    values = await converter.decode(payloads.payloads) if payloads.payloads else []
+    return values[0] if values else None
+
+
+def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
+    """The ``tool_result`` block a tool call's ``ToolResult`` becomes, as ``workflows/tool_calls.py`` builds it."""
+    if not isinstance(output, dict) or "content" not in output:
+        return None
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": output["content"]}
+    if output.get("is_error"):
+        block["is_error"] = True
+    return block
 
 
 async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
     if event.HasField("workflow_execution_started_event_attributes"):
-        (run_input,) = await _payloads(converter, event.workflow_execution_started_event_attributes.input) or [None]
+        run_input = await _payload(converter, event.workflow_execution_started_event_attributes.input)
         reading.input = run_input if isinstance(run_input, dict) else None
     elif event.HasField("activity_task_scheduled_event_attributes"):
         scheduled = event.activity_task_scheduled_event_attributes
-        if scheduled.activity_type.name == CREATE_MESSAGE_ACTIVITY:
-            (model_input,) = await _payloads(converter, scheduled.input) or [{}]
-            if isinstance(model_input, dict) and isinstance(model_input.get("turn"), dict):
-                reading.turns[event.event_id] = model_input["turn"]
+        name = scheduled.activity_type.name
+        if name == CREATE_MESSAGE_ACTIVITY:
+            model_input = await _payload(converter, scheduled.input)
+            turn = model_input.get("turn") if isinstance(model_input, dict) else None
+            if isinstance(turn, dict):
+                reading.turns[event.event_id] = turn
+                if turn.get("compaction") is None:
+                    reading.under_way = turn
+                    # The results so far are in this request: only the coming reply's tools (started after this,
+                    # eagerly or not) are its calls', and a later reply may use the same ids.
+                    reading.results.clear()
+                    reading.agents.clear()
+        elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
+            call = await _payload(converter, scheduled.input)
+            if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
+                call = call.get("call")  # McpCallInput: the server's tool, and the run's call of it
+            if isinstance(call, dict) and isinstance(call.get("tool_use_id"), str):
+                reading.tool_calls[event.event_id] = call["tool_use_id"]
+        elif name == PROCESS_RESULTS_ACTIVITY:
+            reading.hooks.add(event.event_id)
     elif event.HasField("activity_task_completed_event_attributes"):
         completed = event.activity_task_completed_event_attributes
-        turn = reading.turns.get(completed.scheduled_event_id)
-        if turn is not None:
-            (output,) = await _payloads(converter, completed.result) or [{}]
+        scheduled_id = completed.scheduled_event_id
+        if scheduled_id in reading.turns:
+            output = await _payload(converter, completed.result)
             message = output.get("message") if isinstance(output, dict) else None
             if isinstance(message, dict):
+                turn = reading.turns[scheduled_id]
                 reading.last = (turn, message)
+                if reading.under_way is turn:
+                    reading.under_way = None
                 reading.replies += 1
-                usage = message.get("usage") or {}
-                reading.usage = Usage(
-                    input_tokens=reading.usage.input_tokens + int(usage.get("input_tokens") or 0),
-                    output_tokens=reading.usage.output_tokens + int(usage.get("output_tokens") or 0),
-                )
+                reading.usage = reading.usage.add(message.get("usage"))
+        elif scheduled_id in reading.tool_calls:
+            tool_use_id = reading.tool_calls[scheduled_id]
+            block = _tool_result(tool_use_id, await _payload(converter, completed.result))
+            if block is not None:
+                reading.results[tool_use_id] = block
+        elif scheduled_id in reading.hooks:
+            # The hooks' results are the ones the run keeps, in place of the tools' own.
+            output = await _payload(converter, completed.result)
+            for block in output.get("results") or [] if isinstance(output, dict) else []:
+                if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
+                    reading.results[block["tool_use_id"]] = block
+    elif event.HasField("child_workflow_execution_completed_event_attributes"):
+        child = event.child_workflow_execution_completed_event_attributes
+        outcome = await _payload(converter, child.result)
+        if isinstance(outcome, dict):  # an agent call's child run: its id is the parent's, "/", the call's
+            reading.agents[child.workflow_execution.workflow_id.rsplit("/", 1)[-1]] = outcome
     elif event.HasField("workflow_execution_completed_event_attributes"):
-        (result,) = await _payloads(converter, event.workflow_execution_completed_event_attributes.result) or [None]
+        result = await _payload(converter, event.workflow_execution_completed_event_attributes.result)
         reading.result = result if isinstance(result, dict) else None
     elif event.HasField("workflow_execution_failed_event_attributes"):
         reading.detail = event.workflow_execution_failed_event_attributes.failure.message
@@ -102,26 +178,42 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         reading.detail = event.workflow_execution_terminated_event_attributes.reason or None
 
 
+async def _held(runner: AgentRunner, head: Any, pending: Any) -> list[dict[str, Any]]:
+    """The messages of ``head`` in the store and then ``pending``, stored content put back."""
+    held = [*(await runner.content.messages(head if isinstance(head, str) else None)), *(pending or [])]
+    resolved: list[dict[str, Any]] = await runner.content.resolve(held)
+    return resolved
+
+
 async def _input_messages(runner: AgentRunner, run_input: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The messages a run was started with, as plain JSON (a run that ended before any model call).
 
-    An execution that continued a run as new starts from the conversation it carried, not its input's messages.
+    An execution that continued a run as new starts from the conversation it carried; a run that continues an ended
+    one (``Run.send``) from that run's conversation with its own messages joined to it, as the run joins them
+    (``workflows/continuation.py``).
     """
-    continued = (run_input or {}).get("continued")
+    run_input = run_input or {}
+    messages = run_input.get("messages")
+    continued = run_input.get("continued")
     if isinstance(continued, dict):
         try:
             carried = Transcript.model_validate(continued["conversation"]["transcript"])
         except (KeyError, TypeError, ValueError):
             return []
-        resolved: list[dict[str, Any]] = await runner.content.resolve(
-            [*(await runner.content.messages(carried.head)), *carried.pending]
-        )
-        return resolved
-    messages = (run_input or {}).get("messages")
+        return await _held(runner, carried.head, carried.pending)
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         return []  # an input the run refused: it had no conversation
+    if run_input.get("continue_from") is not None:
+        try:
+            conversation: Conversation = ContinueFrom.model_validate(run_input["continue_from"]).conversation
+        except ValueError:
+            return []  # a continuation the run refused: it had no conversation
+        for message in messages:
+            content = message.get("content")
+            conversation.join_user_content([{"type": "text", "text": content}] if isinstance(content, str) else content)
+        return await _held(runner, conversation.transcript.head, conversation.transcript.pending)
     # The Python client sends them held (big content stored, placeholder-shaped data escaped); others plain.
-    return await runner.content.resolve(messages) if (run_input or {}).get("held") is True else messages
+    return await runner.content.resolve(messages) if run_input.get("held") is True else messages
 
 
 async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
@@ -139,24 +231,26 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     async for event in runner.attach(run_id).history_events():
         await _read(runner.client.data_converter, event, reading)
     result = RunResult.model_validate(reading.result) if reading.result is not None else None
-    stop_reason: str | None = None
-    whole = True
+    stop_reason = reading.last[1].get("stop_reason") if reading.last is not None else None
+    unfinished: list[dict[str, str]] = []
     if result is not None and result.transcript is not None:
-        held = [*(await runner.content.messages(result.transcript.head)), *result.transcript.pending]
-        messages = await runner.content.resolve(held)
+        messages = await _held(runner, result.transcript.head, result.transcript.pending)
+    elif result is None and reading.under_way is not None:
+        # Its last model call got no reply: that request holds everything the run had.
+        messages = await _held(runner, reading.under_way.get("head"), reading.under_way.get("pending"))
     elif reading.last is not None:
         turn, reply = reading.last
-        held = [
-            *(await runner.content.messages(turn.get("head"))),
-            *(turn.get("pending") or []),
-            {"role": "assistant", "content": reply.get("content") or []},
-        ]
-        messages = await runner.content.resolve(held)
-        stop_reason = reply.get("stop_reason")
-        whole = result is not None
+        held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
+        if result is None:
+            done, unfinished = _tool_results(reply, reading)
+            if done:
+                held.append({"role": "user", "content": done})
+        messages = await _held(runner, turn.get("head"), held)
     else:
         messages = await _input_messages(runner, reading.input)
-    if result is not None:
+    if result is not None and result.last_status is not None:
+        status = result.last_status
+    elif result is not None:
         status = RunStatus(
             status=result.status,
             iterations=result.iterations,
@@ -174,11 +268,60 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
             stop_reason_detail=reading.detail,
             transcript_length=len(messages),
         )
-    return EndedRun(status=status, messages=messages, whole=whole)
+    return EndedRun(status=status, messages=messages, unfinished=unfinished)
+
+
+def _tool_results(reply: dict[str, Any], reading: _Reading) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not."""
+    done: list[dict[str, Any]] = []
+    unfinished: list[dict[str, str]] = []
+    for block in reply.get("content") or []:
+        if not isinstance(block, dict) or block.get("type") != "tool_use":
+            continue
+        tool_use_id, name = str(block.get("id")), str(block.get("name"))
+        if tool_use_id in reading.results:
+            done.append(reading.results[tool_use_id])
+        elif tool_use_id in reading.agents:
+            content, is_error = agent_answer(name, reading.agents[tool_use_id])
+            done.append(
+                {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+                | ({"is_error": True} if is_error else {})
+            )
+        else:
+            unfinished.append({"tool_use_id": tool_use_id, "name": name})
+    return done, unfinished
+
+
+async def ended_status(runner: AgentRunner, run_id: str, ended: str) -> RunStatus:
+    """An ended run's status (``ended_run``), each child run's nested in its ``agents`` entry as ``status_tree`` does.
+
+    A child that has ended is read from its history too; one still open (it outlived its parent) is asked.
+
+    Raises:
+        AgentRunError: Temporal would not give a run's history.
+        NoWorker: An open child's query found no worker.
+    """
+    status = (await ended_run(runner, run_id, ended)).status
+    if not status.agents:
+        return status
+
+    async def nested(entry: dict[str, Any]) -> dict[str, Any]:
+        child = runner.attach(str(entry.get("id") or f"{run_id}/{entry['tool_use_id']}"))
+        child_ended = await child.ended()
+        if child_ended is None:
+            child_status = await child.status(tree=True)
+        else:
+            child_status = await ended_status(runner, child.id, child_ended)
+        return {**entry, "run": child_status.model_dump(mode="json")}
+
+    agents = await asyncio.gather(*(nested(entry) for entry in status.agents))
+    return status.model_copy(update={"agents": list(agents)})
 
 
 async def ended_page(runner: AgentRunner, run_id: str, ended: str) -> dict[str, Any]:
     """The page's data for a run that has ended: its status and conversation (``ended_run``).
+
+    ``unfinished`` names the tool calls that had not completed when it ended (``EndedRun.unfinished``).
 
     Args:
         runner: The console's runner (its client and content store).
@@ -194,5 +337,6 @@ async def ended_page(runner: AgentRunner, run_id: str, ended: str) -> dict[str, 
         "status": run.status.model_dump(mode="json"),
         "waiting": None,
         "transcript": {"version": None, "messages": run.messages},
+        "unfinished": run.unfinished,
         "events_offset": None,
     }

@@ -7,8 +7,9 @@ it (``running``) and a note saying how to get more: asking each run in turn woul
 each one a workflow task a worker must replay, and hang on runs no worker serves.
 
 Only the rows waiting for ``approval`` are asked something (``with_approval_tools``): which tools they wait for, which
-no search attribute says. They are asked together, each for at most ``APPROVALS_TIMEOUT`` seconds, and a row whose
-run does not answer in time still says ``approval``.
+no search attribute says. The first ``APPROVALS_ASKED`` of them are asked together, each for at most
+``APPROVALS_TIMEOUT`` seconds, and a row whose run does not answer in time still says ``approval``; the rest say
+``approval`` with a note to open them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ ITERATIONS = SearchAttributeKey.for_int("AgentRunIterations")
 
 APPROVALS_TIMEOUT = 2.0
 """Seconds a row waiting for approval waits for its run to say which tools (a run no worker serves never answers)."""
+
+APPROVALS_ASKED = 20
+"""How many rows waiting for approval the list asks which tools (the newest): each costs a query, a workflow task."""
+
+UNASKED_NOTE = "open it to see which tools it waits for"
+"""The note of a row waiting for approval beyond the first ``APPROVALS_ASKED``, whose run the list did not ask."""
 
 NO_ATTRIBUTES_NOTE = "its workers keep no search attributes (--search-attributes): open it to see what it waits for"
 
@@ -128,11 +135,15 @@ async def with_approval_tools(
 ) -> list[dict[str, Any]]:
     """The rows, each waiting for ``approval`` with ``tools`` set to the tools its run waits for, when it said.
 
-    Only those rows' runs are asked (the ``pending_approvals`` query), all at once, each for at most ``timeout``
-    seconds: the list costs one query per run waiting for a person, and never more than ``timeout`` in all.
+    Only the first ``APPROVALS_ASKED`` of those rows' runs are asked (the ``pending_approvals`` query), all at once,
+    each for at most ``timeout`` seconds: the list costs at most that many queries, and never more than ``timeout``
+    in all. The others get ``UNASKED_NOTE`` (their page says which tools).
     """
-    asking = [r for r in rows if r["waiting"] == WAITING_FOR["waiting_for_approval"]]
+    waiting = [r for r in rows if r["waiting"] == WAITING_FOR["waiting_for_approval"]]
+    asking, unasked = waiting[:APPROVALS_ASKED], waiting[APPROVALS_ASKED:]
     answers = await asyncio.gather(*(_waiting_tools(runner, r["id"], timeout) for r in asking))
     for r, tools in zip(asking, answers, strict=True):
         r["tools"] = tools
+    for r in unasked:
+        r["note"] = UNASKED_NOTE
     return rows

@@ -115,3 +115,25 @@ def parse_agents(
                 f"{limits.depth}); declare fewer levels of agents or raise `max_depth`."
             )
     return agents, limits
+
+
+def agent_answer(name: str, outcome: dict[str, Any]) -> tuple[str, bool]:
+    """A finished child run's result (``RunResult`` as plain JSON) as the agent call's result.
+
+    Its final text, or why it did not finish: what ``workflows/subagents.py`` answers the call with, and what the
+    console reads an ended run's agent calls as.
+
+    Returns:
+        The ``tool_result``'s content, and whether it is an error.
+    """
+    blocks = (outcome.get("final_message") or {}).get("content") or []
+    text = "\n\n".join(str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    status = outcome.get("status")
+    if status == "completed":
+        return text, False
+    why = {
+        "stopped": f"was stopped before it finished ({outcome.get('detail')})",
+        "max_iterations": f"reached its limit of {outcome.get('iterations')} iterations before it finished",
+        "budget_exhausted": f"ran out of budget before it finished ({outcome.get('detail')})",
+    }.get(str(status), f"ended {status}")
+    return f"Error: Agent '{name}' {why}." + (f" Its last reply said: {text}" if text else ""), True

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from agent_runner.contract.agents import AgentSpec
 
@@ -464,6 +464,17 @@ class RunResult(BaseModel):
     never called the model. ``None`` (and left out of the JSON) otherwise: then the conversation is the last model
     call's and its reply. Readers without a worker read an ended run's conversation from it
     (``agent_runner/console/ended.py``)."""
+
+    last_status: RunStatus | None = Field(default=None, exclude_if=lambda status: status is None)
+    """The run's status as it ended, as the ``status`` query answered then (transcript version, cost, child runs), so
+    that readers without a worker report it whole (``agent_runner/console/ended.py``); ``None`` (and left out of the
+    JSON) from runs recorded before."""
+
+    @field_serializer("last_status")
+    def _short_status(self, status: RunStatus | None) -> dict[str, Any] | None:
+        # Its fields at their defaults left out (read back, they are the defaults): the result stays short to read in
+        # Temporal's UI and `temporal workflow result`.
+        return status.model_dump(mode="json", exclude_defaults=True) if status is not None else None
 
 
 class ToolUseReady(BaseModel):

@@ -30,6 +30,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME fork         # writes NAME.json and NAME_fork.json (a fork runs a tool the
                                                        # run was given before the fork point)
     python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
+    python tests/histories/record.py NAME last_status  # writes NAME.json (a result carrying the run's last status)
 
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
@@ -255,6 +256,10 @@ async def record(name: str, scenario: str = "steered") -> None:
                 return
             if scenario == "result_transcript":
                 await result_transcript(name, fake, runner)
+                await env.shutdown()
+                return
+            if scenario == "last_status":
+                await last_status(name, fake, runner)
                 await env.shutdown()
                 return
             # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
@@ -750,6 +755,24 @@ async def result_transcript(name: str, fake: FakeMessagesAPI, runner: AgentRunne
     (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
+async def last_status(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``last_status`` scenario: a run with a tool call and prices completes, and its result carries its
+    last status, transcript version and cost included (patch ``run-result-carries-its-last-status``)."""
+    fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    run = await runner.start(
+        model="claude-fake-1",
+        max_tokens=512,
+        messages=[{"role": "user", "content": "Paris?"}],
+        tools=[get_weather],
+        budget={"prices": {"input": 3, "output": 15}},
+    )
+    result = await run.result()
+    assert result.last_status is not None and result.last_status.version == 3, result
+    assert result.last_status.cost_usd is not None, result
+    history = await run.handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
     placeholder escaped) in the run's input, an injected message and an approval's edited input."""
@@ -975,6 +998,7 @@ if __name__ == "__main__":
         "fork",
         "gave_up",
         "result_transcript",
+        "last_status",
     ]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(

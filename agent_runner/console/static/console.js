@@ -210,12 +210,20 @@ async function showRun(id) {
     state.run = data;
     renderHead(data);
     renderApprovals(data);
-    conversation.replaceChildren(...renderTranscript(data.transcript.messages));
+    conversation.replaceChildren(...renderTranscript(data.transcript.messages), ...renderUnfinished(data.unfinished));
     renderActions(data);
     if (!state.source && !ENDED.has(data.status.status)) {
       if (data.events_offset !== null) follow(data.events_offset);
       else live.append(el("p", { class: "muted", text: "The run's live events cannot be read now; refresh later." }));
     }
+  }
+
+  // An ended run's tool calls that had not completed when it ended: the conversation ends with the others' results.
+  function renderUnfinished(calls) {
+    if (!calls || !calls.length) return [];
+    const names = calls.map((call) => `${call.name} (${call.tool_use_id})`).join(", ");
+    return [el("p", { class: "note unfinished", id: "unfinished",
+      text: `The run ended before these tool calls completed: ${names}.` })];
   }
 
   function reloadSoon() {
