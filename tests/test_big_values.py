@@ -18,7 +18,7 @@ from anthropic import beta_tool
 from temporalio.api.history.v1 import History
 
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.steering import AddTools, UpdateParams
 from agent_runner.contract.transcript import canonical, ref_for
@@ -309,3 +309,36 @@ def test_plain_edits_shaped_like_a_reference_where_one_would_count_are_refused()
     with pytest.raises(ValueError, match=r"`tools\[0\].input_schema` is an object shaped like a stored reference"):
         check_add_tools(AddTools(tools=[{"name": "t", "input_schema": lookalike}]), None)
     check_add_tools(AddTools(tools=[{"name": "t", "input_schema": lookalike}], held=True), None)
+
+
+async def test_a_big_output_config_is_refused_by_a_run_whose_refusal_fallbacks_patch_it(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The client would send it by reference, which no hop can merge into: a clear refusal, and the run goes on."""
+    output_config = {"format": {"type": "json_schema", "schema": schema("answer", 200_000)}}
+    fake_api.script(
+        Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(launch):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=["launch"],
+            thread=False,
+            step=True,
+            refusal_fallbacks=[{"model": "claude-fallback-2", "output_config": {"effort": "low"}}],
+        )
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected) as refused:
+            await run.update_params(output_config=output_config)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert str(refused.value).endswith(
+        "`output_config` is over 64 KB, and this run's refusal_fallbacks patch it, which needs it held by value: keep "
+        "it under 64 KB, or start a new run without refusal_fallbacks entries that patch `output_config`."
+    )
+    assert ["output_config" in body for body in fake_api.bodies()] == [False, False]
+    assert RAN == ["a"]

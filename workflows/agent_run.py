@@ -496,7 +496,7 @@ class AgentRun:
     def _validate_update_params(self, raw: dict[str, Any]) -> None:
         edit = parse_update(UpdateParams, raw)
         check_open(self._ended, self._status)
-        check_params(edit, self._state.conversation)
+        check_params(edit, self._state.conversation, self._spec.refusal_fallbacks if self._spec else None)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
 

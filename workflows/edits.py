@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent_runner.contract.big_params import by_reference, lookalike_problems, stored_params
+from agent_runner.contract.big_params import by_reference, lookalike_problems, read_by_fallbacks, stored_params
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.params import param_problems
@@ -159,7 +159,9 @@ def check_history(edit: ReplaceHistory) -> None:
         raise ValueError("The new history was rejected:\n- " + "\n- ".join(problems))
 
 
-def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
+def check_params(
+    edit: UpdateParams, conversation: Conversation | None, refusal_fallbacks: list[dict[str, Any]] | None = None
+) -> None:
     """New parameters must be known, valid together with the run's, and keep what a thread fixed."""
     allowed = API_PARAMS | EXTRA_BODY_PARAMS
     unknown = sorted(set(edit.params) - allowed)
@@ -173,6 +175,12 @@ def check_params(edit: UpdateParams, conversation: Conversation | None) -> None:
     merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
     if edit.held:  # the client stored the big ones: only the store has them (``big_params.py``)
         merged = {k: v for k, v in merged.items() if k not in stored_params(edit.params)}
+    kept = sorted(read_by_fallbacks(refusal_fallbacks) & set(stored_params(edit.params) if edit.held else ()))
+    if kept:  # a fallback hop merges into these key by key, which the workflow cannot do to a stored value
+        raise ValueError(
+            f"`{kept[0]}` is over 64 KB, and this run's refusal_fallbacks patch it, which needs it held by value: "
+            f"keep it under 64 KB, or start a new run without refusal_fallbacks entries that patch `{kept[0]}`."
+        )
     lookalikes = [] if edit.held else lookalike_problems(edit.params, [])
     problems = [*lookalikes, *(p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params))]
     if problems:
