@@ -41,6 +41,7 @@ from temporalio.converter import PayloadCodec
 
 from agent_runner.codec import ENCODING, KEYS_ENV
 from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.transcript import message_ref, next_head
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, WORKFLOW_TYPE
 from agent_runner.store import BlobMissing, ContentStore, Swept
@@ -186,6 +187,8 @@ async def _first_json(payloads: Sequence[Payload], codec: PayloadCodec | None) -
 def _heads_produced(call: dict[str, Any], output: dict[str, Any]) -> list[str]:
     """The transcript and replies heads a model call stored, as the workflow computes them (``store_pending``)."""
     turn = call.get("turn")
+    if isinstance(turn, dict) and "length" not in turn:
+        output = full_output_json(output)  # a lean result (``contract/lean.py``): the reply the call stored
     message = output.get("message")
     if not output.get("stored") or not isinstance(turn, dict) or not isinstance(message, dict):
         return []

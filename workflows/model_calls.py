@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         inherits_fast_speed,
         without_fast_speed,
     )
-    from agent_runner.workflows.history_size import input_run_id
+    from agent_runner.workflows.history_size import input_run_id, lean_turn, whole_output
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.state import RunState
 
@@ -138,6 +138,7 @@ class ModelCalls:
             model = str((turn.settings or {}).get("params", {}).get("model"))
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
+            turn, lean = lean_turn(turn)
             try:
                 self.in_flight = reply_number
                 self._eager.token = str(workflow.uuid4()) if eager else ""
@@ -158,6 +159,7 @@ class ModelCalls:
                     task_queue=options.task_queue,
                     summary=f"turn {reply_number} · {conversation.params['model']}",
                 )
+                output = whole_output(output, lean)
                 problems = reply_problems(output.message)
                 if problems:
                     raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
