@@ -23,6 +23,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult, RunStatus, RunStatusName, Usage
 
@@ -84,6 +85,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         turn = reading.turns.get(completed.scheduled_event_id)
         if turn is not None:
             (output,) = await _payloads(converter, completed.result) or [{}]
+            if isinstance(output, dict) and "length" not in turn:
+                output = full_output_json(output)  # a lean result (``contract/lean.py``): the whole reply
             message = output.get("message") if isinstance(output, dict) else None
             if isinstance(message, dict):
                 reading.last = (turn, message)
