@@ -43,7 +43,7 @@ from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_U
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.lean import lean_output
 from agent_runner.contract.params import mcp_token_env
-from agent_runner.contract.transcript import escape
+from agent_runner.contract.transcript import escape, is_short
 from agent_runner.contract.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -121,7 +121,7 @@ class ClaudeActivities:
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
-            await self.content.put_value(settings)
+            await self.content.put_value(settings, short=is_short(turn.settings_ref))
             # Stored apart too, so the run can carry them by reference into its continuation (``big_params.py``).
             for value in big_params(settings["params"]).values():
                 await self.content.put_value(value)
@@ -131,12 +131,13 @@ class ClaudeActivities:
             settings = {**settings, "params": resolve_params(settings["params"], found.__getitem__)}
         # A turn that continues a thread sends only what the server does not hold: read only that. (A compaction
         # turn has no `previous_message_id`, so it reads the whole history.)
-        skip = turn.answered if turn.threading and turn.previous_message_id else 0
         lean = turn.length is None  # a lean turn leaves the count of its stored messages to the call
         if turn.length is None:
             stored_count = await self.content.length(turn.head)
         else:
             stored_count = turn.length - len(turn.pending)
+        answered = turn.answered if turn.answered is not None else (stored_count if lean else 0)
+        skip = answered if turn.threading and turn.previous_message_id else 0
         skip = min(skip, stored_count)
         held = [*(await self.content.messages(turn.head, start=skip)), *turn.pending]
         request = build_request(
@@ -144,7 +145,7 @@ class ClaudeActivities:
             settings["tools"],
             await self.content.resolve(held),
             threading=turn.threading,
-            answered=turn.answered - skip,
+            answered=answered - skip,
             previous_message_id=turn.previous_message_id,
         )
         if turn.compaction is not None:
@@ -184,6 +185,7 @@ class ClaudeActivities:
             ],
             blobs=big_blocks,
             live=live,
+            short=lean,
         )
         # A refusal's opening usage, which a refusal-fallback splice keeps when its output opened the stream.
         opening = wire_usage.get("opening") if reply.get("stop_reason") == "refusal" else None

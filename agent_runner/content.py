@@ -147,6 +147,7 @@ class Content:
         *,
         blobs: Mapping[str, bytes] | None = None,
         live: LiveEntries | None = None,
+        short: bool = False,
     ) -> list[str | None]:
         """Store each ``(head, messages)`` as ``append`` does, other blobs and a run's live events, in one store commit.
 
@@ -154,6 +155,7 @@ class Content:
             appends: Each transcript's head and the messages to append to it.
             blobs: More blobs to store, by reference (``offload_reply``'s ``deferred``).
             live: A run's live events (``EventPublisher.take``).
+            short: Name the messages (and so the heads) by short references, as the run does (``Transcript``).
 
         Returns:
             The new head of each transcript, in order.
@@ -168,7 +170,7 @@ class Content:
             new_refs = list(known or [])
             for message in messages:
                 data = canonical(message)
-                ref = ref_for(data)  # message_ref(message), without serializing it again
+                ref = ref_for(data, short)  # message_ref(message, short), without serializing it again
                 blobs[ref] = data
                 new_head = next_head(head, ref)
                 nodes.append(ChainNode(head=new_head, parent=head, message=ref))
@@ -270,13 +272,14 @@ class Content:
                 blocks.append(block)
         return blocks
 
-    async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None) -> str:
+    async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None, short: bool = False) -> str:
         """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref.
 
-        With ``deferred``, the blob is put there for the caller to store instead.
+        With ``deferred``, the blob is put there for the caller to store instead; with ``short``, it is named by its
+        short reference.
         """
         data = canonical(value)
-        ref = ref_for(data)
+        ref = ref_for(data, short)
         if deferred is not None:
             deferred[ref] = data
         else:

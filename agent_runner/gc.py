@@ -49,7 +49,8 @@ from agent_runner.store import BlobMissing, ContentStore, Swept
 DEFAULT_GRACE = timedelta(hours=1)
 """Content written this recently is kept whatever the retention: an activity may not have reported it yet."""
 
-_REF = re.compile(rb"sha256:[0-9a-f]{64}")
+_REF = re.compile(rb"sha256:[0-9a-f]{64}|~[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
+"""A reference in either form (``contract/transcript.py``: ``ref_for``, ``SHORT_PREFIX``)."""
 _READ_CHUNK = 16
 """Blobs read at once to look for the references they hold; blobs run to megabytes."""
 _HISTORIES_AT_ONCE = 8
@@ -187,7 +188,8 @@ async def _first_json(payloads: Sequence[Payload], codec: PayloadCodec | None) -
 def _heads_produced(call: dict[str, Any], output: dict[str, Any]) -> list[str]:
     """The transcript and replies heads a model call stored, as the workflow computes them (``store_pending``)."""
     turn = call.get("turn")
-    if isinstance(turn, dict) and "length" not in turn:
+    lean = isinstance(turn, dict) and "length" not in turn
+    if lean:
         output = full_output_json(output)  # a lean result (``contract/lean.py``): the reply the call stored
     message = output.get("message")
     if not output.get("stored") or not isinstance(turn, dict) or not isinstance(message, dict):
@@ -195,9 +197,9 @@ def _heads_produced(call: dict[str, Any], output: dict[str, Any]) -> list[str]:
     heads = []
     head = turn.get("head")
     for stored in [*turn.get("pending", []), {"role": "assistant", "content": message.get("content") or []}]:
-        head = next_head(head, message_ref(stored))
+        head = next_head(head, message_ref(stored, lean))  # a lean call names them short
         heads.append(head)
-    heads.append(next_head(call.get("replies_head"), message_ref(message)))
+    heads.append(next_head(call.get("replies_head"), message_ref(message, lean)))
     return heads
 
 

@@ -75,7 +75,7 @@ async def test_a_tool_result_over_the_limit_crosses_history_as_a_placeholder_and
     assert bodies[2]["messages"][4] == {"role": "user", "content": [small_result]}
     assert transcript[2] == {"role": "user", "content": [big_result]}
 
-    placeholder = stored(ref_for(canonical(BIG)))
+    placeholder = stored(ref_for(canonical(BIG), short=True))  # a short reference (issue 14)
     tool_inputs, tool_results = payloads(history, RUN_TOOL_ACTIVITY)
     assert tool_results == [{"content": placeholder}, {"content": SMALL}]  # `is_error` left out when false
     assert [sorted(i) for i in tool_inputs] == [["idempotency_key", "input", "iteration", "name", "tool_use_id"]] * 2

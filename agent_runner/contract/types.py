@@ -264,7 +264,9 @@ class ModelTurn(BaseModel):
 
     # Left out of the JSON at their defaults, which every version of the model call reads back the same.
     threading: bool = Field(default=True, exclude_if=lambda threading: threading)
-    answered: int = Field(default=0, exclude_if=lambda answered: not answered)
+    answered: int | None = Field(default=None, exclude_if=lambda answered: answered is None)
+    """How many of the messages the thread holds (``previous_message_id``'s). ``None`` (left out of the JSON): every
+    stored one in a lean turn (``length`` left out), none in another."""
     previous_message_id: str | None = Field(default=None, exclude_if=lambda message_id: message_id is None)
     compaction: dict[str, Any] | None = Field(default=None, exclude_if=lambda compaction: compaction is None)
     """Set for a compaction request: the ``compaction`` field, sent with the full history on a new thread."""
