@@ -4,8 +4,9 @@ A blob or chain node is kept when either is true:
 
 - **A run that still counts references it.** Runs that count are those open, and those closed within the retention
   period, as Temporal's visibility lists them (every ``AgentRun`` of the namespace, whatever its task queue). A run
-  references every ``sha256:`` reference its history's payloads name (decrypted with the codec when encryption is
-  on: run input, activity inputs and results, edits, continue-as-new state) and the heads its model calls produced,
+  references every reference (``sha256:`` or short, ``~``) its history's payloads name (decrypted with the codec
+  when encryption is on: run input, activity inputs and results, edits, continue-as-new state) and the heads its
+  model calls produced,
   which the workflow computes itself and so never writes to history (``contract/transcript.py``, ``next_head``).
   From those roots the mark follows chains to their root and reads every kept blob for the placeholders it holds.
 - **It was written recently.** The store stamps each blob and node each time it is written (putting content that is

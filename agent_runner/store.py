@@ -1,7 +1,8 @@
 """The content-addressed store: message contents live here, workflow history carries only their references.
 
-A blob's reference is ``"sha256:" + hexdigest`` of its bytes (``ref_for``), so writing is idempotent and a reference
-can never name two contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
+A blob's reference is ``"sha256:" + hexdigest`` of its bytes, or its short form (``~`` and 128 bits of the digest,
+what runs since issue 14 store; ``ref_for``, ``names``), so writing is idempotent and a reference can never name two
+contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
 against its reference (``BlobCorrupted`` if the bytes changed since). A transcript is a chain of nodes, each one
 message appended to its parent; the workflow computes a node's ``head`` (whatever identifies the chain up to and
 including that message) and the store only keeps ``head -> (parent, message)``. ``chain(head)`` reads a whole
