@@ -6,8 +6,8 @@ A blob or chain node is kept when either is true:
   period, as Temporal's visibility lists them (every ``AgentRun`` of the namespace, whatever its task queue). A run
   references every reference (``sha256:`` or short, ``~``) its history's payloads name (decrypted with the codec
   when encryption is on: run input, activity inputs and results, edits, continue-as-new state) and the heads its
-  model calls produced,
-  which the workflow computes itself and so never writes to history (``contract/transcript.py``, ``next_head``).
+  model calls produced, which the workflow computes itself and so never writes to history (``contract/transcript.py``,
+  ``next_head``).
   From those roots the mark follows chains to their root and reads every kept blob for the placeholders it holds.
 - **It was written recently.** The store stamps each blob and node each time it is written (putting content that is
   already there stamps it again), and nothing written within ``max(retention, grace)`` before the collection started
