@@ -41,8 +41,9 @@ from agent_runner.content import Content
 from agent_runner.contract.big_params import big_values, resolve_params, resolve_tool, settings_refs
 from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
+from agent_runner.contract.lean import lean_output
 from agent_runner.contract.params import mcp_token_env
-from agent_runner.contract.transcript import escape
+from agent_runner.contract.transcript import escape, is_short
 from agent_runner.contract.types import (
     CREATE_MESSAGE_ACTIVITY,
     THREAD_LOST_ERROR,
@@ -63,6 +64,10 @@ _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 """``error.type`` values of an SSE ``error`` event (sent after a 200) that another attempt may get past."""
+
+MID_RUN_STOP_REASONS = frozenset({"tool_use", "pause_turn"})
+"""Stop reasons of a reply the run goes on from: its long text is stored apart in a lean result (the final reply,
+once per run and the run's result, is carried whole up to ``INLINE_LIMIT``)."""
 
 _DELTA_KEYS = frozenset({"stop_reason", "stop_sequence", "stop_details"})
 """Message fields that ``message_start`` and ``message_delta`` carry only when the API sends them."""
@@ -98,11 +103,12 @@ class ClaudeActivities:
         return self._client
 
     @activity.defn(name=CREATE_MESSAGE_ACTIVITY)
-    async def create_message(self, input: CreateMessageInput) -> CreateMessageOutput:
+    async def create_message(self, input: CreateMessageInput) -> CreateMessageOutput | dict[str, Any]:
         """Send one turn to Claude; store the turn's new messages and the reply; return the reply.
 
         The reply comes back as the response body carried it, except that blocks too big to carry through the
-        run's history are stored and replaced by placeholders (``agent_runner/contract/transcript.py``).
+        run's history are stored and replaced by placeholders (``agent_runner/contract/transcript.py``). A turn
+        without ``length`` gets the lean result (``agent_runner/contract/lean.py``).
         """
         if not input.run_id:  # runs since issue 14 leave their own id out of the input (workflows/history_size.py)
             input = input.model_copy(update={"run_id": activity.info().workflow_id or ""})
@@ -115,7 +121,7 @@ class ClaudeActivities:
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
-            await self.content.put_value(settings)
+            await self.content.put_value(settings, short=is_short(turn.settings_ref))
             # Stored apart too, so the run can carry them by reference into its continuation (``big_params.py``).
             for value in big_values(settings["params"], settings["tools"]):
                 await self.content.put_value(value)
@@ -129,15 +135,21 @@ class ClaudeActivities:
             }
         # A turn that continues a thread sends only what the server does not hold: read only that. (A compaction
         # turn has no `previous_message_id`, so it reads the whole history.)
-        skip = turn.answered if turn.threading and turn.previous_message_id else 0
-        skip = min(skip, turn.length - len(turn.pending))
+        lean = turn.length is None  # a lean turn leaves the count of its stored messages to the call
+        if turn.length is None:
+            stored_count = await self.content.length(turn.head)
+        else:
+            stored_count = turn.length - len(turn.pending)
+        answered = turn.answered if turn.answered is not None else (stored_count if lean else 0)
+        skip = answered if turn.threading and turn.previous_message_id else 0
+        skip = min(skip, stored_count)
         held = [*(await self.content.messages(turn.head, start=skip)), *turn.pending]
         request = build_request(
             compaction_params(settings["params"]) if turn.compaction is not None else settings["params"],
             settings["tools"],
             await self.content.resolve(held),
             threading=turn.threading,
-            answered=turn.answered - skip,
+            answered=answered - skip,
             previous_message_id=turn.previous_message_id,
         )
         if turn.compaction is not None:
@@ -165,7 +177,9 @@ class ClaudeActivities:
         if splice is not None:
             reply = spliced_reply(reply, splice, wire_usage.get("closing"))
         big_blocks: dict[str, bytes] = {}
-        message = await self.content.offload_reply(reply, deferred=big_blocks)
+        # A lean run goes on from a `tool_use` or `pause_turn` reply: its long text is stored apart, as a tool result.
+        goes_on = lean and reply.get("stop_reason") in MID_RUN_STOP_REASONS
+        message = await self.content.offload_reply(reply, deferred=big_blocks, text_limit=goes_on)
         # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
         # live events: all of it is stored before the reply (which names them) is returned.
         await self.content.append_many(
@@ -175,9 +189,12 @@ class ClaudeActivities:
             ],
             blobs=big_blocks,
             live=live,
+            short=lean,
         )
         # A refusal's opening usage, which a refusal-fallback splice keeps when its output opened the stream.
         opening = wire_usage.get("opening") if reply.get("stop_reason") == "refusal" else None
+        if lean:
+            return lean_output(message, attempt, opening)
         return CreateMessageOutput(message=message, stored=True, attempt=attempt, opening_usage=opening)
 
     def _publisher(self, input: CreateMessageInput, attempt: int) -> EventPublisher:

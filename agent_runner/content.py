@@ -39,6 +39,9 @@ from agent_runner.contract.transcript import (
 )
 from agent_runner.store import ChainNode, ContentStore, LiveEntries, open_store
 
+_TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
+"""Blocks a run only carries (it reads no field of theirs), which ``offload_reply`` may store from a smaller size."""
+
 
 class Content:
     """Reads and writes transcripts and stored content for one worker.
@@ -102,6 +105,18 @@ class Content:
         values = await self.values(refs[start:])
         return [values[ref] for ref in refs[start:]]
 
+    async def length(self, head: str | None) -> int:
+        """How many messages the transcript ``head`` holds."""
+        if head is None:
+            return 0
+        refs = self._chains.get(head)
+        if refs is None:
+            with _unrecoverable_in_activity():
+                refs = await self.store.chain(head)
+                self._check_chain(head, refs)
+        self._remember_chain(head, refs)
+        return len(refs)
+
     def _check_chain(self, head: str, refs: list[str]) -> None:
         """Refuse a chain whose nodes do not hash to ``head``: a changed node would send Claude another message.
 
@@ -133,6 +148,7 @@ class Content:
         *,
         blobs: Mapping[str, bytes] | None = None,
         live: LiveEntries | None = None,
+        short: bool = False,
     ) -> list[str | None]:
         """Store each ``(head, messages)`` as ``append`` does, other blobs and a run's live events, in one store commit.
 
@@ -140,6 +156,7 @@ class Content:
             appends: Each transcript's head and the messages to append to it.
             blobs: More blobs to store, by reference (``offload_reply``'s ``deferred``).
             live: A run's live events (``EventPublisher.take``).
+            short: Name the messages (and so the heads) by short references, as the run does (``Transcript``).
 
         Returns:
             The new head of each transcript, in order.
@@ -154,7 +171,7 @@ class Content:
             new_refs = list(known or [])
             for message in messages:
                 data = canonical(message)
-                ref = ref_for(data)  # message_ref(message), without serializing it again
+                ref = ref_for(data, short)  # message_ref(message, short), without serializing it again
                 blobs[ref] = data
                 new_head = next_head(head, ref)
                 nodes.append(ChainNode(head=new_head, parent=head, message=ref))
@@ -186,19 +203,26 @@ class Content:
         """
         return await self._offload_block(escape(block))
 
-    async def offload_reply(self, reply: dict[str, Any], *, deferred: dict[str, bytes] | None = None) -> dict[str, Any]:
+    async def offload_reply(
+        self, reply: dict[str, Any], *, deferred: dict[str, bytes] | None = None, text_limit: bool = False
+    ) -> dict[str, Any]:
         """Claude's reply (a response body) as held: escaped, each big content block stored (``offload_block``).
 
         Args:
             reply: The response body.
             deferred: Where to put the big blocks' blobs instead of storing them: the caller stores them, in the
                 commit that stores the reply (``append_many``), before it hands the reply on.
+            text_limit: Store its text and thinking blocks over ``RESULT_INLINE_LIMIT`` too, as a tool result's
+                content (a reply the run goes on from, whose text it does not read).
         """
         held = escape(reply)
-        return {
-            **held,
-            "content": [await self._offload_block(block, deferred) for block in held.get("content") or []],
-        }
+        blocks = []
+        for block in held.get("content") or []:
+            if text_limit and isinstance(block, dict) and block.get("type") in _TEXT_BLOCKS:
+                blocks.append(await self._offload(block, deferred, limit=RESULT_INLINE_LIMIT))
+            else:
+                blocks.append(await self._offload_block(block, deferred))
+        return {**held, "content": blocks}
 
     async def offload_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Plain ``messages`` as held, their big content stored.
@@ -258,13 +282,14 @@ class Content:
             await self.put_value(value)
         return slim_tools(tools)
 
-    async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None) -> str:
+    async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None, short: bool = False) -> str:
         """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref.
 
-        With ``deferred``, the blob is put there for the caller to store instead.
+        With ``deferred``, the blob is put there for the caller to store instead; with ``short``, it is named by its
+        short reference.
         """
         data = canonical(value)
-        ref = ref_for(data)
+        ref = ref_for(data, short)
         if deferred is not None:
             deferred[ref] = data
         else:

@@ -4,9 +4,10 @@ A blob or chain node is kept when either is true:
 
 - **A run that still counts references it.** Runs that count are those open, and those closed within the retention
   period, as Temporal's visibility lists them (every ``AgentRun`` of the namespace, whatever its task queue). A run
-  references every ``sha256:`` reference its history's payloads name (decrypted with the codec when encryption is
-  on: run input, activity inputs and results, edits, continue-as-new state) and the heads its model calls produced,
-  which the workflow computes itself and so never writes to history (``contract/transcript.py``, ``next_head``).
+  references every reference (``sha256:`` or short, ``~``) its history's payloads name (decrypted with the codec
+  when encryption is on: run input, activity inputs and results, edits, continue-as-new state) and the heads its
+  model calls produced, which the workflow computes itself and so never writes to history (``contract/transcript.py``,
+  ``next_head``).
   From those roots the mark follows chains to their root and reads every kept blob for the placeholders it holds.
 - **It was written recently.** The store stamps each blob and node each time it is written (putting content that is
   already there stamps it again), and nothing written within ``max(retention, grace)`` before the collection started
@@ -41,6 +42,7 @@ from temporalio.converter import PayloadCodec
 
 from agent_runner.codec import ENCODING, KEYS_ENV
 from agent_runner.contract.errors import ConfigurationError
+from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.transcript import message_ref, next_head
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, WORKFLOW_TYPE
 from agent_runner.store import BlobMissing, ContentStore, Swept
@@ -48,7 +50,8 @@ from agent_runner.store import BlobMissing, ContentStore, Swept
 DEFAULT_GRACE = timedelta(hours=1)
 """Content written this recently is kept whatever the retention: an activity may not have reported it yet."""
 
-_REF = re.compile(rb"sha256:[0-9a-f]{64}")
+_REF = re.compile(rb"sha256:[0-9a-f]{64}|~[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
+"""A reference in either form (``contract/transcript.py``: ``ref_for``, ``SHORT_PREFIX``)."""
 _READ_CHUNK = 16
 """Blobs read at once to look for the references they hold; blobs run to megabytes."""
 _HISTORIES_AT_ONCE = 8
@@ -186,15 +189,18 @@ async def _first_json(payloads: Sequence[Payload], codec: PayloadCodec | None) -
 def _heads_produced(call: dict[str, Any], output: dict[str, Any]) -> list[str]:
     """The transcript and replies heads a model call stored, as the workflow computes them (``store_pending``)."""
     turn = call.get("turn")
+    lean = isinstance(turn, dict) and "length" not in turn
+    if lean:
+        output = full_output_json(output)  # a lean result (``contract/lean.py``): the reply the call stored
     message = output.get("message")
     if not output.get("stored") or not isinstance(turn, dict) or not isinstance(message, dict):
         return []
     heads = []
     head = turn.get("head")
     for stored in [*turn.get("pending", []), {"role": "assistant", "content": message.get("content") or []}]:
-        head = next_head(head, message_ref(stored))
+        head = next_head(head, message_ref(stored, lean))  # a lean call names them short
         heads.append(head)
-    heads.append(next_head(call.get("replies_head"), message_ref(message)))
+    heads.append(next_head(call.get("replies_head"), message_ref(message, lean)))
     return heads
 
 

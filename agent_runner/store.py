@@ -1,7 +1,8 @@
 """The content-addressed store: message contents live here, workflow history carries only their references.
 
-A blob's reference is ``"sha256:" + hexdigest`` of its bytes (``ref_for``), so writing is idempotent and a reference
-can never name two contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
+A blob's reference is ``"sha256:" + hexdigest`` of its bytes, or its short form (``~`` and 128 bits of the digest,
+what runs since issue 14 store; ``ref_for``, ``names``), so writing is idempotent and a reference can never name two
+contents: ``put`` refuses a blob under any other key, and ``get`` checks every blob it reads
 against its reference (``BlobCorrupted`` if the bytes changed since). A transcript is a chain of nodes, each one
 message appended to its parent; the workflow computes a node's ``head`` (whatever identifies the chain up to and
 including that message) and the store only keeps ``head -> (parent, message)``. ``chain(head)`` reads a whole
@@ -57,7 +58,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_runner.codec import KEYS_ENV, keys_from_env
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, StoreError
-from agent_runner.contract.transcript import next_head, ref_for
+from agent_runner.contract.transcript import names, next_head, ref_for
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -195,7 +196,7 @@ class ContentStore(abc.ABC):
         missing = [ref for ref in wanted if ref not in found]
         if missing:
             raise _missing_blobs(self.url, missing)
-        corrupted = [ref for ref in wanted if ref_for(found[ref]) != ref]
+        corrupted = [ref for ref in wanted if not names(ref, found[ref])]
         if corrupted:
             raise _corrupted_blobs(self.url, corrupted)
         return {ref: found[ref] for ref in wanted}
@@ -319,7 +320,7 @@ class ContentStore(abc.ABC):
 
 def _check_refs(url: str, blobs: Mapping[str, bytes]) -> None:
     """Refuse the whole write if any key is not its blob's reference: a wrong key would poison every reader."""
-    wrong = [key for key, data in blobs.items() if ref_for(data) != key]
+    wrong = [key for key, data in blobs.items() if not names(key, data)]
     if wrong:
         shown = ", ".join(f"{key!r} (its content is {ref_for(blobs[key])})" for key in wrong[:5])
         more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
@@ -1613,7 +1614,7 @@ async def reencrypt(
         corrupted = 0
         for chunk in _chunks(refs, REENCRYPT_CHUNK):
             found = await backend._read(list(chunk))
-            good = {ref: data for ref, data in found.items() if ref_for(data) == ref}
+            good = {ref: data for ref, data in found.items() if names(ref, data)}
             corrupted += len(found) - len(good)
             await store.put(good)
             sealed.extend(good)

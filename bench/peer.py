@@ -37,7 +37,9 @@ The machine is usually shared (2 cores, other processes): compare rows of one ru
 
 Usage::
 
-    python bench/peer.py [--iterations N] [--repeat R] [--sizes 1KB,10KB,100KB]
+    python bench/peer.py [--iterations N] [--repeat R] [--sizes 1KB,10KB,100KB,10KB+3KB-replies]
+
+(``10KB+3KB-replies``: 10 KB results, and each ``tool_use`` reply opens with 3 KB of text.)
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``) for pydantic-ai; installs nothing itself.
 """
@@ -78,7 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.client import AgentRunner
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedTemporal
-    from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, tool_use
+    from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
     from agent_runner.worker import build_registry, build_worker
 
 # The floor is bench/overhead.py's (this script's directory is on the path when it runs).
@@ -87,7 +89,10 @@ from overhead import FloorWorkflow, noop
 MODEL = "claude-bench-1"
 MAX_TOKENS = 1024
 PROMPT = "Ping until you are told to stop."
-SIZES: dict[str, int] = {"1KB": 1_000, "10KB": 10_000, "100KB": 100_000}
+SIZES: dict[str, int] = {"1KB": 1_000, "10KB": 10_000, "100KB": 100_000, "10KB+3KB-replies": 10_000}
+DEFAULT_SIZES = ("1KB", "10KB", "100KB")
+REPLY_TEXT: dict[str, int] = {"10KB+3KB-replies": 3_000}
+"""Sizes whose ``tool_use`` replies open with this many bytes of text (a reply that streams at length)."""
 TASK_QUEUE = "bench-peer-agent-runner"
 FLOOR_TASK_QUEUE = "bench-peer-floor"
 PEER_TASK_QUEUE = "bench-peer-pydantic-ai"
@@ -121,15 +126,17 @@ async def ping(n: int, size: int = 0) -> str:
     return pad(n, size)
 
 
-def pinger(iterations: int, size: int) -> Callable[[dict[str, Any]], ScriptItem]:
-    """The fake's answers for one run: ``ping`` for the first N-1 requests, then the end of the turn."""
+def pinger(iterations: int, size: int, reply_text: int = 0) -> Callable[[dict[str, Any]], ScriptItem]:
+    """The fake's answers for one run: ``ping`` for the first N-1 requests (after ``reply_text`` bytes of text), then
+    the end of the turn."""
     calls = itertools.count(1)
 
     def answer(_body: dict[str, Any]) -> ScriptItem:
         n = next(calls)
         if n >= iterations:
             return end_turn("done")
-        return Reply(content=[tool_use(None, ping.name, {"n": n, "size": size})], stop_reason="tool_use")
+        call = tool_use(None, ping.name, {"n": n, "size": size})
+        return Reply(content=[text(pad(n, reply_text)), call] if reply_text else [call], stop_reason="tool_use")
 
     return answer
 
@@ -184,11 +191,12 @@ class Bench:
     runner: AgentRunner
     iterations: int
     size: int = 0
+    reply_text: int = 0
 
     def fresh_fake(self) -> None:
         """Forget the previous run's requests and threads; answer this run's N requests."""
         self.fake.reset()
-        self.fake.responder = pinger(self.iterations, self.size)
+        self.fake.responder = pinger(self.iterations, self.size, self.reply_text)
 
     async def finish(self, handle: WorkflowHandle[Any, Any], result: Awaitable[Any] | None = None) -> Any:
         """The run's result; a run stuck past a generous limit is terminated, and how it got stuck is raised.
@@ -347,7 +355,7 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
             await worker.__aenter__()
         try:
             for size_name in sizes:
-                bench.size = SIZES[size_name]
+                bench.size, bench.reply_text = SIZES[size_name], REPLY_TEXT.get(size_name, 0)
                 samples = {name: Sample() for name in names}
                 handles: dict[str, WorkflowHandle[Any, Any] | None] = {}
                 for round_ in range(repeat + 1):  # round 0 warms up
@@ -458,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=10, metavar="N", help="model calls per run (default: 10)")
     parser.add_argument("--repeat", type=int, default=5, metavar="R", help="measured runs per mode (default: 5)")
     parser.add_argument(
-        "--sizes", default=",".join(SIZES), help=f"tool result sizes, among {', '.join(SIZES)} (default: all)"
+        "--sizes",
+        default=",".join(DEFAULT_SIZES),
+        help=f"tool result sizes, among {', '.join(SIZES)} (default: {','.join(DEFAULT_SIZES)})",
     )
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]

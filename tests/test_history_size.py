@@ -75,13 +75,14 @@ async def test_a_tool_result_over_the_limit_crosses_history_as_a_placeholder_and
     assert bodies[2]["messages"][4] == {"role": "user", "content": [small_result]}
     assert transcript[2] == {"role": "user", "content": [big_result]}
 
-    placeholder = stored(ref_for(canonical(BIG)))
+    placeholder = stored(ref_for(canonical(BIG), short=True))  # a short reference (issue 14)
     tool_inputs, tool_results = payloads(history, RUN_TOOL_ACTIVITY)
-    assert tool_results == [{"content": placeholder, "is_error": False}, {"content": SMALL, "is_error": False}]
+    assert tool_results == [{"content": placeholder}, {"content": SMALL}]  # `is_error` left out when false
     assert [sorted(i) for i in tool_inputs] == [["idempotency_key", "input", "iteration", "name", "tool_use_id"]] * 2
 
     model_inputs, _ = payloads(history, CREATE_MESSAGE_ACTIVITY)
-    assert [sorted(i) for i in model_inputs] == [["iteration", "replies_head", "turn"]] * 3
+    # The first call has no replies before it: its `replies_head`, null, is left out.
+    assert [sorted(i) for i in model_inputs] == [["iteration", "turn"]] + [["iteration", "replies_head", "turn"]] * 2
     assert model_inputs[1]["turn"]["pending"] == [{"role": "user", "content": [{**big_result, "content": placeholder}]}]
     assert model_inputs[2]["turn"]["pending"] == [{"role": "user", "content": [small_result]}]
     assert "settings" in model_inputs[0]["turn"] and "settings" not in model_inputs[1]["turn"]

@@ -27,7 +27,7 @@ from temporalio.worker import Replayer
 from agent_runner.client import AgentRunner
 from agent_runner.testing import FakeMessagesAPI, Reply, ThreadNotFound, ThreadUnsupported, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.history_size import INPUTS_WITHOUT_RUN_ID_PATCH
+from agent_runner.workflows.history_size import INPUTS_WITHOUT_RUN_ID_PATCH, LEAN_HISTORY_PATCH
 from agent_runner.workflows.live import LIVE_LOG_PATCH
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
@@ -351,8 +351,9 @@ async def test_a_run_that_took_the_thread_fallbacks_replays_on_the_current_code(
         e.marker_recorded_event_attributes.marker_name
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
-        # Every run records the live log's patch and the lean activity inputs' once; this counts the others.
+        # Every run records the live log's patch and the lean inputs' and results' once; this counts the others.
         and LIVE_LOG_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
         and INPUTS_WITHOUT_RUN_ID_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
+        and LEAN_HISTORY_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
     ]
     assert markers == ["core_patch"]

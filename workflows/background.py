@@ -43,7 +43,7 @@ def summarized_refs(transcript: Transcript, length: int) -> list[str] | None:
     if length < transcript.offset or length > len(transcript):
         return None
     refs = [mark.ref for mark in transcript.marks]
-    refs.extend(message_ref(m) for m in transcript.pending)
+    refs.extend(message_ref(m, transcript.short_refs) for m in transcript.pending)  # named as a model call will
     return [f"base:{transcript.base}", *refs[: length - transcript.offset]]
 
 

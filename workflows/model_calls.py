@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         inherits_fast_speed,
         without_fast_speed,
     )
-    from agent_runner.workflows.history_size import input_run_id
+    from agent_runner.workflows.history_size import input_run_id, lean_turn, turn_summary, whole_output
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.state import RunState
 
@@ -126,6 +126,7 @@ class ModelCalls:
         chain: Splice | None = None  # the middleware's streaming splice of the hops (fallbacks.py)
         with_partial = True  # False once the hop's server rejected the prefill: it is sent once more without it
         without_speed = False  # True once an entry that inherited `speed: fast` was over capacity
+        lean = False  # whether the call answers lean (``history_size.py``): each call of a run since the patch does
         while True:
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
@@ -136,6 +137,7 @@ class ModelCalls:
                 entries = without_fast_speed(spec.refusal_fallbacks, index) if without_speed else spec.refusal_fallbacks
                 turn = hop_turn(turn, entries, index, token, splice)
             model = str((turn.settings or {}).get("params", {}).get("model"))
+            turn, lean = lean_turn(turn, conversation.transcript)
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -156,8 +158,9 @@ class ModelCalls:
                     heartbeat_timeout=live.model_heartbeat_timeout(options),
                     retry_policy=retry_policy(options),
                     task_queue=options.task_queue,
-                    summary=f"turn {reply_number} · {conversation.params['model']}",
+                    summary=turn_summary(reply_number, conversation.params["model"], spec.params.get("model"), lean),
                 )
+                output = whole_output(output, lean)
                 problems = reply_problems(output.message)
                 if problems:
                     raise fail(MalformedReply(f"Claude's reply cannot be used: {'; '.join(problems)}."))
@@ -166,7 +169,7 @@ class ModelCalls:
                 if output.stored:
                     state.settings_stored = turn.settings_ref
                     if not hop:  # a refused hop is not one of the run's replies
-                        state.replies_head = next_head(state.replies_head, message_ref(output.message))
+                        state.replies_head = next_head(state.replies_head, message_ref(output.message, lean))
                     if keep_from is None:
                         # The call stored the turn's pending messages, which are the history's only when it sent
                         # the whole history.
@@ -239,7 +242,7 @@ class ModelCalls:
                         kind = cause.type if isinstance(cause, ApplicationError) else None
                         stood = chain.standing(refusal, model, kind)
                         refusal = await self._record_replay(spec, conversation, stood, reply_number)
-                    state.replies_head = next_head(state.replies_head, message_ref(refusal))
+                    state.replies_head = next_head(state.replies_head, message_ref(refusal, lean))
                     self._run.event(events.REPLY, message=refusal)
                     return refusal
                 raise activity_failure(e) from None
@@ -252,7 +255,7 @@ class ModelCalls:
     ) -> dict[str, Any]:
         """Store ``reply`` as the model call stores a reply, without calling the API; the reply as stored."""
         state = self._run.state
-        turn = conversation.turn().model_copy(update={"replay": reply})
+        turn, lean = lean_turn(conversation.turn().model_copy(update={"replay": reply}), conversation.transcript)
         options = spec.model_activity
         output: CreateMessageOutput = await workflow.execute_activity(
             CREATE_MESSAGE_ACTIVITY,
@@ -265,6 +268,7 @@ class ModelCalls:
             task_queue=options.task_queue,
             summary=f"turn {reply_number} · the refusal stands",
         )
+        output = whole_output(output, lean)
         state.settings_stored = turn.settings_ref
         conversation.transcript.store_pending()
         return output.message

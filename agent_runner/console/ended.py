@@ -35,6 +35,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
@@ -145,6 +146,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         scheduled_id = completed.scheduled_event_id
         if scheduled_id in reading.turns:
             output = await _payload(converter, completed.result)
+            if isinstance(output, dict) and "length" not in reading.turns[scheduled_id]:
+                output = full_output_json(output)  # a lean result (``contract/lean.py``): the whole reply
             message = output.get("message") if isinstance(output, dict) else None
             if isinstance(message, dict):
                 turn = reading.turns[scheduled_id]

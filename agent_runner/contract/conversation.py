@@ -224,7 +224,7 @@ class Conversation(BaseModel):
             length, answered = keep_from, min(answered, keep_from)
         return ModelTurn(
             settings=settings,
-            settings_ref=ref_for(canonical(settings)),
+            settings_ref=ref_for(canonical(settings), short=transcript.short_refs),  # as the run names what it stores
             head=head,
             pending=pending,
             length=length,

@@ -25,12 +25,13 @@ This module is pure (hashing and JSON only), so workflow code uses it; the store
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 STORED = "agent_runner.stored"
 """The key of a placeholder that stands for a stored JSON value."""
@@ -58,19 +59,38 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def ref_for(data: bytes) -> str:
-    """The name of a blob: ``sha256:`` and the hex digest of its bytes."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+SHORT_PREFIX = "~"
+"""How a short reference starts: ``~`` and the URL-safe base64 of the first 128 bits of the SHA-256 of the bytes (23
+characters, against 71 for ``sha256:`` and the hex digest). Content stored since the ``lean-iteration-history`` patch
+is named so; a reference names its content whichever form it has, and the store reads both (issue 14)."""
 
 
-def message_ref(message: dict[str, Any]) -> str:
+def ref_for(data: bytes, short: bool = False) -> str:
+    """The name of a blob: ``sha256:`` and the hex digest of its bytes, or with ``short`` its short form."""
+    digest = hashlib.sha256(data)
+    if short:
+        return SHORT_PREFIX + base64.urlsafe_b64encode(digest.digest()[:16]).rstrip(b"=").decode()
+    return "sha256:" + digest.hexdigest()
+
+
+def is_short(ref: str) -> bool:
+    """Whether ``ref`` is a short reference (``SHORT_PREFIX``)."""
+    return ref.startswith(SHORT_PREFIX)
+
+
+def names(ref: str, data: bytes) -> bool:
+    """Whether ``ref`` is the name of ``data``, in the form ``ref`` has."""
+    return ref_for(data, short=is_short(ref)) == ref
+
+
+def message_ref(message: dict[str, Any], short: bool = False) -> str:
     """The name of a message (as held, placeholders included)."""
-    return ref_for(canonical(message))
+    return ref_for(canonical(message), short)
 
 
 def next_head(parent: str | None, ref: str) -> str:
-    """The name of the transcript ``parent`` followed by the message named ``ref``."""
-    return ref_for(canonical({"parent": parent, "message": ref}))
+    """The name of the transcript ``parent`` followed by the message named ``ref`` (short when ``ref`` is)."""
+    return ref_for(canonical({"parent": parent, "message": ref}), short=is_short(ref))
 
 
 def stored(ref: str) -> dict[str, str]:
@@ -182,7 +202,7 @@ def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes
         data = canonical(item)
         if len(data) <= limit:
             return item
-        ref = ref_for(data)
+        ref = ref_for(data, short=True)  # a placeholder is in history wherever the content is carried
         blobs[ref] = data
         return stored(ref)
 
@@ -214,6 +234,10 @@ class Transcript(BaseModel):
     base: str | None = None
     marks: list[Mark] = []
     pending: list[dict[str, Any]] = []
+    # Left out of the JSON while unset, so a transcript dumps as it did before.
+    short_refs: bool = Field(default=False, exclude_if=lambda short: not short)
+    """Whether its model calls store messages under short references (``SHORT_PREFIX``), as runs since the
+    ``lean-iteration-history`` patch do: ``store_pending`` names them so."""
 
     def __len__(self) -> int:
         return self.offset + len(self.marks) + len(self.pending)
@@ -245,7 +269,7 @@ class Transcript(BaseModel):
         head = self.head
         stored_now = self.pending
         for message in stored_now:
-            ref = message_ref(message)
+            ref = message_ref(message, self.short_refs)
             head = next_head(head, ref)
             self.marks.append(Mark(role=str(message.get("role")), ref=ref, head=head))
         self.pending = []
@@ -290,7 +314,7 @@ class Transcript(BaseModel):
         head = self.base
         if self.offset == 0:
             for mark, message in zip(self.marks, messages, strict=False):
-                head = next_head(head, message_ref(message))
+                head = next_head(head, message_ref(message, is_short(mark.ref)))
                 if head != mark.head:
                     break
                 kept += 1
@@ -305,5 +329,9 @@ class Transcript(BaseModel):
         dropped = max(0, len(self.marks) - keep)
         base = self.marks[dropped - 1].head if dropped else self.base
         return Transcript(
-            offset=self.offset + dropped, base=base, marks=self.marks[dropped:], pending=list(self.pending)
+            offset=self.offset + dropped,
+            base=base,
+            marks=self.marks[dropped:],
+            pending=list(self.pending),
+            short_refs=self.short_refs,
         )

@@ -251,18 +251,23 @@ class ModelTurn(BaseModel):
     is already stored."""
 
     settings_ref: str
-    head: str | None = None
+    head: str | None = Field(default=None, exclude_if=lambda head: head is None)
     """The stored messages: the head of their chain in the store."""
 
     pending: list[dict[str, Any]] = []
     """The messages after them, not stored yet; the call stores them, and the reply after them."""
 
-    length: int = 0
-    """How many messages the history holds, stored and pending."""
+    length: int | None = Field(default=None, exclude_if=lambda length: length is None)
+    """How many messages the history holds, stored and pending. ``None`` (left out of the JSON): the call counts the
+    stored ones itself, and answers lean (``contract/lean.py``), as runs since the ``lean-iteration-history`` patch
+    ask."""
 
-    threading: bool = True
-    answered: int = 0
-    previous_message_id: str | None = None
+    # Left out of the JSON at their defaults, which every version of the model call reads back the same.
+    threading: bool = Field(default=True, exclude_if=lambda threading: threading)
+    answered: int | None = Field(default=None, exclude_if=lambda answered: answered is None)
+    """How many of the messages the thread holds (``previous_message_id``'s). ``None`` (left out of the JSON): every
+    stored one in a lean turn (``length`` left out), none in another."""
+    previous_message_id: str | None = Field(default=None, exclude_if=lambda message_id: message_id is None)
     compaction: dict[str, Any] | None = Field(default=None, exclude_if=lambda compaction: compaction is None)
     """Set for a compaction request: the ``compaction`` field, sent with the full history on a new thread."""
     # Left out of the JSON while unset, so a turn dumps as it did before refusal-fallback splices.
@@ -280,7 +285,7 @@ class CreateMessageInput(BaseModel):
     """Input of ``agent_runner.create_message``: one turn of the conversation."""
 
     turn: ModelTurn | None = None
-    replies_head: str | None = None
+    replies_head: str | None = Field(default=None, exclude_if=lambda head: head is None)
     """The chain of the run's replies so far; the call stores its reply after them."""
 
     request: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda request: not request)
@@ -305,6 +310,8 @@ class CreateMessageOutput(BaseModel):
     """The activity attempt that got the reply, so the run knows which attempt's eagerly started tools are its."""
     opening_usage: dict[str, Any] | None = Field(default=None, exclude_if=lambda usage: usage is None)
     """A refusal's ``usage`` as its ``message_start`` carried it (``workflows/fallbacks.py``); left out otherwise."""
+    as_is: bool = Field(default=False, exclude_if=lambda as_is: not as_is)
+    """In a lean result (``contract/lean.py``): ``message`` is the whole reply, nothing to put back."""
 
 
 class RunToolInput(BaseModel):
@@ -343,7 +350,8 @@ class ToolResult(BaseModel):
     content: str | list[dict[str, Any]] | dict[str, Any] | None
     """A dict is a placeholder for content stored apart (``agent_runner/contract/transcript.py``)."""
 
-    is_error: bool = False
+    # Left out of the JSON when false (a result carried through history every iteration), which reads back the same.
+    is_error: bool = Field(default=False, exclude_if=lambda is_error: not is_error)
 
 
 class ReconcileOutput(BaseModel):
