@@ -23,9 +23,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.conversation import Conversation, ToolChange, tool_changes_in
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.history_size import INPUTS_WITHOUT_RUN_ID_PATCH, LEAN_HISTORY_PATCH
-from agent_runner.workflows.live import LIVE_LOG_PATCH
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, patches_of_their_own
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
 
@@ -165,15 +163,7 @@ async def test_a_run_that_refused_a_withdrawn_tool_replays_on_the_current_code(
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
-    markers = [
-        e.marker_recorded_event_attributes.marker_name
-        for e in history.events
-        if e.HasField("marker_recorded_event_attributes")
-        # Every run records the live log's patch and the lean inputs' and results' once; this counts the others.
-        and LIVE_LOG_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
-        and INPUTS_WITHOUT_RUN_ID_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
-        and LEAN_HISTORY_PATCH.encode() not in e.marker_recorded_event_attributes.SerializeToString()
-    ]
+    markers = patches_of_their_own(history)
     assert markers == ["core_patch"]
     assert LAUNCHED == []
 
