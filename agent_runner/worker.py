@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
+from agent_runner.backpressure import Backpressure, activity_tuner
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
@@ -94,12 +95,16 @@ class WorkerTuning:
         sticky_queue_timeout: How long a run's next task waits for this process (which has the run cached) before
             any worker may take it. A process that is alive but busier than this replays instead of waiting; one
             that was killed delays its runs by at most this much.
+        backpressure: Start new activities only while this process's event loop keeps up (``--max-loop-lag``,
+            ``agent_runner.backpressure``): calls then wait in the activity queue, not finished calls' runs on the
+            sticky queue. ``max_concurrent_activities`` stays the ceiling; ``None``: a fixed number of slots.
     """
 
     max_concurrent_workflow_tasks: int | None = None
     max_concurrent_activities: int = 1000
     max_cached_workflows: int = 1000
     sticky_queue_timeout: timedelta = timedelta(seconds=10)
+    backpressure: Backpressure | None = Backpressure()
 
     def __post_init__(self) -> None:
         if self.max_concurrent_workflow_tasks is not None and self.max_concurrent_workflow_tasks < 2:
@@ -119,9 +124,20 @@ class WorkerTuning:
 
     def worker_options(self) -> dict[str, Any]:
         """These settings as ``temporalio.worker.Worker`` keyword arguments."""
-        return {
+        slots: dict[str, Any] = {
             "max_concurrent_workflow_tasks": self.max_concurrent_workflow_tasks,
             "max_concurrent_activities": self.max_concurrent_activities,
+        }
+        if self.backpressure is not None:  # a tuner replaces the slot counts (Temporal takes one or the other)
+            slots = {
+                "tuner": activity_tuner(
+                    max_activities=self.max_concurrent_activities,
+                    backpressure=self.backpressure,
+                    max_workflow_tasks=self.max_concurrent_workflow_tasks,
+                )
+            }
+        return {
+            **slots,
             "max_cached_workflows": self.max_cached_workflows,
             "sticky_queue_schedule_to_start_timeout": self.sticky_queue_timeout,
         }
@@ -306,6 +322,23 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a run's next task waits for the process that has it cached before any worker may take it "
         f"(default {default.sticky_queue_timeout.total_seconds():g})",
     )
+    assert default.backpressure is not None
+    parser.add_argument(
+        "--max-loop-lag",
+        type=_seconds,
+        default=default.backpressure.max_lag,
+        metavar="SECONDS",
+        help="start new model and tool calls only while this process's event loop lags less than this, so calls "
+        "wait in Temporal's queue rather than runs on an overloaded process "
+        f"(default {default.backpressure.max_lag.total_seconds():g}; 0: off, --max-concurrent-activities fixed)",
+    )
+    parser.add_argument(
+        "--min-concurrent-activities",
+        type=int,
+        default=default.backpressure.min_slots,
+        help="model and tool calls one process runs whatever its event loop's lag "
+        f"(default {default.backpressure.min_slots})",
+    )
 
 
 def _tuning(args: argparse.Namespace) -> WorkerTuning:
@@ -314,6 +347,11 @@ def _tuning(args: argparse.Namespace) -> WorkerTuning:
         max_concurrent_activities=args.max_concurrent_activities,
         max_cached_workflows=args.max_cached_workflows,
         sticky_queue_timeout=args.sticky_queue_timeout,
+        backpressure=(
+            Backpressure(max_lag=args.max_loop_lag, min_slots=args.min_concurrent_activities)
+            if args.max_loop_lag != timedelta(0)
+            else None
+        ),
     )
 
 
