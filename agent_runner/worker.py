@@ -36,7 +36,7 @@ from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
-from agent_runner.backpressure import Backpressure, activity_tuner
+from agent_runner.backpressure import Backpressure, backpressure_options
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
@@ -95,9 +95,10 @@ class WorkerTuning:
         sticky_queue_timeout: How long a run's next task waits for this process (which has the run cached) before
             any worker may take it. A process that is alive but busier than this replays instead of waiting; one
             that was killed delays its runs by at most this much.
-        backpressure: Start new activities only while this process's event loop keeps up (``--max-loop-lag``,
-            ``agent_runner.backpressure``): calls then wait in the activity queue, not finished calls' runs on the
-            sticky queue. ``max_concurrent_activities`` stays the ceiling; ``None``: a fixed number of slots.
+        backpressure: Start new activities only while this process keeps up (``--max-loop-lag``,
+            ``--max-step-delay``; ``agent_runner.backpressure``): calls then wait in the activity queue, not finished
+            calls' runs on the sticky queue. ``max_concurrent_activities`` stays the ceiling; ``None``: a fixed
+            number of slots.
     """
 
     max_concurrent_workflow_tasks: int | None = None
@@ -129,13 +130,11 @@ class WorkerTuning:
             "max_concurrent_activities": self.max_concurrent_activities,
         }
         if self.backpressure is not None:  # a tuner replaces the slot counts (Temporal takes one or the other)
-            slots = {
-                "tuner": activity_tuner(
-                    max_activities=self.max_concurrent_activities,
-                    backpressure=self.backpressure,
-                    max_workflow_tasks=self.max_concurrent_workflow_tasks,
-                )
-            }
+            slots = backpressure_options(
+                max_activities=self.max_concurrent_activities,
+                backpressure=self.backpressure,
+                max_workflow_tasks=self.max_concurrent_workflow_tasks,
+            )
         return {
             **slots,
             "max_cached_workflows": self.max_cached_workflows,
@@ -333,6 +332,14 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         f"(default {default.backpressure.max_lag.total_seconds():g}; 0: off, --max-concurrent-activities fixed)",
     )
     parser.add_argument(
+        "--max-step-delay",
+        type=_seconds,
+        default=default.backpressure.max_step_delay,
+        metavar="SECONDS",
+        help="... and while runs' steps between two calls (their workflow task's wait and work) take less than this "
+        f"(default {default.backpressure.max_step_delay.total_seconds():g})",
+    )
+    parser.add_argument(
         "--min-concurrent-activities",
         type=int,
         default=default.backpressure.min_slots,
@@ -348,7 +355,11 @@ def _tuning(args: argparse.Namespace) -> WorkerTuning:
         max_cached_workflows=args.max_cached_workflows,
         sticky_queue_timeout=args.sticky_queue_timeout,
         backpressure=(
-            Backpressure(max_lag=args.max_loop_lag, min_slots=args.min_concurrent_activities)
+            Backpressure(
+                max_lag=args.max_loop_lag,
+                max_step_delay=args.max_step_delay,
+                min_slots=args.min_concurrent_activities,
+            )
             if args.max_loop_lag != timedelta(0)
             else None
         ),

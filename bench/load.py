@@ -19,7 +19,8 @@ count; workflow-task timeouts (``WorkflowTaskTimedOut`` events over every run's 
 busy worker's sticky queue longer than its timeout, or took too long); the longest and 99th-percentile wait of a
 workflow task (scheduled → started); activity timeouts (``ActivityTaskTimedOut`` events: a call whose heartbeat or
 start-to-close timeout passed, which Temporal then re-sends: a model call billed twice); worker CPU seconds (all the
-worker's processes, from ``/proc``). The header gives the machine's load average before and after.
+worker's processes, from ``/proc``) and the Temporal server's. The header gives the machine's load average before
+and after.
 
 Usage::
 
@@ -155,6 +156,7 @@ class Row:
     max_wait: float
     p99_wait: float
     cpu: float
+    server_cpu: float
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -203,6 +205,7 @@ async def run_mode(
     args: argparse.Namespace,
     env: dict[str, str],
     address: str,
+    server_pid: int,
 ) -> Row:
     """Start the mode's workers, warm up, run N runs at once, collect the numbers, stop the workers."""
     task_queue = f"load-{mode}-{processes}-{uuid.uuid4().hex[:8]}"
@@ -258,11 +261,13 @@ async def run_mode(
         await asyncio.wait_for((await start(-1)).result(), timeout=120)
         await asyncio.sleep(2)  # the other processes of the mode finish starting
         cpu_before = sum(tree_cpu_seconds(p.pid) for p in procs)
+        server_before = tree_cpu_seconds(server_pid)
         started = time.perf_counter()
         handles = await asyncio.gather(*(start(i) for i in range(args.runs)))
         await asyncio.gather(*(h.result() for h in handles))
         wall = time.perf_counter() - started
         cpu = sum(tree_cpu_seconds(p.pid) for p in procs) - cpu_before
+        server_cpu = tree_cpu_seconds(server_pid) - server_before
         limit = asyncio.Semaphore(20)
 
         async def waits_of(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, list[float]]:
@@ -289,6 +294,7 @@ async def run_mode(
         max_wait=waits[-1] if waits else 0.0,
         p99_wait=statistics.quantiles(waits, n=100)[98] if len(waits) >= 2 else 0.0,
         cpu=cpu,
+        server_cpu=server_cpu,
     )
 
 
@@ -319,7 +325,8 @@ async def measure(args: argparse.Namespace) -> None:
         client = await Client.connect(server.address, data_converter=data_converter({}))
         for processes in args.processes:
             for mode in args.modes:
-                row = await run_mode(client, mode, processes, args, env, server.address)
+                assert server.pid is not None
+                row = await run_mode(client, mode, processes, args, env, server.address, server.pid)
                 rows.append(row)
                 print(f"  {mode}/{processes}: {row.wall:.1f} s", file=sys.stderr, flush=True)
     finally:
@@ -344,15 +351,15 @@ def report(
     print()
     print(
         "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | activity timeouts | max WFT wait s "
-        "| p99 WFT wait s | worker CPU s |"
+        "| p99 WFT wait s | worker CPU s | server CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = r.iterations_per_second / floor[r.processes] if r.processes in floor else float("nan")
         print(
             f"| {r.mode} | {r.processes} | {r.wall:.1f} | {r.iterations_per_second:.1f} | "
             f"{'–' if ratio != ratio else f'{ratio:.2f}'} | {r.timeouts} | {r.activity_timeouts} | "
-            f"{r.max_wait:.2f} | {r.p99_wait:.2f} | {r.cpu:.1f} |"
+            f"{r.max_wait:.2f} | {r.p99_wait:.2f} | {r.cpu:.1f} | {r.server_cpu:.1f} |"
         )
 
 
