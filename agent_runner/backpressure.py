@@ -15,10 +15,11 @@ model takes and on how busy the machine and the server are.
   activity Temporal scheduled it (``StepDelayInterceptor``). That gap is the run's workflow task: its wait on the
   sticky queue plus its processing, the very wait that times out.
 
-A new activity slot is granted only while both stay under their bounds, so calls wait in the activity queue (which
-has no timeout, and any other worker may take them) rather than results waiting on this process. It always grants a
-few slots, so a slow process still makes progress, and never more than the maximum. Workflow-task slots are left
-alone (``backpressure_options``): throttling them would only move the wait to the sticky queue.
+A new activity slot is granted only while the lag is under its bound and fewer slots are held than a limit that
+slow steps lower and quick ones raise (additive increase, multiplicative decrease), so calls wait in the activity
+queue (which has no timeout, and any other worker may take them) rather than results waiting on this process. It
+always grants a few slots, so a slow process still makes progress, and never more than the maximum. Workflow-task
+slots are left alone (``backpressure_options``): throttling them would only move the wait to the sticky queue.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class Backpressure:
 
 
 STEP_SAMPLES_FRESH = 10.0
-"""Seconds a step-delay measurement counts for: with none newer (no activity started since), the signal is ignored,
-so slots held by long tools cannot keep the gate shut on an idle process."""
+"""Seconds the step-delay limit counts for: with no newer measurement (no activity started since), it is lifted, so
+slots held by long tools cannot keep the gate shut on an idle process."""
 
 
 class ResponsiveSlotSupplier(CustomSlotSupplier):
@@ -117,6 +118,8 @@ class ResponsiveSlotSupplier(CustomSlotSupplier):
         """The event loop's lag, seconds, smoothed over the last few samples."""
         self.step_delay = 0.0
         """Runs' steps between two activities, seconds, smoothed over the last activities started."""
+        self.limit = float(max_slots)
+        """Slots granted while the loop keeps up: lowered while steps are slow, raised while they are quick."""
         self._step_seen: float | None = None
         self._clock = clock or time.monotonic
         self._due: float | None = None  # when the sampler should wake next: later than that, the loop is lagging
@@ -135,21 +138,17 @@ class ResponsiveSlotSupplier(CustomSlotSupplier):
             return self.lag
         return max(self.lag, self._clock() - self._due)
 
-    def current_step_delay(self) -> float:
-        """The smoothed step delay; 0 if nothing was measured for ``STEP_SAMPLES_FRESH`` seconds."""
+    def current_limit(self) -> float:
+        """The slots steps allow; all of them if no step was measured for ``STEP_SAMPLES_FRESH`` seconds."""
         if self._step_seen is None or self._clock() - self._step_seen > STEP_SAMPLES_FRESH:
-            return 0.0
-        return self.step_delay
+            return self.max_slots
+        return self.limit
 
     def grantable(self) -> bool:
         """Whether a slot may be granted now."""
         if self.held < self.min_slots:
             return True
-        return (
-            self.held < self.max_slots
-            and self.current_lag() < self.max_lag
-            and self.current_step_delay() < self.max_step_delay
-        )
+        return self.held < min(self.max_slots, self.current_limit()) and self.current_lag() < self.max_lag
 
     def observe(self, lag: float) -> None:
         """Record one lag sample (seconds): smoothed, so one long workflow task does not stop the process."""
@@ -164,7 +163,15 @@ class ResponsiveSlotSupplier(CustomSlotSupplier):
         delay = min(max(delay, 0.0), 2 * self.max_step_delay)
         with self._lock:
             self.step_delay = 0.9 * self.step_delay + 0.1 * delay
+            if self._step_seen is None or self._clock() - self._step_seen > STEP_SAMPLES_FRESH:
+                self.limit = self.max_slots
             self._step_seen = self._clock()
+            # Additive increase, multiplicative decrease (TCP's congestion control): the limit settles where steps
+            # take about max_step_delay, rather than swinging between the floor and the ceiling.
+            if self.step_delay > self.max_step_delay:
+                self.limit = max(self.min_slots, self.limit * 0.97)
+            else:
+                self.limit = min(self.max_slots, self.limit + 0.5)
 
     # -- Temporal's interface ----------------------------------------------------------------------------------
 
