@@ -84,11 +84,11 @@ class WorkerTuning:
         max_concurrent_workflow_tasks: Workflow tasks processed at once; ``None`` is Temporal's default (100).
             Workflow code runs one task at a time under the interpreter lock, so more slots only queue work inside
             the process: raise ``--processes`` instead.
-        max_concurrent_activities: Activities (model calls, tools) in flight at once. A model call mostly waits on
-            the network, so one process holds many: 1,000 by default (Temporal's is 100), for model calls of tens
-            of seconds. About the iterations per second one process sustains × a model call's seconds: beyond
-            that, calls finish faster than the process takes their results, and runs' next workflow tasks wait on
-            its sticky queue, where they time out, instead of in the activity queue, where they do not.
+        max_concurrent_activities: Activities (model calls, tools) in flight at once, at most. A model call mostly
+            waits on the network, so one process holds many: 1,000 by default (Temporal's is 100). Beyond what the
+            process can take the results of, runs' next workflow tasks wait on its sticky queue, where they time
+            out, instead of in the activity queue, where they do not: ``backpressure`` keeps it below that point;
+            without it, set this to about the iterations per second one process sustains × a model call's seconds.
         max_cached_workflows: Runs kept in memory between their tasks (sticky cache). A run evicted from it is
             replayed from its history on its next task, which costs CPU: keep it at least the number of runs this
             process has in flight.
@@ -305,7 +305,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--max-concurrent-activities",
         type=int,
         default=default.max_concurrent_activities,
-        help=f"model and tool calls one process runs at once (default {default.max_concurrent_activities})",
+        help=f"model and tool calls one process runs at once, at most (default {default.max_concurrent_activities})",
     )
     parser.add_argument(
         "--max-cached-workflows",
