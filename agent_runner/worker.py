@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
+from agent_runner.backpressure import Backpressure, backpressure_options
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.mcp_config import MCP_CONFIG_ENV, McpConfig, load_mcp_config
@@ -83,23 +84,28 @@ class WorkerTuning:
         max_concurrent_workflow_tasks: Workflow tasks processed at once; ``None`` is Temporal's default (100).
             Workflow code runs one task at a time under the interpreter lock, so more slots only queue work inside
             the process: raise ``--processes`` instead.
-        max_concurrent_activities: Activities (model calls, tools) in flight at once. A model call mostly waits on
-            the network, so one process holds many: 1,000 by default (Temporal's is 100), for model calls of tens
-            of seconds. About the iterations per second one process sustains × a model call's seconds: beyond
-            that, calls finish faster than the process takes their results, and runs' next workflow tasks wait on
-            its sticky queue, where they time out, instead of in the activity queue, where they do not.
+        max_concurrent_activities: Activities (model calls, tools) in flight at once, at most. A model call mostly
+            waits on the network, so one process holds many: 1,000 by default (Temporal's is 100). Beyond what the
+            process can take the results of, runs' next workflow tasks wait on its sticky queue, where they time
+            out, instead of in the activity queue, where they do not: ``backpressure`` keeps it below that point;
+            without it, set this to about the iterations per second one process sustains × a model call's seconds.
         max_cached_workflows: Runs kept in memory between their tasks (sticky cache). A run evicted from it is
             replayed from its history on its next task, which costs CPU: keep it at least the number of runs this
             process has in flight.
         sticky_queue_timeout: How long a run's next task waits for this process (which has the run cached) before
             any worker may take it. A process that is alive but busier than this replays instead of waiting; one
             that was killed delays its runs by at most this much.
+        backpressure: Start new activities only while this process keeps up (``--max-loop-lag``,
+            ``--max-step-delay``; ``agent_runner.backpressure``): calls then wait in the activity queue, not finished
+            calls' runs on the sticky queue. ``max_concurrent_activities`` stays the ceiling; ``None``: a fixed
+            number of slots.
     """
 
     max_concurrent_workflow_tasks: int | None = None
     max_concurrent_activities: int = 1000
     max_cached_workflows: int = 1000
     sticky_queue_timeout: timedelta = timedelta(seconds=10)
+    backpressure: Backpressure | None = Backpressure()
 
     def __post_init__(self) -> None:
         if self.max_concurrent_workflow_tasks is not None and self.max_concurrent_workflow_tasks < 2:
@@ -119,9 +125,18 @@ class WorkerTuning:
 
     def worker_options(self) -> dict[str, Any]:
         """These settings as ``temporalio.worker.Worker`` keyword arguments."""
-        return {
+        slots: dict[str, Any] = {
             "max_concurrent_workflow_tasks": self.max_concurrent_workflow_tasks,
             "max_concurrent_activities": self.max_concurrent_activities,
+        }
+        if self.backpressure is not None:  # a tuner replaces the slot counts (Temporal takes one or the other)
+            slots = backpressure_options(
+                max_activities=self.max_concurrent_activities,
+                backpressure=self.backpressure,
+                max_workflow_tasks=self.max_concurrent_workflow_tasks,
+            )
+        return {
+            **slots,
             "max_cached_workflows": self.max_cached_workflows,
             "sticky_queue_schedule_to_start_timeout": self.sticky_queue_timeout,
         }
@@ -290,7 +305,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--max-concurrent-activities",
         type=int,
         default=default.max_concurrent_activities,
-        help=f"model and tool calls one process runs at once (default {default.max_concurrent_activities})",
+        help=f"model and tool calls one process runs at once, at most (default {default.max_concurrent_activities})",
     )
     parser.add_argument(
         "--max-cached-workflows",
@@ -306,6 +321,31 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a run's next task waits for the process that has it cached before any worker may take it "
         f"(default {default.sticky_queue_timeout.total_seconds():g})",
     )
+    assert default.backpressure is not None
+    parser.add_argument(
+        "--max-loop-lag",
+        type=_seconds,
+        default=default.backpressure.max_lag,
+        metavar="SECONDS",
+        help="start new model and tool calls only while this process's event loop lags less than this, so calls "
+        "wait in Temporal's queue rather than runs on an overloaded process "
+        f"(default {default.backpressure.max_lag.total_seconds():g}; 0: off, --max-concurrent-activities fixed)",
+    )
+    parser.add_argument(
+        "--max-step-delay",
+        type=_seconds,
+        default=default.backpressure.max_step_delay,
+        metavar="SECONDS",
+        help="... and while runs' steps between two calls (their workflow task's wait and work) take less than this "
+        f"(default {default.backpressure.max_step_delay.total_seconds():g})",
+    )
+    parser.add_argument(
+        "--min-concurrent-activities",
+        type=int,
+        default=default.backpressure.min_slots,
+        help="model and tool calls one process runs whatever its event loop's lag "
+        f"(default {default.backpressure.min_slots})",
+    )
 
 
 def _tuning(args: argparse.Namespace) -> WorkerTuning:
@@ -314,6 +354,15 @@ def _tuning(args: argparse.Namespace) -> WorkerTuning:
         max_concurrent_activities=args.max_concurrent_activities,
         max_cached_workflows=args.max_cached_workflows,
         sticky_queue_timeout=args.sticky_queue_timeout,
+        backpressure=(
+            Backpressure(
+                max_lag=args.max_loop_lag,
+                max_step_delay=args.max_step_delay,
+                min_slots=args.min_concurrent_activities,
+            )
+            if args.max_loop_lag != timedelta(0)
+            else None
+        ),
     )
 
 

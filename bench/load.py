@@ -10,12 +10,17 @@ Everything runs on one embedded Temporal server (sqlite, WAL, tuned dispatch), o
 * ``agent-runner/P``: ``agent-runner-worker --processes P --tools bench.load`` (the real command, a subprocess),
   running ``AgentRun`` against the fake Messages API (``agent_runner.testing``, in its own process), which answers
   every request with a ``tool_use`` after ``--latency`` seconds.
+* ``agent-runner-fixed/P``: the same with ``--max-loop-lag 0``: a fixed ``--max-concurrent-activities``, no
+  backpressure by the process's event-loop lag (``agent_runner/backpressure.py``), as before it was the default.
 
 Workers of each mode are started fresh, warmed up with one run, then the N runs are started at once. Columns: wall
 time from the first start to the last result; iterations per second; that ÷ the floor's with the same process
 count; workflow-task timeouts (``WorkflowTaskTimedOut`` events over every run's history: a task that waited on a
 busy worker's sticky queue longer than its timeout, or took too long); the longest and 99th-percentile wait of a
-workflow task (scheduled → started); worker CPU seconds (all the worker's processes, from ``/proc``).
+workflow task (scheduled → started); activity timeouts (``ActivityTaskTimedOut`` events: a call whose heartbeat or
+start-to-close timeout passed, which Temporal then re-sends: a model call billed twice); worker CPU seconds (all the
+worker's processes, from ``/proc``) and the Temporal server's. The header gives the machine's load average before
+and after.
 
 Usage::
 
@@ -147,9 +152,11 @@ class Row:
     wall: float
     iterations_per_second: float
     timeouts: int
+    activity_timeouts: int
     max_wait: float
     p99_wait: float
     cpu: float
+    server_cpu: float
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -174,9 +181,9 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-async def task_waits(handle: WorkflowHandle[Any, Any]) -> tuple[int, list[float]]:
-    """Workflow-task timeouts in the run's history, and each workflow task's wait (scheduled → started), seconds."""
-    timeouts, waits = 0, []
+async def task_waits(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, list[float]]:
+    """Workflow-task and activity timeouts in the run's history, and each workflow task's wait, seconds."""
+    timeouts, activity_timeouts, waits = 0, 0, []
     scheduled: float | None = None
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
@@ -186,7 +193,9 @@ async def task_waits(handle: WorkflowHandle[Any, Any]) -> tuple[int, list[float]
             scheduled = None
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeouts += 1
-    return timeouts, waits
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            activity_timeouts += 1
+    return timeouts, activity_timeouts, waits
 
 
 async def run_mode(
@@ -196,6 +205,7 @@ async def run_mode(
     args: argparse.Namespace,
     env: dict[str, str],
     address: str,
+    server_pid: int,
 ) -> Row:
     """Start the mode's workers, warm up, run N runs at once, collect the numbers, stop the workers."""
     task_queue = f"load-{mode}-{processes}-{uuid.uuid4().hex[:8]}"
@@ -219,6 +229,7 @@ async def run_mode(
                     task_queue,
                     "--processes",
                     str(processes),
+                    *(["--max-loop-lag", "0"] if mode == "agent-runner-fixed" else []),
                     *args.worker_args,
                 ],
                 env=env,
@@ -250,14 +261,16 @@ async def run_mode(
         await asyncio.wait_for((await start(-1)).result(), timeout=120)
         await asyncio.sleep(2)  # the other processes of the mode finish starting
         cpu_before = sum(tree_cpu_seconds(p.pid) for p in procs)
+        server_before = tree_cpu_seconds(server_pid)
         started = time.perf_counter()
         handles = await asyncio.gather(*(start(i) for i in range(args.runs)))
         await asyncio.gather(*(h.result() for h in handles))
         wall = time.perf_counter() - started
         cpu = sum(tree_cpu_seconds(p.pid) for p in procs) - cpu_before
+        server_cpu = tree_cpu_seconds(server_pid) - server_before
         limit = asyncio.Semaphore(20)
 
-        async def waits_of(handle: WorkflowHandle[Any, Any]) -> tuple[int, list[float]]:
+        async def waits_of(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, list[float]]:
             async with limit:
                 return await task_waits(handle)
 
@@ -270,16 +283,18 @@ async def run_mode(
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    waits = sorted(w for _, ws in results for w in ws)
+    waits = sorted(w for _, _, ws in results for w in ws)
     return Row(
         mode=mode,
         processes=processes,
         wall=wall,
         iterations_per_second=args.runs * args.iterations / wall,
-        timeouts=sum(t for t, _ in results),
+        timeouts=sum(t for t, _, _ in results),
+        activity_timeouts=sum(a for _, a, _ in results),
         max_wait=waits[-1] if waits else 0.0,
         p99_wait=statistics.quantiles(waits, n=100)[98] if len(waits) >= 2 else 0.0,
         cpu=cpu,
+        server_cpu=server_cpu,
     )
 
 
@@ -294,6 +309,7 @@ async def measure(args: argparse.Namespace) -> None:
         [sys.executable, __file__, "--serve-fake", str(port), str(args.latency)], stdout=subprocess.PIPE
     )
     rows: list[Row] = []
+    load_before = os.getloadavg()
     try:
         assert fake.stdout is not None
         fake.stdout.readline()
@@ -309,7 +325,8 @@ async def measure(args: argparse.Namespace) -> None:
         client = await Client.connect(server.address, data_converter=data_converter({}))
         for processes in args.processes:
             for mode in args.modes:
-                row = await run_mode(client, mode, processes, args, env, server.address)
+                assert server.pid is not None
+                row = await run_mode(client, mode, processes, args, env, server.address, server.pid)
                 rows.append(row)
                 print(f"  {mode}/{processes}: {row.wall:.1f} s", file=sys.stderr, flush=True)
     finally:
@@ -317,28 +334,32 @@ async def measure(args: argparse.Namespace) -> None:
         fake.wait()
         await server.astop()
         shutil.rmtree(state, ignore_errors=True)
-    report(rows, args)
+    report(rows, args, (load_before, os.getloadavg()))
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> None:
+def report(
+    rows: list[Row], args: argparse.Namespace, load: tuple[tuple[float, float, float], tuple[float, float, float]]
+) -> None:
     """The markdown table."""
     floor = {r.processes: r.iterations_per_second for r in rows if r.mode == "floor"}
     print(
         f"cores={os.cpu_count()} runs={args.runs} iterations/run={args.iterations} model latency={args.latency} s "
-        f"worker flags: {' '.join(args.worker_args) or '(defaults)'}"
+        f"worker flags: {' '.join(args.worker_args) or '(defaults)'}; "
+        f"load average (1, 5, 15 min) before {' '.join(f'{x:.1f}' for x in load[0])}, "
+        f"after {' '.join(f'{x:.1f}' for x in load[1])}"
     )
     print()
     print(
-        "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | max WFT wait s | p99 WFT wait s "
-        "| worker CPU s |"
+        "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | activity timeouts | max WFT wait s "
+        "| p99 WFT wait s | worker CPU s | server CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = r.iterations_per_second / floor[r.processes] if r.processes in floor else float("nan")
         print(
             f"| {r.mode} | {r.processes} | {r.wall:.1f} | {r.iterations_per_second:.1f} | "
-            f"{'–' if ratio != ratio else f'{ratio:.2f}'} | {r.timeouts} | {r.max_wait:.2f} | {r.p99_wait:.2f} | "
-            f"{r.cpu:.1f} |"
+            f"{'–' if ratio != ratio else f'{ratio:.2f}'} | {r.timeouts} | {r.activity_timeouts} | "
+            f"{r.max_wait:.2f} | {r.p99_wait:.2f} | {r.cpu:.1f} | {r.server_cpu:.1f} |"
         )
 
 
@@ -356,7 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5, help="iterations per run (default 5)")
     parser.add_argument("--latency", type=float, default=1.0, help="model latency, seconds (default 1)")
     parser.add_argument("--processes", default="1,2", help="worker process counts to measure (default 1,2)")
-    parser.add_argument("--modes", default="floor,agent-runner", help="modes (default floor,agent-runner)")
+    parser.add_argument(
+        "--modes",
+        default="floor,agent-runner",
+        help="modes: floor, agent-runner, agent-runner-fixed (default floor,agent-runner)",
+    )
     parser.add_argument(
         "--worker-arg",
         dest="worker_args",

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.worker import FixedSizeSlotSupplier
 
+from agent_runner.backpressure import ResponsiveSlotSupplier, StepDelayInterceptor
 from agent_runner.client import AgentRunner
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import WorkerTuning, build_worker
@@ -112,6 +114,11 @@ def ready_lines(log: Path) -> list[str]:
             "error: argument --sticky-queue-timeout: not a number of seconds: 'soon' (see --help)",
         ),
         (["--processes", "two"], "error: argument --processes: invalid int value: 'two' (see --help)"),
+        (
+            ["--max-loop-lag", "-1"],
+            "error: --max-loop-lag must be more than 0 seconds (or 0 for no backpressure), not -1.0.",
+        ),
+        (["--min-concurrent-activities", "0"], "error: --min-concurrent-activities must be at least 1, not 0."),
     ],
 )
 def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(flags: list[str], message: str) -> None:
@@ -135,6 +142,7 @@ async def test_tuning_reaches_the_temporal_worker(client: Client) -> None:
         max_concurrent_activities=700,
         max_cached_workflows=300,
         sticky_queue_timeout=timedelta(seconds=4),
+        backpressure=None,
     )
     config = build_worker(client, task_queue=f"tuning-{uuid.uuid4()}", tuning=tuning).config()
     assert (
@@ -142,9 +150,17 @@ async def test_tuning_reaches_the_temporal_worker(client: Client) -> None:
         config.get("max_concurrent_activities"),
         config.get("max_cached_workflows"),
         config.get("sticky_queue_schedule_to_start_timeout"),
-    ) == (50, 700, 300, timedelta(seconds=4))
+        config.get("tuner"),
+    ) == (50, 700, 300, timedelta(seconds=4), None)
+    # By default, activity slots come from the backpressure supplier, up to --max-concurrent-activities.
     default = build_worker(client, task_queue=f"tuning-{uuid.uuid4()}").config()
-    assert (default.get("max_concurrent_activities"), default.get("max_cached_workflows")) == (1000, 1000)
+    tuner = default.get("tuner")
+    assert tuner is not None
+    activities = tuner._get_activity_task_slot_supplier()
+    assert isinstance(activities, ResponsiveSlotSupplier)
+    assert (activities.max_slots, activities.min_slots, default.get("max_cached_workflows")) == (1000, 10, 1000)
+    assert tuner._get_workflow_task_slot_supplier() == FixedSizeSlotSupplier(100)
+    assert [type(i) for i in default.get("interceptors", [])] == [StepDelayInterceptor]
 
 
 # ------------------------------------------------------------------------------------------------------------------
