@@ -72,10 +72,7 @@ class Backpressure:
 
     def __post_init__(self) -> None:
         if self.max_lag <= timedelta(0):
-            raise ConfigurationError(
-                f"--max-loop-lag must be more than 0 seconds (or 0 for no backpressure), not "
-                f"{self.max_lag.total_seconds()}."
-            )
+            raise ConfigurationError(f"--max-loop-lag must be more than 0 seconds, not {self.max_lag.total_seconds()}.")
         if self.max_step_delay <= timedelta(0):
             raise ConfigurationError(
                 f"--max-step-delay must be more than 0 seconds, not {self.max_step_delay.total_seconds()}."

@@ -87,25 +87,26 @@ class WorkerTuning:
         max_concurrent_activities: Activities (model calls, tools) in flight at once, at most. A model call mostly
             waits on the network, so one process holds many: 1,000 by default (Temporal's is 100). Beyond what the
             process can take the results of, runs' next workflow tasks wait on its sticky queue, where they time
-            out, instead of in the activity queue, where they do not: ``backpressure`` keeps it below that point;
-            without it, set this to about the iterations per second one process sustains × a model call's seconds.
+            out, instead of in the activity queue, where they do not: set this to about the iterations per second one
+            process sustains × a model call's seconds, or turn ``backpressure`` on.
         max_cached_workflows: Runs kept in memory between their tasks (sticky cache). A run evicted from it is
             replayed from its history on its next task, which costs CPU: keep it at least the number of runs this
             process has in flight.
         sticky_queue_timeout: How long a run's next task waits for this process (which has the run cached) before
             any worker may take it. A process that is alive but busier than this replays instead of waiting; one
             that was killed delays its runs by at most this much.
-        backpressure: Start new activities only while this process keeps up (``--max-loop-lag``,
-            ``--max-step-delay``; ``agent_runner.backpressure``): calls then wait in the activity queue, not finished
-            calls' runs on the sticky queue. ``max_concurrent_activities`` stays the ceiling; ``None``: a fixed
-            number of slots.
+        backpressure: Start new activities only while this process keeps up (``--backpressure``,
+            ``agent_runner.backpressure``): calls then wait in the activity queue, not finished calls' runs on the
+            sticky queue, and ``max_concurrent_activities`` is the ceiling. Off (``None``, a fixed number of slots)
+            by default: a run's deliberate waits between two calls (an approval, a sleep, a child run) look like slow
+            steps to it and lower its limit, so it suits fleets of many short unattended runs (deploy/README.md).
     """
 
     max_concurrent_workflow_tasks: int | None = None
     max_concurrent_activities: int = 1000
     max_cached_workflows: int = 1000
     sticky_queue_timeout: timedelta = timedelta(seconds=10)
-    backpressure: Backpressure | None = Backpressure()
+    backpressure: Backpressure | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrent_workflow_tasks is not None and self.max_concurrent_workflow_tasks < 2:
@@ -321,48 +322,48 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a run's next task waits for the process that has it cached before any worker may take it "
         f"(default {default.sticky_queue_timeout.total_seconds():g})",
     )
-    assert default.backpressure is not None
+    tuned = Backpressure()
+    parser.add_argument(
+        "--backpressure",
+        action="store_true",
+        help="start new model and tool calls only while this process keeps up (its event loop's lag, runs' steps "
+        "between two calls), so calls wait in Temporal's queue rather than runs on an overloaded process; for many "
+        "short unattended runs (a run's approvals and sleeps look like slow steps to it)",
+    )
     parser.add_argument(
         "--max-loop-lag",
         type=_seconds,
-        default=default.backpressure.max_lag,
+        default=tuned.max_lag,
         metavar="SECONDS",
-        help="start new model and tool calls only while this process's event loop lags less than this, so calls "
-        "wait in Temporal's queue rather than runs on an overloaded process "
-        f"(default {default.backpressure.max_lag.total_seconds():g}; 0: off, --max-concurrent-activities fixed)",
+        help=f"with --backpressure: the event loop's largest lag (default {tuned.max_lag.total_seconds():g})",
     )
     parser.add_argument(
         "--max-step-delay",
         type=_seconds,
-        default=default.backpressure.max_step_delay,
+        default=tuned.max_step_delay,
         metavar="SECONDS",
-        help="... and while runs' steps between two calls (their workflow task's wait and work) take less than this "
-        f"(default {default.backpressure.max_step_delay.total_seconds():g})",
+        help="with --backpressure: how long runs' steps between two calls (their workflow task's wait and work) may "
+        f"take (default {tuned.max_step_delay.total_seconds():g})",
     )
     parser.add_argument(
         "--min-concurrent-activities",
         type=int,
-        default=default.backpressure.min_slots,
-        help="model and tool calls one process runs whatever its event loop's lag "
-        f"(default {default.backpressure.min_slots})",
+        default=tuned.min_slots,
+        help=f"with --backpressure: calls one process runs whatever it measures (default {tuned.min_slots})",
     )
 
 
 def _tuning(args: argparse.Namespace) -> WorkerTuning:
+    # Built whether or not it is asked for, so that a bad value of its flags is refused either way.
+    backpressure = Backpressure(
+        max_lag=args.max_loop_lag, max_step_delay=args.max_step_delay, min_slots=args.min_concurrent_activities
+    )
     return WorkerTuning(
         max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
         max_concurrent_activities=args.max_concurrent_activities,
         max_cached_workflows=args.max_cached_workflows,
         sticky_queue_timeout=args.sticky_queue_timeout,
-        backpressure=(
-            Backpressure(
-                max_lag=args.max_loop_lag,
-                max_step_delay=args.max_step_delay,
-                min_slots=args.min_concurrent_activities,
-            )
-            if args.max_loop_lag != timedelta(0)
-            else None
-        ),
+        backpressure=backpressure if args.backpressure else None,
     )
 
 

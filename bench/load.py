@@ -10,8 +10,8 @@ Everything runs on one embedded Temporal server (sqlite, WAL, tuned dispatch), o
 * ``agent-runner/P``: ``agent-runner-worker --processes P --tools bench.load`` (the real command, a subprocess),
   running ``AgentRun`` against the fake Messages API (``agent_runner.testing``, in its own process), which answers
   every request with a ``tool_use`` after ``--latency`` seconds.
-* ``agent-runner-fixed/P``: the same with ``--max-loop-lag 0``: a fixed ``--max-concurrent-activities``, no
-  backpressure by the process's event-loop lag (``agent_runner/backpressure.py``), as before it was the default.
+* ``agent-runner-backpressure/P``: the same with ``--backpressure``: new calls start only while the process keeps
+  up (``agent_runner/backpressure.py``) instead of a fixed ``--max-concurrent-activities``.
 
 Workers of each mode are started fresh, warmed up with one run, then the N runs are started at once. Columns: wall
 time from the first start to the last result; iterations per second; that ÷ the floor's with the same process
@@ -229,7 +229,7 @@ async def run_mode(
                     task_queue,
                     "--processes",
                     str(processes),
-                    *(["--max-loop-lag", "0"] if mode == "agent-runner-fixed" else []),
+                    *(["--backpressure"] if mode == "agent-runner-backpressure" else []),
                     *args.worker_args,
                 ],
                 env=env,
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="floor,agent-runner",
-        help="modes: floor, agent-runner, agent-runner-fixed (default floor,agent-runner)",
+        help="modes: floor, agent-runner, agent-runner-backpressure (default floor,agent-runner)",
     )
     parser.add_argument(
         "--worker-arg",

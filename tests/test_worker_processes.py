@@ -22,7 +22,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import FixedSizeSlotSupplier
 
-from agent_runner.backpressure import ResponsiveSlotSupplier, StepDelayInterceptor
+from agent_runner.backpressure import Backpressure, ResponsiveSlotSupplier, StepDelayInterceptor
 from agent_runner.client import AgentRunner
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import WorkerTuning, build_worker
@@ -115,10 +115,13 @@ def ready_lines(log: Path) -> list[str]:
         ),
         (["--processes", "two"], "error: argument --processes: invalid int value: 'two' (see --help)"),
         (
-            ["--max-loop-lag", "-1"],
-            "error: --max-loop-lag must be more than 0 seconds (or 0 for no backpressure), not -1.0.",
+            ["--max-loop-lag", "0"],
+            "error: --max-loop-lag must be more than 0 seconds, not 0.0.",
         ),
-        (["--min-concurrent-activities", "0"], "error: --min-concurrent-activities must be at least 1, not 0."),
+        (
+            ["--min-concurrent-activities", "0"],
+            "error: --min-concurrent-activities must be at least 1, not 0.",
+        ),
     ],
 )
 def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(flags: list[str], message: str) -> None:
@@ -152,8 +155,13 @@ async def test_tuning_reaches_the_temporal_worker(client: Client) -> None:
         config.get("sticky_queue_schedule_to_start_timeout"),
         config.get("tuner"),
     ) == (50, 700, 300, timedelta(seconds=4), None)
-    # By default, activity slots come from the backpressure supplier, up to --max-concurrent-activities.
+    # By default, a fixed number of slots; with backpressure, activity slots come from its supplier, up to
+    # --max-concurrent-activities.
     default = build_worker(client, task_queue=f"tuning-{uuid.uuid4()}").config()
+    assert (default.get("tuner"), default.get("max_concurrent_activities")) == (None, 1000)
+    default = build_worker(
+        client, task_queue=f"tuning-{uuid.uuid4()}", tuning=WorkerTuning(backpressure=Backpressure())
+    ).config()
     tuner = default.get("tuner")
     assert tuner is not None
     activities = tuner._get_activity_task_slot_supplier()
