@@ -80,8 +80,7 @@ OUTPUT = [
     '"id":"msg_dev_0002","model":"claude-sonnet-5-5","role":"assistant","stop_reason":"end_turn",'
     '"stop_sequence":null,"type":"message","usage":{"input_tokens":153,"output_tokens":56}},"iterations":2,'
     # The run's last status, its fields at their defaults left out (RunResult.last_status).
-    '"last_status":{"iterations":2,"replies":2,"replies_head":"sha256:4343490d2de5baeffa6166cce0af36c7162eb9e5c32db0'
-    'eb5aa7a1688530939c","status":"completed","stop_reason":"end_turn","transcript_length":4,"usage":{"input_tokens"'
+    '"last_status":{"iterations":2,"replies":2,"replies_head":"~TRFTHGS5ydpeXDlqkbLUIQ","status":"completed","stop_reason":"end_turn","transcript_length":4,"usage":{"input_tokens"'
     ':215,"output_tokens":101},"version":4},'
     '"status":"completed","stop_reason":"end_turn","usage":{"cache_creation_input_tokens":0,'
     '"cache_read_input_tokens":0,"input_tokens":215,"output_tokens":101}}',
