@@ -1,0 +1,145 @@
+"""A query replays the run: a worker without the run in its cache answers from the history alone, always.
+
+A query of an ended run (or of a run no worker holds) is answered by a worker that replays the whole history first,
+so any difference between what a run did and what its code does on replay fails the query with a non-determinism
+error instead of answering. The runs here exercise what changes a run's commands on replay: the ``workflow.patched``
+markers (with the ``TemporalChangeVersion`` upsert Temporal adds to each), the ``AgentRun*`` search attributes a run
+publishes, approvals, steering, step mode and sub-agents. Each is queried while it waits (on the worker that runs it,
+then on a fresh worker that keeps nothing cached) and after it ended on a fresh worker; its history also replays in the
+strict sandbox (``tests/test_replay.py``). ``test_no_command_is_reachable_from_a_query_validator_or_predicate`` keeps
+the code that may emit a command out of the handlers that must not.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import pytest
+
+
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.types import RunStatus
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.worker import WorkerTuning
+from agent_runner.workflows.agent_run import AgentRun
+from tests import subagent_support as sub
+from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, delete_file, wait_status
+from tests.test_replay import strict_replayer
+
+pytestmark = pytest.mark.usefixtures("fresh_tools")
+USER = {"role": "user", "content": "Clean up the temp files."}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+
+
+def delete_call(path: str = "/tmp") -> Reply:
+    return Reply([text("Deleting."), tool_use("toolu_D", "delete_file", {"path": path})], "tool_use")
+
+
+@asynccontextmanager
+async def fresh_worker(worker: WorkerFactory, *tools: Any) -> AsyncIterator[None]:
+    """A worker that keeps no run cached: every task it takes, a query's included, replays the run's history."""
+    async with worker(*tools, search_attributes=True, tuning=WorkerTuning(max_cached_workflows=0)):
+        yield
+
+
+async def replays(run: Run) -> None:
+    """The run's history (each execution's) replays on the current code in the strict sandbox."""
+    history = await run.handle.fetch_history()
+    result = await strict_replayer(AgentRun).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+
+
+async def answered_after_the_end(worker: WorkerFactory, run: Run, *tools: Any) -> RunStatus:
+    """The run's status, replies and transcript as a fresh worker answers them once the run ended."""
+    async with fresh_worker(worker, *tools):
+        status = await run.status()
+        assert len([m async for m in run.messages()]) == status.replies
+        assert len(await run.transcript()) == status.transcript_length
+    await replays(run)
+    return status
+
+
+async def test_a_completed_run_that_published_its_search_attributes_answers_a_fresh_worker(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Nothing to do."))
+    async with worker(search_attributes=True):
+        run = await runner.start(**BASE)
+        await run.until_done()
+    status = await answered_after_the_end(worker, run)
+    assert (status.status, status.iterations, status.replies) == ("completed", 1, 1)
+
+
+async def test_a_run_approved_on_another_worker_answers_while_it_waits_and_after_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(delete_call(), end_turn("Deleted."))
+    async with worker(delete_file, search_attributes=True):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        assert (await run.status()).pending_approvals[0]["tool_use_id"] == "toolu_D"  # the worker that holds it
+    async with fresh_worker(worker, delete_file):
+        # Between workflow tasks, on a worker that replays the run to answer, then goes on with it.
+        status = await run.status()
+        assert (status.status, status.replies, [a["tool_use_id"] for a in status.pending_approvals]) == (
+            "waiting_for_approval",
+            1,
+            ["toolu_D"],
+        )
+        await run.approve("toolu_D", input={"path": "/tmp/x.tmp"})
+        await run.until_done()
+    assert CALLS == ["delete /tmp/x.tmp"]
+    status = await answered_after_the_end(worker, run, delete_file)
+    assert (status.status, status.iterations, status.replies, status.pending_approvals) == ("completed", 2, 2, [])
+
+
+async def test_a_run_in_step_mode_answers_while_paused_and_after_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(delete_call(), end_turn("Deleted."))
+    async with worker(delete_file, search_attributes=True):
+        run = await runner.start(**BASE, tools=[delete_file], step={"review_results": True})
+        await wait_status(run, "waiting_for_step", 1)
+    async with fresh_worker(worker, delete_file):
+        assert (await run.status()).status == "waiting_for_step"
+        await run.advance(iteration=1)
+        await wait_status(run, "waiting_for_review", 1)
+        await run.advance(iteration=1)
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance(iteration=2)
+        await run.until_done()
+    status = await answered_after_the_end(worker, run, delete_file)
+    assert (status.status, status.iterations, status.tool_results_under_review) == ("completed", 2, None)
+
+
+async def test_a_run_stopped_while_it_waits_answers_after_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(delete_call())
+    async with worker(delete_file, search_attributes=True):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        await run.stop("Not today.")
+        await run.result()
+    status = await answered_after_the_end(worker, run, delete_file)
+    assert (status.status, status.stop_reason_detail) == ("stopped", "Not today.")
+    assert CALLS == []
+
+
+async def test_a_parent_and_its_sub_agent_answer_a_fresh_worker_after_they_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = sub.by_system(
+        [sub.research("toolu_P1", "Look."), end_turn("Done.")], lambda body: end_turn("Sunny.")
+    )
+    async with worker(search_attributes=True):
+        run = await runner.start(
+            **sub.BASE, messages=[sub.USER], thread=False, agents=[{**sub.RESEARCHER, "tools": []}]
+        )
+        await run.until_done()
+    status = await answered_after_the_end(worker, run)
+    assert (status.status, status.iterations, [a["status"] for a in status.agents]) == ("completed", 2, ["completed"])
+    child = await answered_after_the_end(worker, run.child("toolu_P1"))
+    assert (child.status, child.iterations) == ("completed", 1)
