@@ -12,11 +12,11 @@ the code that may emit a command out of the handlers that must not.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
-
 
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.types import RunStatus
@@ -132,7 +132,7 @@ async def test_a_parent_and_its_sub_agent_answer_a_fresh_worker_after_they_ended
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     fake_api.responder = sub.by_system(
-        [sub.research("toolu_P1", "Look."), end_turn("Done.")], lambda body: end_turn("Sunny.")
+        [sub.research("toolu_P1", "Look."), end_turn("Done.")], lambda _body: end_turn("Sunny.")
     )
     async with worker(search_attributes=True):
         run = await runner.start(
