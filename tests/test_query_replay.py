@@ -12,6 +12,7 @@ the code that may emit a command out of the handlers that must not.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from agent_runner.workflows.agent_run import AgentRun
 from tests import subagent_support as sub
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
+from tests.test_layers import ROOT
 from tests.test_replay import strict_replayer
 
 pytestmark = pytest.mark.usefixtures("fresh_tools")
@@ -143,3 +145,88 @@ async def test_a_parent_and_its_sub_agent_answer_a_fresh_worker_after_they_ended
     assert (status.status, status.iterations, [a["status"] for a in status.agents]) == ("completed", 2, ["completed"])
     child = await answered_after_the_end(worker, run.child("toolu_P1"))
     assert (child.status, child.iterations) == ("completed", 1)
+
+
+# --- What may run where -------------------------------------------------------------------------------------------
+
+COMMANDS = frozenset(
+    {
+        "patched",
+        "deprecate_patch",
+        "upsert_search_attributes",
+        "upsert_memo",
+        "execute_activity",
+        "start_activity",
+        "execute_local_activity",
+        "start_local_activity",
+        "execute_child_workflow",
+        "start_child_workflow",
+        "continue_as_new",
+        "wait_condition",
+    }
+)
+"""The workflow calls that add a command (or a marker, or an upsert): each must run at the same point of the run on
+replay, so never in a query handler, an update validator or a ``wait_condition`` predicate (Temporal refuses them in
+the first two; a predicate runs whenever the SDK checks its conditions, which a replaying worker does at other
+points)."""
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """The simple names ``node`` calls: ``f(...)`` and ``x.f(...)`` both as ``f``."""
+    names = set()
+    for sub_node in ast.walk(node):
+        if isinstance(sub_node, ast.Call):
+            func = sub_node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                names.add(func.attr)
+    return names
+
+
+def _is_root(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A query handler or an update validator."""
+    for decorator in function.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and (
+            target.attr == "validator" or (target.attr == "query" and getattr(target.value, "id", None) == "workflow")
+        ):
+            return True
+    return False
+
+
+def test_no_command_is_reachable_from_a_query_validator_or_predicate() -> None:
+    """By name, over every function of ``workflows/``: an over-approximation, so a false alarm names its path."""
+    functions: dict[str, set[str]] = {}
+    roots: dict[str, ast.AST] = {}
+    for path in sorted((ROOT / "workflows").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                functions.setdefault(node.name, set()).update(_calls(node) - {node.name})
+                if _is_root(node):
+                    roots[f"{path.stem}.{node.name}"] = node
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "wait_condition"
+                and node.args
+            ):
+                roots[f"{path.stem}:{node.lineno} wait_condition predicate"] = node.args[0]
+    found = []
+    for root, node in roots.items():
+        # A predicate that names a function (`workflow.all_handlers_finished`) calls it.
+        start = _calls(node) | ({node.attr} if isinstance(node, ast.Attribute) else set())
+        paths = {name: [name] for name in start}
+        todo = list(start)
+        while todo:
+            name = todo.pop()
+            if name in COMMANDS:
+                found.append(f"{root} -> {' -> '.join(paths[name])}")
+                continue
+            for callee in functions.get(name, ()):
+                if callee not in paths:
+                    paths[callee] = [*paths[name], callee]
+                    todo.append(callee)
+    assert found == []
+    assert len(roots) > 20  # the walk saw the handlers: 7 queries, 13 validators, the predicates
