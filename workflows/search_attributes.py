@@ -44,5 +44,7 @@ def publish(state: RunState, status: RunStatusName) -> None:
     changed = {k: v for k, v in values.items() if state.published.get(k) != v}
     if not changed:
         return
-    state.published.update(changed)
+    # The command first: were it refused (a read-only context, a worker evicting the run), the values would count
+    # as published and the run would never send them, while a replay of its history would.
     workflow.upsert_search_attributes([_KEYS[k].value_set(v) for k, v in changed.items()])
+    state.published.update(changed)
