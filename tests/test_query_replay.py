@@ -8,6 +8,10 @@ publishes, approvals, step mode, a stop and sub-agents. Each is queried while it
 then on a fresh worker that keeps nothing cached) and after it ended on a fresh worker, and its history replays on a
 ``Replayer``. ``test_no_command_is_reachable_from_a_query_validator_or_predicate`` keeps the code that may emit a
 command out of the handlers that must not.
+
+Before ``AgentRun`` published its search attributes only from its own event loop, these runs failed their replay now
+and then (more often after other test files in the same process): a coroutine of a run evicted earlier, closed by the
+garbage collector while another run's workflow task ran, upserted that run's status into the other run's history.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tests.steering_support import CALLS, delete_file, wait_status
 from tests.test_layers import ROOT
 
 pytestmark = pytest.mark.usefixtures("fresh_tools")
+
 USER = {"role": "user", "content": "Clean up the temp files."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
 

@@ -32,7 +32,8 @@ def publish(state: RunState, status: RunStatusName) -> None:
         return
     if not workflow.in_workflow():
         # A worker evicting the run closes its coroutines, and a `finally` that sets the status (an approval's) runs
-        # outside the workflow's event loop: nothing can be upserted then, and the run goes on elsewhere.
+        # outside the workflow's event loop: nothing can be upserted then, and the run goes on elsewhere. (One the
+        # garbage collector closes may run inside another run's loop: `AgentRun` publishes only from its own.)
         return
     values: dict[str, Any] = {
         "AgentRunStatus": status,
