@@ -709,7 +709,11 @@ class AgentRun:
         self._publish_search_attributes()
 
     def _publish_search_attributes(self) -> None:
-        publish(self._state, self._status)
+        # Only from this run's own event loop: a coroutine of an evicted run that the garbage collector closes later
+        # runs its `finally` (an approval's `set_status`) inside whatever run is active then, and its upsert would
+        # land in that run's history, which no replay of it repeats (a non-determinism error).
+        if workflow.in_workflow() and workflow.instance() is self:
+            publish(self._state, self._status)
 
     def iteration_in_flight(self) -> int | None:
         """The iteration the model call under way will be, if its reply is not a compaction."""

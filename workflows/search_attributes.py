@@ -32,7 +32,8 @@ def publish(state: RunState, status: RunStatusName) -> None:
         return
     if not workflow.in_workflow():
         # A worker evicting the run closes its coroutines, and a `finally` that sets the status (an approval's) runs
-        # outside the workflow's event loop: nothing can be upserted then, and the run goes on elsewhere.
+        # outside the workflow's event loop: nothing can be upserted then, and the run goes on elsewhere. (One the
+        # garbage collector closes may run inside another run's loop: `AgentRun` publishes only from its own.)
         return
     values: dict[str, Any] = {
         "AgentRunStatus": status,
@@ -44,5 +45,7 @@ def publish(state: RunState, status: RunStatusName) -> None:
     changed = {k: v for k, v in values.items() if state.published.get(k) != v}
     if not changed:
         return
-    state.published.update(changed)
+    # The command first: were it refused (a read-only context, a worker evicting the run), the values would count
+    # as published and the run would never send them, while a replay of its history would.
     workflow.upsert_search_attributes([_KEYS[k].value_set(v) for k, v in changed.items()])
+    state.published.update(changed)
