@@ -94,6 +94,16 @@ class Content:
 
     async def messages(self, head: str | None, start: int = 0) -> list[dict[str, Any]]:
         """The messages of the transcript ``head`` from index ``start`` on, as held (placeholders unresolved)."""
+        refs = await self._chain(head)
+        values = await self.values(refs[start:])
+        return [values[ref] for ref in refs[start:]]
+
+    async def length(self, head: str | None) -> int:
+        """How many messages the transcript ``head`` holds."""
+        return len(await self._chain(head))
+
+    async def _chain(self, head: str | None) -> list[str]:
+        """The refs of the transcript ``head``'s messages, in order (remembered, checked when read)."""
         if head is None:
             return []
         refs = self._chains.get(head)
@@ -102,20 +112,7 @@ class Content:
                 refs = await self.store.chain(head)
                 self._check_chain(head, refs)
         self._remember_chain(head, refs)
-        values = await self.values(refs[start:])
-        return [values[ref] for ref in refs[start:]]
-
-    async def length(self, head: str | None) -> int:
-        """How many messages the transcript ``head`` holds."""
-        if head is None:
-            return 0
-        refs = self._chains.get(head)
-        if refs is None:
-            with _unrecoverable_in_activity():
-                refs = await self.store.chain(head)
-                self._check_chain(head, refs)
-        self._remember_chain(head, refs)
-        return len(refs)
+        return refs
 
     def _check_chain(self, head: str, refs: list[str]) -> None:
         """Refuse a chain whose nodes do not hash to ``head``: a changed node would send Claude another message.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from agent_runner.cli.common import (
     DEFAULT_MAX_TOKENS,
@@ -104,25 +105,45 @@ async def cmd_follow(args: argparse.Namespace) -> int:
         return await follow_from_here(runner.attach(args.run_id), from_iteration=args.from_iteration)
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How a run ended, as Temporal records it (``Run.ended``)."""
+
+    how: str
+
+
+async def _unless_ended(run: Run, ask: Callable[[], Awaitable[T]]) -> T | _Ended:
+    """What a running run answers ``ask`` (a query), or how the run ended.
+
+    Temporal says first whether the run has ended: an ended run is read from its history and the store, as the console
+    reads it, since a query to it would wait for a worker to replay it (for ~20 s after its worker stopped, Temporal
+    remembering a gone poller for a while), and none can answer for a run that ended before its first workflow task.
+    """
+    ended = await run.ended()
+    if ended is None:
+        try:
+            return await ask()
+        except AgentRunError:
+            ended = await run.ended()  # it ended meanwhile, and no worker answers for it
+            if ended is None:
+                raise
+    return _Ended(ended)
+
+
 async def cmd_transcript(args: argparse.Namespace) -> int:
     """``transcript``: the whole conversation, readable or as JSON."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        # Temporal says first whether the run has ended: an ended run's conversation is in its history and the store,
-        # as the console reads it, and a query to it would wait for a worker to replay it (for ~20 s after its
-        # worker stopped, since Temporal remembers a gone poller for a while).
-        ended = await run.ended()
-        if ended is None:
-            try:
-                transcript = await run.transcript()
-            except AgentRunError:
-                ended = await run.ended()  # it ended meanwhile, and no worker answers for it
-                if ended is None:
-                    raise
-        if ended is not None:
+        answer = await _unless_ended(run, run.transcript)
+        if not isinstance(answer, _Ended):
+            transcript = answer
+        else:
             from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
 
-            read = await ended_run(runner, run.id, ended)
+            read = await ended_run(runner, run.id, answer.how)
             transcript = read.messages
             if read.unfinished:
                 calls = ", ".join(f"{call['name']} ({call['tool_use_id']})" for call in read.unfinished)
@@ -165,20 +186,13 @@ async def cmd_status(args: argparse.Namespace) -> int:
     """``status``: the run's status, turns, stop reason and token usage."""
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
-        # An ended run's status is in its history: no worker needs to replay it to say how it ended (nor can one
-        # answer a query to a run that ended before its first workflow task).
-        ended = await run.ended()
-        if ended is None:
-            try:
-                status = await run.status(tree=True)  # with its agents' runs, and theirs
-            except AgentRunError:
-                ended = await run.ended()  # it ended meanwhile, and no worker answers for it
-                if ended is None:
-                    raise
-        if ended is not None:
+        answer = await _unless_ended(run, lambda: run.status(tree=True))  # with its agents' runs, and theirs
+        if not isinstance(answer, _Ended):
+            status = answer
+        else:
             from agent_runner.console.ended import ended_status  # the console's reader, loaded only when needed
 
-            status = await ended_status(runner, run.id, ended)
+            status = await ended_status(runner, run.id, answer.how)
     if args.json:
         print(status.model_dump_json(indent=2), flush=True)
     else:
