@@ -58,7 +58,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_runner.codec import KEYS_ENV, keys_from_env
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, StoreError
-from agent_runner.contract.transcript import names, next_head, ref_for
+from agent_runner.contract.transcript import is_short, names, next_head, ref_for
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -322,7 +322,7 @@ def _check_refs(url: str, blobs: Mapping[str, bytes]) -> None:
     """Refuse the whole write if any key is not its blob's reference: a wrong key would poison every reader."""
     wrong = [key for key, data in blobs.items() if not names(key, data)]
     if wrong:
-        shown = ", ".join(f"{key!r} (its content is {ref_for(blobs[key])})" for key in wrong[:5])
+        shown = ", ".join(f"{key!r} (its content is {ref_for(blobs[key], is_short(key))})" for key in wrong[:5])
         more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
         raise StoreError(
             f"refused to write to the store at {url}: {len(wrong)} key(s) are not the reference of their blob: "

@@ -240,7 +240,7 @@ def _slim_input_tools(run_input: dict[str, Any], carried: list[Any], current: li
     tools = run_input.get("tools")
     if carried is current or not isinstance(tools, list):
         return run_input
-    known = {ref for ref in settings_refs({}, carried)}
+    known = set(settings_refs({}, carried))
     slim = [_slim_known(t, known) if isinstance(t, dict) else t for t in tools]
     if slim == tools:
         return run_input

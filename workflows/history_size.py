@@ -11,8 +11,7 @@ which asks the call for a lean result (``agent_runner/contract/lean.py``): what 
 history, and the text and thinking blocks over ``RESULT_INLINE_LIMIT`` of a reply the run goes on from (``tool_use``,
 ``pause_turn``) are stored apart, as tool results are, so a long reply costs the history a placeholder. What such a
 call stores it names by short references (``contract/transcript.py``, ``SHORT_PREFIX``): 23 characters instead of
-71, and an iteration carries six of them. The run puts
-the reply back whole (``whole_output``) before reading it.
+71, and an iteration carries six of them. The run puts the reply back whole (``whole_output``) before reading it.
 """
 
 from __future__ import annotations

@@ -104,9 +104,7 @@ class ToolCalls:
         else:
             refusal, tool_input = await run.approvals.gate(block, spec, iteration)
             result = refusal if refusal is not None else await self._execute(spec, block, tool_input, iteration)
-        tool_result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": result.content}
-        if result.is_error:
-            tool_result["is_error"] = True
+        tool_result = result.block(tool_use_id)
         run.event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
 

@@ -45,6 +45,7 @@ from agent_runner.contract.types import (
     RunResult,
     RunStatus,
     RunStatusName,
+    ToolResult,
     Usage,
 )
 
@@ -109,10 +110,10 @@ def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
     """The ``tool_result`` block a tool call's ``ToolResult`` becomes, as ``workflows/tool_calls.py`` builds it."""
     if not isinstance(output, dict) or "content" not in output:
         return None
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": output["content"]}
-    if output.get("is_error"):
-        block["is_error"] = True
-    return block
+    # Constructed, not validated: the history's JSON as it is (``is_error`` is left out when false).
+    return ToolResult.model_construct(content=output["content"], is_error=bool(output.get("is_error"))).block(
+        tool_use_id
+    )
 
 
 async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
@@ -286,10 +287,7 @@ def _tool_results(reply: dict[str, Any], reading: _Reading) -> tuple[list[dict[s
             done.append(reading.results[tool_use_id])
         elif tool_use_id in reading.agents:
             content, is_error = agent_answer(name, reading.agents[tool_use_id])
-            done.append(
-                {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
-                | ({"is_error": True} if is_error else {})
-            )
+            done.append(ToolResult(content=content, is_error=is_error).block(tool_use_id))
         else:
             unfinished.append({"tool_use_id": tool_use_id, "name": name})
     return done, unfinished

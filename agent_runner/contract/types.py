@@ -353,6 +353,13 @@ class ToolResult(BaseModel):
     # Left out of the JSON when false (a result carried through history every iteration), which reads back the same.
     is_error: bool = Field(default=False, exclude_if=lambda is_error: not is_error)
 
+    def block(self, tool_use_id: str) -> dict[str, Any]:
+        """The ``tool_result`` block answering the call ``tool_use_id`` with this result (``is_error`` only if so)."""
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": self.content}
+        if self.is_error:
+            block["is_error"] = True
+        return block
+
 
 class ReconcileOutput(BaseModel):
     """What a tool's ``reconcile`` function said of a call whose outcome was unknown."""
