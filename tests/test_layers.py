@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, tuple[str, ...]] = {
     "contract": ("agent_runner/contract/",),
     "workflows": ("workflows/",),
-    "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py"),
+    "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py", "agent_runner/reseal.py"),
     "activities": ("activities/", "agent_runner/mcp_config.py"),
     "client": (
         "agent_runner/client.py",
