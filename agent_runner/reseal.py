@@ -48,6 +48,8 @@ BLOB_CHUNK = 64
 NODE_CHUNK = 500
 """Chain nodes resealed and replaced per transaction."""
 
+_ONCE = "once every worker and client has the current key (and no run's Temporal history needs them)"
+
 UNREADABLE = ""
 """The key id ``in_use`` counts rows under that name no key: not sealed values at all (corrupted)."""
 
@@ -133,12 +135,12 @@ class Resealed:
                 f"process whose first key is not {self.current!r}, or corrupted): restart every worker and client "
                 f"with {self.current!r} first in {KEYS_ENV}, then run it again"
             )
+        elif self.blobs or self.nodes:
+            done += "; 0 left under old keys"
+            if self.removable:
+                done += f": key(s) {_names(self.removable)} can now be removed from {KEYS_ENV} {_ONCE}"
         elif self.removable:
-            prefix = "; 0 left under old keys" if (self.blobs or self.nodes) else "; no blob or node is under key(s)"
-            done += (
-                f"{prefix}: key(s) {_names(self.removable)} can now be removed from {KEYS_ENV} once every worker "
-                "and client has the current key (and no run's Temporal history needs them)"
-            )
+            done += f"; key(s) {_names(self.removable)} seal nothing here: they can be removed from {KEYS_ENV} {_ONCE}"
         return done + self._plaintext_note()
 
     def _check_summary(self) -> str:
@@ -153,10 +155,7 @@ class Resealed:
         elif self.left or self.live:
             line += f". Run `agent-runner store reseal` to reseal them under {self.current!r}"
         elif self.removable:
-            line += (
-                f". Key(s) {_names(self.removable)} seal nothing here: they can be removed from {KEYS_ENV} once "
-                "every worker and client has the current key (and no run's Temporal history needs them)"
-            )
+            line += f". Key(s) {_names(self.removable)} seal nothing here: they can be removed from {KEYS_ENV} {_ONCE}"
         return line + self._plaintext_note()
 
     def _key_name(self, key_id: str) -> str:
