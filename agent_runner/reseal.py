@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from agent_runner.codec import KEYS_ENV, keys_from_env
 from agent_runner.store import (
     _ADDRESS_KEY,
-    _KEY_SINCE,
     _NONCE_BYTES,
     STORE_ENV,
     StoreError,
@@ -240,10 +239,9 @@ async def reseal(
         after = await _census(backend)
         if not any(key_id != cipher.current for key_id in after):
             # Nothing needs the old keys any more: neither should the address key, or one leaked key would still
-            # reveal which references the store holds.
+            # reveal which references the store holds. When each key became current stays known (_KEY_SINCE).
             for key_id in cipher.wrapped - {cipher.current}:
                 await backend._delete_meta(_ADDRESS_KEY + key_id)
-                await backend._delete_meta(_KEY_SINCE + key_id)
         return Resealed(
             backend.url,
             cipher.current,

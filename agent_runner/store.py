@@ -394,7 +394,8 @@ _ADDRESS_KEY = "address-key:"
 """Meta rows named so hold the store's HMAC address key, wrapped under the encryption key named after the colon."""
 _KEY_SINCE = "key-since:"
 """Meta rows named so hold when the key named after the colon first opened the store as its current key (seconds
-since the epoch, as text): ``reseal`` refuses to reseal under a key older than another current key."""
+since the epoch, as text; kept after the key is dropped): ``reseal`` refuses to reseal under a key older than another
+current key."""
 
 
 def _plain_setup(url: str, meta: Mapping[str, bytes], has_content: bool) -> Mapping[str, bytes]:  # noqa: ARG001
@@ -1501,9 +1502,9 @@ class _StoreCipher:
                     f"the store at {url} is encrypted with key {ids}, and {KEYS_ENV} holds none that opens it: set "
                     f"{KEYS_ENV} to the keys it was written with (the workers' keys)"
                 )
+        if self._newest:
+            self._check_newest(url, meta)
         if self._current in wrapped:
-            if self._newest:
-                self._check_newest(url, meta)
             return added
         # A rotation: the new key wraps the address key too, so the old one can go once nothing needs it.
         nonce = os.urandom(_NONCE_BYTES)
@@ -1514,6 +1515,8 @@ class _StoreCipher:
     def _check_newest(self, url: str, meta: Mapping[str, bytes]) -> None:
         """Refuse keys whose first is not the store's newest current key: they are listed in the wrong order."""
         since = {name.removeprefix(_KEY_SINCE): float(v) for name, v in meta.items() if name.startswith(_KEY_SINCE)}
+        if self._current not in since and _ADDRESS_KEY + self._current not in meta:
+            return  # a new key: it becomes the newest now
         mine = since.get(self._current, 0.0)  # wrapped before write times were kept: older than any that has one
         newer = sorted((when, key_id) for key_id, when in since.items() if when > mine)
         if newer:

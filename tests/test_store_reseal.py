@@ -4,18 +4,30 @@ key can leave AGENT_RUNNER_ENCRYPTION_KEYS; it is idempotent, resumable, and ref
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
+from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, new_key
+from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.transcript import canonical
 from agent_runner.reseal import KeyUse, Resealed, reseal
 from agent_runner.store import ContentStore, StoreError, open_store, ref_for
+from agent_runner.testing import FakeMessagesAPI, end_turn
+from agent_runner.worker import build_worker
+from tests.conftest import anthropic_client_factory
+from tests.tools_for_tests import get_weather
 
 K1, K2, K3 = new_key(), new_key(), new_key()
 OLD = f"k1:{K1}"
@@ -111,7 +123,7 @@ async def test_after_a_rotation_reseal_leaves_nothing_for_the_old_key(url: str) 
         f"keys; 0 left under old keys: {REMOVABLE}"
     )
     # The address key is no longer kept under k1 either: a leaked k1 opens nothing in the store.
-    assert {name for name in meta_names(url) if "k1" in name} == set()
+    assert {name for name in meta_names(url) if "k1" in name} == {"key-since:k1"}
 
     async with open_store(url, environ=keys(NEW)) as store:
         await read_everything(store, heads)
@@ -226,3 +238,130 @@ async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> 
     async with open_store(url, environ=keys(ROTATED)) as store:
         await read_everything(store, heads)
     assert (await reseal(url, environ=keys(ROTATED), check=True)).in_use == {"k1": KeyUse(7, 5)}
+
+
+# ------------------------------------------------------------------------------------------ the command line
+
+
+def cli(url: str, value: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent_runner.cli", "store", "reseal", *args],
+        env={"PATH": "/usr/bin:/bin", "AGENT_RUNNER_STORE": url, "HOME": "/nonexistent", KEYS_ENV: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_the_cli_checks_reseals_and_refuses_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/store.db"
+    await write_old_content(url)
+    checked, done, again = cli(url, ROTATED, "--check"), cli(url, ROTATED), cli(url, ROTATED)
+    assert [(c.returncode, c.stdout, c.stderr) for c in (checked, done, again)] == [
+        (
+            0,
+            f"keys in use in the store at {url}: 'k1': 7 blobs, 5 nodes; 2 live events (stream previews) under other "
+            "keys than 'k2'. Run `agent-runner store reseal` to reseal them under 'k2'\n",
+            "",
+        ),
+        (
+            0,
+            "resealed 7 blobs and 5 nodes under key 'k2', and removed 2 live events (stream previews) sealed under old "
+            f"keys; 0 left under old keys: {REMOVABLE}\n",
+            "",
+        ),
+        (
+            0,
+            "nothing to reseal: all 7 blobs and 5 nodes are under the current key 'k2'; key(s) 'k1' seal nothing here: "
+            f"they can be removed from {KEYS_ENV} once every worker and client has the current key (and no run's "
+            "Temporal history needs them)\n",
+            "",
+        ),
+    ]
+    refused = cli(url, f"k1:{K1},k2:{K2}")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.startswith(f"error: the first key of {KEYS_ENV}, 'k1', is not the current key of the store")
+
+
+# --------------------------------------------------------------------------------------------- a real run
+
+
+async def test_a_runs_transcript_reads_back_whole_with_the_new_key_alone(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """A run completes with its worker on k1; the store is resealed under k2; a client with k2 alone reads its
+    transcript whole."""
+    url = f"sqlite://{tmp_path}/store.db"
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host, data_converter=data_converter({})
+    )
+    queue = f"store-reseal-{uuid.uuid4()}"
+    fake_api.script(end_turn("The vault is in Reykjavik; " + "it is fine. " * 300))
+    async with open_store(url, environ=keys(OLD)) as store:
+        worker = build_worker(
+            client,
+            registry=ToolRegistry([get_weather]),
+            task_queue=queue,
+            claude=ClaudeActivities(anthropic_client_factory(fake_api)),
+            store=store,
+        )
+        async with worker:
+            run = await AgentRunner(client, task_queue=queue, store=store).start(
+                model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "Where is the vault?"}]
+            )
+            assert (await run.result()).status == "completed"
+            transcript = await run.transcript()
+            before = await store.stats()
+            # The worker stays up (a run's transcript is asked of it); the reader has the new key alone.
+            done = await reseal(url, environ=keys(ROTATED))
+            async with open_store(url, environ=keys(NEW)) as reader:
+                attached = AgentRunner(client, task_queue=queue, store=reader).attach(run.id)
+                assert await attached.transcript() == transcript
+    assert (done.blobs, done.nodes, dict(done.in_use)) == (before.blobs, before.nodes, {"k2": KeyUse(4, 3)})
+    assert transcript[-1]["content"][0]["text"].startswith("The vault is in Reykjavik; ")
+
+
+# ---------------------------------------------------------------------------------------------- killed
+
+
+@pytest.mark.slow
+async def test_a_reseal_killed_midway_leaves_every_row_readable_and_finishes_when_run_again(tmp_path: Path) -> None:
+    """The command is killed (SIGKILL) once it has resealed some rows: k2,k1 reads everything, and a second run
+    reseals exactly what the first did not."""
+    import asyncio
+    import signal
+    import sqlite3
+
+    url = f"sqlite://{tmp_path}/store.db"
+    blobs = {ref_for(data): data for data in (canonical({"n": n, "text": "x" * 200}) for n in range(20_000))}
+    chain = [{"role": "user", "content": f"message {n}"} for n in range(100)]
+    async with open_store(url, environ=keys(OLD)) as store:
+        await store.put(blobs)
+        head = await Content(store).append(None, chain)
+    sealed_by_k2 = b"AR1\x00\x02k2"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent_runner.cli", "store", "reseal"],
+        env={"PATH": "/usr/bin:/bin", "AGENT_RUNNER_STORE": url, "HOME": "/nonexistent", KEYS_ENV: ROTATED},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with sqlite3.connect(tmp_path / "store.db", timeout=30) as conn:
+            while not conn.execute(
+                "SELECT count(*) FROM blobs WHERE substr(data, 1, ?) = ?", (len(sealed_by_k2), sealed_by_k2)
+            ).fetchone()[0]:
+                assert process.poll() is None, process.communicate()
+                await asyncio.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        assert process.wait(timeout=60) == -signal.SIGKILL
+    halfway = (await reseal(url, environ=keys(ROTATED), check=True)).in_use
+    assert halfway["k1"].blobs + halfway["k2"].blobs == 20_100 and halfway["k2"].blobs < 20_000
+    async with open_store(url, environ=keys(ROTATED)) as store:
+        assert await store.get(list(blobs)) == blobs
+        assert await Content(store).messages(head) == chain
+    done = await reseal(url, environ=keys(ROTATED))
+    assert (done.blobs, done.nodes, dict(done.in_use)) == (halfway["k1"].blobs, 100, {"k2": KeyUse(20_100, 100)})
+    async with open_store(url, environ=keys(NEW)) as store:
+        assert await store.get(list(blobs)) == blobs
+        assert await Content(store).messages(head) == chain
