@@ -26,7 +26,8 @@ database holds neither content nor the ``sha256:`` references that workflow hist
 use do not change, and every blob read is still decrypted and then checked against its reference. The HMAC key is
 one random key per store, kept in its ``meta`` table wrapped (AES-GCM) under each encryption key that opened the
 store, so addresses never change when keys rotate: the store adds a wrapping under a new current key when it is
-opened with it, and an old key can be dropped once every blob it encrypted is gone.
+opened with it, and an old key can be dropped once ``agent_runner/reseal.py`` sealed again under the current key
+every blob and node it encrypted.
 
 **Retention.** Every blob and node records when it was last written (``written_at``; putting what is already there
 writes it again), so ``sweep`` can remove what no run references without touching what an activity stored a moment
