@@ -114,7 +114,8 @@ class Resealed:
         if self.checked:
             return self._check_summary()
         current = self.in_use.get(self.current, KeyUse())
-        if self.blobs or self.nodes or self.live:
+        left = self.left
+        if self.blobs or self.nodes or self.live or left:
             done = f"resealed {self.blobs} blobs and {self.nodes} nodes under key {self.current!r}"
         else:
             done = (
@@ -125,7 +126,6 @@ class Resealed:
             done += f", and removed {self.live} live events (stream previews) sealed under old keys"
         if self.corrupted:
             done += f"; {self.corrupted} blobs and nodes under old keys do not decrypt (corrupted): left as they are"
-        left = self.left
         if left:
             blobs = sum(use.blobs for use in left.values())
             nodes = sum(use.nodes for use in left.values())
@@ -174,7 +174,7 @@ class Resealed:
 
 
 def _names(key_ids: Mapping[str, object] | tuple[str, ...]) -> str:
-    return ", ".join(repr(key_id) for key_id in key_ids)
+    return ", ".join("(none: unreadable)" if key_id == UNREADABLE else repr(key_id) for key_id in key_ids)
 
 
 async def reseal(

@@ -365,3 +365,34 @@ async def test_a_reseal_killed_midway_leaves_every_row_readable_and_finishes_whe
     async with open_store(url, environ=keys(NEW)) as store:
         assert await store.get(list(blobs)) == blobs
         assert await Content(store).messages(head) == chain
+
+
+async def test_a_corrupted_row_under_the_old_key_is_left_as_it_is_and_said(tmp_path: Path) -> None:
+    """A blob whose ciphertext changed does not decrypt: it is not resealed (its bytes would be wrong), and the old
+    key is not said to be removable while it is there."""
+    import sqlite3
+
+    url = f"sqlite://{tmp_path}/store.db"
+    heads = await write_old_content(url)
+    async with open_store(url, environ=keys(ROTATED)) as store:
+        address = store._cipher.address(ref_for(BIG))  # type: ignore[attr-defined]
+    with sqlite3.connect(tmp_path / "store.db") as conn:
+        (data,) = conn.execute("SELECT data FROM blobs WHERE ref = ?", (address,)).fetchone()
+        conn.execute("UPDATE blobs SET data = ? WHERE ref = ?", (data[:-1] + bytes([data[-1] ^ 1]), address))
+    done = await reseal(url, environ=keys(ROTATED))
+    assert (done.blobs, done.nodes, done.corrupted, dict(done.in_use)) == (
+        6,
+        5,
+        1,
+        {"k1": KeyUse(1, 0), "k2": KeyUse(6, 5)},
+    )
+    assert done.summary() == (
+        "resealed 6 blobs and 5 nodes under key 'k2', and removed 2 live events (stream previews) sealed under old "
+        "keys; 1 blobs and nodes under old keys do not decrypt (corrupted): left as they are; 1 blobs and 0 nodes are "
+        "left under key(s) 'k1' (written meanwhile by a process whose first key is not 'k2', or corrupted): restart "
+        f"every worker and client with 'k2' first in {KEYS_ENV}, then run it again"
+    )
+    async with open_store(url, environ=keys(NEW)) as store:
+        content = Content(store)
+        assert await content.messages(heads[0]) == MESSAGES
+        assert await store.get([ref_for(SHORT, True)]) == {ref_for(SHORT, True): SHORT}
