@@ -26,7 +26,8 @@ database holds neither content nor the ``sha256:`` references that workflow hist
 use do not change, and every blob read is still decrypted and then checked against its reference. The HMAC key is
 one random key per store, kept in its ``meta`` table wrapped (AES-GCM) under each encryption key that opened the
 store, so addresses never change when keys rotate: the store adds a wrapping under a new current key when it is
-opened with it, and an old key can be dropped once every blob it encrypted is gone.
+opened with it, and an old key can be dropped once ``agent_runner/reseal.py`` sealed again under the current key
+every blob and node it encrypted.
 
 **Retention.** Every blob and node records when it was last written (``written_at``; putting what is already there
 writes it again), so ``sweep`` can remove what no run references without touching what an activity stored a moment
@@ -54,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_runner.codec import KEYS_ENV, keys_from_env
@@ -91,6 +93,9 @@ PUT_CHUNK_BYTES = 64 * 1024 * 1024
 
 NODE_CHUNK = 5000
 """Chain nodes per ``INSERT`` statement."""
+
+RESEAL_HEAD_BYTES = 512
+"""How much of a sealed blob ``reseal`` reads to learn its key: the format's header, a key id and the nonce."""
 
 MAX_CHAIN = 1_000_000
 """Deepest chain ``chain()`` walks. Heads are the caller's hashes, so a cycle means a corrupt store; this bound turns
@@ -388,6 +393,10 @@ the store holds anything)``; returns the meta rows to add, or raises ``StoreErro
 
 _ADDRESS_KEY = "address-key:"
 """Meta rows named so hold the store's HMAC address key, wrapped under the encryption key named after the colon."""
+_KEY_SINCE = "key-since:"
+"""Meta rows named so hold when the key named after the colon first opened the store as its current key (seconds
+since the epoch, as text; kept after the key is dropped): ``reseal`` refuses to reseal under a key older than another
+current key."""
 
 
 def _plain_setup(url: str, meta: Mapping[str, bytes], has_content: bool) -> Mapping[str, bytes]:  # noqa: ARG001
@@ -447,6 +456,34 @@ class _Backend(ContentStore):
     @abc.abstractmethod
     async def _delete_meta(self, name: str) -> None:
         """Remove the meta row ``name``."""
+
+    # What ``reseal`` (``agent_runner/reseal.py``) needs: the sealed rows page by page, and their replacement.
+
+    @abc.abstractmethod
+    async def _sealed_blob_heads(self, after: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` sealed blobs filed after address ``after``, in order: each address and first bytes."""
+
+    @abc.abstractmethod
+    async def _sealed_node_page(self, after: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` sealed chain nodes filed after address ``after``, in order: each address and message."""
+
+    @abc.abstractmethod
+    async def _replace_sealed(
+        self, blobs: Sequence[tuple[str, bytes, bytes]], nodes: Sequence[tuple[str, str, str]]
+    ) -> int:
+        """In one transaction, replace each row still as it was read; how many were replaced.
+
+        Args:
+            blobs: ``(address, the first bytes it had, its new bytes)``; its write time is kept.
+            nodes: ``(address, the message it had, its new message)``; its write time is kept.
+        """
+
+    @abc.abstractmethod
+    async def _live_not_under(self, header: bytes, *, remove: bool) -> int:
+        """How many sealed live events do not begin with ``header`` (are under another key); removed with ``remove``."""
+
+    async def _checkpoint(self) -> None:  # noqa: B027 - a backend without a log of its own has nothing to do
+        """Let go of the old bytes of replaced rows where the backend keeps them aside (SQLite's write-ahead log)."""
 
 
 # -------------------------------------------------------------------------------------------------------- memory
@@ -548,6 +585,37 @@ class _MemoryStore(_Backend):
 
     async def _delete_meta(self, name: str) -> None:
         self._meta.pop(name, None)
+
+    async def _sealed_blob_heads(self, after: str, limit: int) -> list[tuple[str, bytes]]:
+        keys = sorted(k for k in self._blobs if k > after and k.startswith(ADDRESS_PREFIX))[:limit]
+        return [(key, self._blobs[key][:RESEAL_HEAD_BYTES]) for key in keys]
+
+    async def _sealed_node_page(self, after: str, limit: int) -> list[tuple[str, str]]:
+        heads = sorted(h for h in self._nodes if h > after and h.startswith(ADDRESS_PREFIX))[:limit]
+        return [(head, self._nodes[head][1]) for head in heads]
+
+    async def _replace_sealed(
+        self, blobs: Sequence[tuple[str, bytes, bytes]], nodes: Sequence[tuple[str, str, str]]
+    ) -> int:
+        replaced = 0
+        for key, old, new in blobs:
+            if self._blobs.get(key, b"")[: len(old)] == old:
+                self._blobs[key] = new
+                replaced += 1
+        for head, old_message, message in nodes:
+            if head in self._nodes and self._nodes[head][1] == old_message:
+                self._nodes[head] = (self._nodes[head][0], message)
+                replaced += 1
+        return replaced
+
+    async def _live_not_under(self, header: bytes, *, remove: bool) -> int:
+        count = 0
+        for run_id in [r for r in self._live if r.startswith(ADDRESS_PREFIX)]:
+            kept = [row for row in self._live[run_id] if row[1].startswith(header)]
+            count += len(self._live[run_id]) - len(kept)
+            if remove:
+                self._live[run_id] = kept
+        return count
 
     async def close(self) -> None:
         return None
@@ -842,6 +910,68 @@ class _SqliteStore(_Backend):
         def work(conn: sqlite3.Connection) -> None:
             with _sqlite_write(conn):
                 conn.execute("DELETE FROM meta WHERE name = ?", (name,))
+
+        await self._run(work)
+
+    async def _sealed_blob_heads(self, after: str, limit: int) -> list[tuple[str, bytes]]:
+        def work(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            return conn.execute(
+                "SELECT ref, substr(data, 1, ?) FROM blobs WHERE ref > ? AND ref LIKE 'hmac:%' ORDER BY ref LIMIT ?",
+                (RESEAL_HEAD_BYTES, after, limit),
+            ).fetchall()
+
+        return await self._run(work)
+
+    async def _sealed_node_page(self, after: str, limit: int) -> list[tuple[str, str]]:
+        def work(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            return conn.execute(
+                "SELECT head, message FROM nodes WHERE head > ? AND head LIKE 'hmac:%' ORDER BY head LIMIT ?",
+                (after, limit),
+            ).fetchall()
+
+        return await self._run(work)
+
+    async def _replace_sealed(
+        self, blobs: Sequence[tuple[str, bytes, bytes]], nodes: Sequence[tuple[str, str, str]]
+    ) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            # Overwritten, not only unlinked: the old ciphertext is what a leaked key reads.
+            conn.execute("PRAGMA secure_delete = ON")
+            try:
+                with _sqlite_write(conn):
+                    replaced = 0
+                    for key, old, new in blobs:
+                        replaced += conn.execute(
+                            "UPDATE blobs SET data = ? WHERE ref = ? AND substr(data, 1, ?) = ?",
+                            (new, key, len(old), old),
+                        ).rowcount
+                    for head, old_message, message in nodes:
+                        replaced += conn.execute(
+                            "UPDATE nodes SET message = ? WHERE head = ? AND message = ?", (message, head, old_message)
+                        ).rowcount
+                return replaced
+            finally:
+                conn.execute("PRAGMA secure_delete = OFF")
+
+        return await self._run(work)
+
+    async def _live_not_under(self, header: bytes, *, remove: bool) -> int:
+        where = "FROM live WHERE run_id LIKE 'hmac:%' AND substr(data, 1, ?) != ?"
+
+        def work(conn: sqlite3.Connection) -> int:
+            if not remove:
+                (count,) = conn.execute(f"SELECT count(*) {where}", (len(header), header)).fetchone()
+                return int(count)
+            with _sqlite_write(conn):
+                return conn.execute(f"DELETE {where}", (len(header), header)).rowcount
+
+        return await self._run(work)
+
+    async def _checkpoint(self) -> None:
+        """Move the write-ahead log into the file and empty it: replaced rows' old bytes then leave the log too."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
         await self._run(work)
 
@@ -1184,6 +1314,63 @@ class _PostgresStore(_Backend):
 
         await self._run(work)
 
+    async def _sealed_blob_heads(self, after: str, limit: int) -> list[tuple[str, bytes]]:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[tuple[str, bytes]]:
+            # substring of a value kept out of line (TOAST) reads only the slice it needs.
+            cursor = await conn.execute(
+                "SELECT ref, substring(data from 1 for %s) FROM blobs WHERE ref > %s AND ref LIKE 'hmac:%%' "
+                "ORDER BY ref LIMIT %s",
+                (RESEAL_HEAD_BYTES, after, limit),
+            )
+            return [(str(ref), bytes(head)) for ref, head in await cursor.fetchall()]
+
+        found: list[tuple[str, bytes]] = await self._run(work)
+        return found
+
+    async def _sealed_node_page(self, after: str, limit: int) -> list[tuple[str, str]]:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[tuple[str, str]]:
+            cursor = await conn.execute(
+                "SELECT head, message FROM nodes WHERE head > %s AND head LIKE 'hmac:%%' ORDER BY head LIMIT %s",
+                (after, limit),
+            )
+            return [(str(head), str(message)) for head, message in await cursor.fetchall()]
+
+        found: list[tuple[str, str]] = await self._run(work)
+        return found
+
+    async def _replace_sealed(
+        self, blobs: Sequence[tuple[str, bytes, bytes]], nodes: Sequence[tuple[str, str, str]]
+    ) -> int:
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> int:
+            replaced = 0
+            for key, old, new in blobs:
+                cursor = await conn.execute(
+                    "UPDATE blobs SET data = %b WHERE ref = %s AND substring(data from 1 for %s) = %b",
+                    (new, key, len(old), old),
+                )
+                replaced += cursor.rowcount
+            for head, old_message, message in nodes:
+                cursor = await conn.execute(
+                    "UPDATE nodes SET message = %s WHERE head = %s AND message = %s", (message, head, old_message)
+                )
+                replaced += cursor.rowcount
+            return replaced
+
+        count: int = await self._run(work)
+        return count
+
+    async def _live_not_under(self, header: bytes, *, remove: bool) -> int:
+        where = "FROM live WHERE run_id LIKE 'hmac:%%' AND substring(data from 1 for %s) != %b"
+
+        async def work(conn: AsyncConnection[tuple[Any, ...]]) -> int:
+            if not remove:
+                row = await (await conn.execute(f"SELECT count(*) {where}", (len(header), header))).fetchone()
+                return int(row[0]) if row else 0
+            return (await conn.execute(f"DELETE {where}", (len(header), header))).rowcount
+
+        count: int = await self._run(work)
+        return count
+
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
@@ -1250,6 +1437,7 @@ _SEALED = b"AR1"
 nonce and the AES-GCM ciphertext."""
 _SEALED_TEXT = "AR1:"
 _NONCE_BYTES = 12
+_TAG_BYTES = 16
 _WRAP_AAD = b"agent-runner store address key"
 _NODE_AAD = b"agent-runner chain node"
 _LIVE_AAD = b"live:"
@@ -1268,11 +1456,15 @@ class _StoreCipher:
         keys: Key id to raw key, current first (``agent_runner.codec.keys_from_env``).
     """
 
-    def __init__(self, keys: Mapping[str, bytes], *, adopt_plaintext: bool = False) -> None:
+    def __init__(self, keys: Mapping[str, bytes], *, adopt_plaintext: bool = False, newest: bool = False) -> None:
+        self._keys = dict(keys)
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = next(iter(keys))
         self._address_key = b""
         self._adopt_plaintext = adopt_plaintext
+        self._newest = newest
+        self.wrapped: set[str] = set()
+        """The ids of the keys the store's address key was wrapped under when it was opened."""
         self.plaintext = False
         """Whether the store may still hold content written before it was encrypted (``reencrypt``)."""
 
@@ -1282,6 +1474,7 @@ class _StoreCipher:
             name.removeprefix(_ADDRESS_KEY): value for name, value in meta.items() if name.startswith(_ADDRESS_KEY)
         }
         self.plaintext = PLAINTEXT_PENDING in meta
+        self.wrapped = set(wrapped)
         added: dict[str, bytes] = {}
         if not wrapped:
             if has_content and not self._adopt_plaintext:
@@ -1310,12 +1503,45 @@ class _StoreCipher:
                     f"the store at {url} is encrypted with key {ids}, and {KEYS_ENV} holds none that opens it: set "
                     f"{KEYS_ENV} to the keys it was written with (the workers' keys)"
                 )
+        if self._newest:
+            self._check_newest(url, meta)
         if self._current in wrapped:
             return added
         # A rotation: the new key wraps the address key too, so the old one can go once nothing needs it.
         nonce = os.urandom(_NONCE_BYTES)
         sealed = nonce + self._ciphers[self._current].encrypt(nonce, self._address_key, _WRAP_AAD)
-        return {**added, _ADDRESS_KEY + self._current: sealed}
+        since = repr(time.time()).encode()
+        return {**added, _ADDRESS_KEY + self._current: sealed, _KEY_SINCE + self._current: since}
+
+    def _check_newest(self, url: str, meta: Mapping[str, bytes]) -> None:
+        """Refuse keys whose first is not the store's newest current key: they are listed in the wrong order."""
+        since = {name.removeprefix(_KEY_SINCE): float(v) for name, v in meta.items() if name.startswith(_KEY_SINCE)}
+        if self._current not in since and _ADDRESS_KEY + self._current not in meta:
+            return  # a new key: it becomes the newest now
+        mine = since.get(self._current, 0.0)  # wrapped before write times were kept: older than any that has one
+        newer = sorted((when, key_id) for key_id, when in since.items() if when > mine)
+        if newer:
+            newest = newer[-1][1]
+            raise StoreError(
+                f"the first key of {KEYS_ENV}, {self._current!r}, is not the current key of the store at {url}: "
+                f"processes opened it with {newest!r} first since. List the workers' current key first ({newest!r}, "
+                f"then the older ones), or, to go back to {self._current!r}, make a new key instead (`python -m "
+                "agent_runner.codec new-key`) and list it first"
+            )
+
+    @property
+    def current(self) -> str:
+        """The id of the key that seals what is written."""
+        return self._current
+
+    def key_ids(self) -> list[str]:
+        """Every key id, current first."""
+        return list(self._keys)
+
+    def header(self, key_id: str) -> bytes:
+        """How every value sealed under ``key_id`` begins."""
+        encoded = key_id.encode()
+        return _SEALED + len(encoded).to_bytes(2, "big") + encoded
 
     def address(self, ref: str) -> str:
         """Where ``ref`` is filed: guessing it needs the address key, so the store does not reveal references."""
@@ -1323,10 +1549,8 @@ class _StoreCipher:
 
     def seal(self, data: bytes, aad: bytes) -> bytes:
         """``data`` encrypted under the current key, naming that key."""
-        key_id = self._current.encode()
         nonce = os.urandom(_NONCE_BYTES)
-        header = _SEALED + len(key_id).to_bytes(2, "big") + key_id
-        return header + nonce + self._ciphers[self._current].encrypt(nonce, data, aad)
+        return self.header(self._current) + nonce + self._ciphers[self._current].encrypt(nonce, data, aad)
 
     def open(self, url: str, sealed: bytes, aad: bytes, what: str) -> bytes | None:
         """``sealed`` decrypted, or ``None`` if it does not decrypt (it changed, or is not ours).
@@ -1334,11 +1558,10 @@ class _StoreCipher:
         Raises:
             StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
         """
-        if not sealed.startswith(_SEALED) or len(sealed) < len(_SEALED) + 2:
+        parsed = sealed_key_id(sealed)
+        if parsed is None:
             return None
-        start = len(_SEALED) + 2
-        end = start + int.from_bytes(sealed[len(_SEALED) : start], "big")
-        key_id = sealed[start:end].decode(errors="replace")
+        key_id, end = parsed
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise StoreError(
@@ -1349,6 +1572,73 @@ class _StoreCipher:
             return cipher.decrypt(sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :], aad)
         except InvalidTag:
             return None
+
+    def seal_node(self, message: str) -> str:
+        """A chain node's message reference, sealed as the ``message`` column holds it."""
+        return _SEALED_TEXT + base64.b64encode(self.seal(message.encode(), _NODE_AAD)).decode()
+
+    def open_node(self, url: str, sealed: str, what: str) -> str | None:
+        """A chain node's sealed ``message`` column opened, or ``None`` if it does not decrypt.
+
+        Raises:
+            StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
+        """
+        raw = node_sealed(sealed)
+        opened = None if raw is None else self.open(url, raw, _NODE_AAD, what)
+        return None if opened is None else opened.decode(errors="replace")
+
+    def open_blob(self, address: str, sealed: bytes) -> tuple[str, bytes] | None:
+        """A sealed blob and its reference, found from its address alone; ``None`` if it does not decrypt here.
+
+        A blob is sealed with its reference as associated data, and the store keeps only the reference's HMAC. But
+        AES-GCM is AES-CTR from the nonce's counter block 2 plus a tag over associated data and ciphertext: CTR gives
+        the candidate bytes without the reference, their hash gives the reference (in either form), the address
+        confirms it, and the tag then authenticates bytes and reference together, as ``open`` does.
+
+        Raises:
+            StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
+        """
+        parsed = sealed_key_id(sealed)
+        if parsed is None:
+            return None
+        key_id, end = parsed
+        key = self._keys.get(key_id)
+        if key is None:
+            raise StoreError(f"a blob is encrypted with key {key_id!r}, which {KEYS_ENV} does not hold")
+        nonce, body = sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :]
+        if len(nonce) != _NONCE_BYTES or len(body) < _TAG_BYTES:
+            return None
+        decryptor = Cipher(algorithms.AES(key), modes.CTR(nonce + (2).to_bytes(4, "big"))).decryptor()
+        candidate = decryptor.update(body[:-_TAG_BYTES]) + decryptor.finalize()
+        for short in (False, True):
+            ref = ref_for(candidate, short)
+            if hmac.compare_digest(self.address(ref), address):
+                try:
+                    return ref, self._ciphers[key_id].decrypt(nonce, body, ref.encode())
+                except InvalidTag:
+                    return None
+        return None
+
+
+def node_sealed(message: str) -> bytes | None:
+    """The sealed bytes a chain node's ``message`` column holds, or ``None`` if it holds no sealed value."""
+    if not message.startswith(_SEALED_TEXT):
+        return None
+    try:
+        return base64.b64decode(message.removeprefix(_SEALED_TEXT), validate=True)
+    except ValueError:
+        return None
+
+
+def sealed_key_id(sealed: bytes) -> tuple[str, int] | None:
+    """The id of the key ``sealed`` names and where its nonce starts, or ``None`` if it is not a sealed value."""
+    start = len(_SEALED) + 2
+    if not sealed.startswith(_SEALED) or len(sealed) < start:
+        return None
+    end = start + int.from_bytes(sealed[len(_SEALED) : start], "big")
+    if len(sealed) < end:
+        return None
+    return sealed[start:end].decode(errors="replace"), end
 
 
 class _EncryptedStore(ContentStore):
@@ -1397,7 +1687,7 @@ class _EncryptedStore(ContentStore):
             ChainNode(
                 head=address(node.head),
                 parent=None if node.parent is None else address(node.parent),
-                message=_SEALED_TEXT + base64.b64encode(self._cipher.seal(node.message.encode(), _NODE_AAD)).decode(),
+                message=self._cipher.seal_node(node.message),
             )
             for node in nodes
         ]

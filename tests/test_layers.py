@@ -5,7 +5,8 @@ From the bottom up (README, "How the code is laid out"):
 contract    ``agent_runner/contract/``: names, input/output types (the run's input and its check among them),
             update payloads, live events, errors, the held-content format. Imports nothing of ours.
 workflows   ``workflows/``: deterministic code only. Imports the contract.
-store       ``agent_runner/{codec,store,content}.py``: where transcripts and big content live. Imports the contract.
+store       ``agent_runner/{codec,store,content,reseal}.py``: where transcripts and big content live. Imports the
+            contract.
 activities  ``activities/``: the model call, tools, hooks. Imports the contract, the store and the workflows' pure
             helpers (the same request-building code runs on both sides), never the workflow itself.
 client      ``agent_runner/{client,connection,live,temporal_server,process_exit}.py``: start, steer and watch runs,
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, tuple[str, ...]] = {
     "contract": ("agent_runner/contract/",),
     "workflows": ("workflows/",),
-    "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py"),
+    "store": ("agent_runner/codec.py", "agent_runner/store.py", "agent_runner/content.py", "agent_runner/reseal.py"),
     "activities": ("activities/", "agent_runner/mcp_config.py"),
     "client": (
         "agent_runner/client.py",

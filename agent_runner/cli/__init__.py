@@ -14,6 +14,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner send RUN_ID TEXT [--detach]                               # go on with an ended run's conversation
     agent-runner demo                                                      # the example agent, end to end
     agent-runner store gc --retention 30d [--grace 1h] [--dry-run]         # remove content no run references
+    agent-runner store reseal [--check]                                    # after a key rotation: drop old keys
     agent-runner dev [--detach | --stop] [--tools MODULE]                  # Temporal, a worker, Claude or a fake
 
 Steering a live run (each edit is accepted at once and applies before the run's next model call)::

@@ -390,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="then remove the unencrypted copies: only once every worker and client runs with the keys",
     )
     reencrypt.set_defaults(handler=("store_gc", "cmd_store_reencrypt"))
+    reseal_help = (
+        f"After a key rotation, reseal under the current key (the first of {KEYS_ENV}) what older keys sealed, so "
+        "that they can be dropped; safe while runs are live, and to run again."
+    )
+    reseal = store_commands.add_parser("reseal", help=reseal_help, description=reseal_help)
+    reseal.add_argument("--check", action="store_true", help="print which keys seal what, change nothing")
+    reseal.set_defaults(handler=("store_gc", "cmd_store_reseal"))
     dev = command(
         "dev",
         "Run a development stack: Temporal, a worker with the example tools, and Claude (without ANTHROPIC_API_KEY, "

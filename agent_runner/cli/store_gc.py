@@ -1,7 +1,8 @@
 """The store's maintenance commands.
 
 ``agent-runner store gc`` removes content no open or recently closed run references (``agent_runner/gc.py``);
-``agent-runner store reencrypt`` encrypts what the store holds unencrypted (``agent_runner.store.reencrypt``).
+``agent-runner store reencrypt`` encrypts what the store holds unencrypted (``agent_runner.store.reencrypt``);
+``agent-runner store reseal`` reseals under the current key what older keys sealed (``agent_runner/reseal.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 
 from agent_runner.cli.common import EXIT_OK, connected, out
 from agent_runner.gc import collect_garbage
+from agent_runner.reseal import reseal
 from agent_runner.store import open_store, reencrypt
 
 
@@ -27,5 +29,12 @@ async def cmd_store_gc(args: argparse.Namespace) -> int:
 async def cmd_store_reencrypt(args: argparse.Namespace) -> int:
     """``store reencrypt``: seal the store's unencrypted content, and remove its copies (``--remove-plaintext``)."""
     done = await reencrypt(remove_plaintext=args.remove_plaintext)
+    out([done.summary()])
+    return EXIT_OK
+
+
+async def cmd_store_reseal(args: argparse.Namespace) -> int:
+    """``store reseal``: reseal under the current key what older keys sealed; ``--check`` says which seal what."""
+    done = await reseal(check=args.check)
     out([done.summary()])
     return EXIT_OK
