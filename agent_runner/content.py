@@ -56,7 +56,9 @@ class Content:
         self._blobs: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._blob_bytes = 0
         self._cache_bytes = cache_bytes
-        self._chains: OrderedDict[str, list[str]] = OrderedDict()
+        self._chains: OrderedDict[str, tuple[list[str], int]] = OrderedDict()
+        """Recent transcripts' refs by head: the first ``length`` refs of a list that the transcript's later heads
+        share and extend, so an append costs its new messages only, however long the transcript."""
 
     @property
     def store(self) -> ContentStore:
@@ -94,25 +96,30 @@ class Content:
 
     async def messages(self, head: str | None, start: int = 0) -> list[dict[str, Any]]:
         """The messages of the transcript ``head`` from index ``start`` on, as held (placeholders unresolved)."""
-        refs = await self._chain(head)
-        values = await self.values(refs[start:])
-        return [values[ref] for ref in refs[start:]]
+        refs, length = await self._chain(head)
+        wanted = refs[start:length]
+        values = await self.values(wanted)
+        return [values[ref] for ref in wanted]
 
     async def length(self, head: str | None) -> int:
         """How many messages the transcript ``head`` holds."""
-        return len(await self._chain(head))
+        return (await self._chain(head))[1]
 
-    async def _chain(self, head: str | None) -> list[str]:
-        """The refs of the transcript ``head``'s messages, in order (remembered, checked when read)."""
+    async def _chain(self, head: str | None) -> tuple[list[str], int]:
+        """The transcript ``head``'s message refs: the first ``length`` of a list (remembered, checked when read).
+
+        The list may go on past ``length`` with a later head's messages: read it up to ``length`` only.
+        """
         if head is None:
-            return []
-        refs = self._chains.get(head)
-        if refs is None:
+            return [], 0
+        chain = self._chains.get(head)
+        if chain is None:
             with _unrecoverable_in_activity():
                 refs = await self.store.chain(head)
                 self._check_chain(head, refs)
-        self._remember_chain(head, refs)
-        return refs
+            chain = (refs, len(refs))
+        self._remember_chain(head, chain)
+        return chain
 
     def _check_chain(self, head: str, refs: list[str]) -> None:
         """Refuse a chain whose nodes do not hash to ``head``: a changed node would send Claude another message.
@@ -161,11 +168,11 @@ class Content:
         blobs = dict(blobs or {})
         nodes: list[ChainNode] = []
         heads: list[str | None] = []
-        chains: list[tuple[str, list[str]]] = []
+        chains: list[tuple[str, tuple[list[str], int]]] = []
         for head, messages in appends:
-            # The new chain is cached when the old one is known, so the run's next call on this worker reads nothing.
-            known = [] if head is None else self._chains.get(head)
-            new_refs = list(known or [])
+            # The new chain is remembered when the old one is, so the run's next call on this worker reads nothing.
+            known = ([], 0) if head is None else self._chains.get(head)
+            new_refs: list[str] = []
             for message in messages:
                 data = canonical(message)
                 ref = ref_for(data, short)  # message_ref(message, short), without serializing it again
@@ -176,12 +183,12 @@ class Content:
                 new_refs.append(ref)
                 self._remember(ref, message, len(data))
             if known is not None and head is not None:
-                chains.append((head, new_refs))
+                chains.append((head, _extended(*known, new_refs)))
             heads.append(head)
         if blobs or nodes or (live is not None and live[1]):
             await self.store.commit(blobs, nodes, live)
-        for head, refs in chains:
-            self._remember_chain(head, refs)
+        for head, chain in chains:
+            self._remember_chain(head, chain)
         return heads
 
     async def offload(self, value: Any) -> Any:
@@ -303,11 +310,25 @@ class Content:
             _, (_, dropped) = self._blobs.popitem(last=False)
             self._blob_bytes -= dropped
 
-    def _remember_chain(self, head: str, refs: list[str]) -> None:
-        self._chains[head] = refs
+    def _remember_chain(self, head: str, chain: tuple[list[str], int]) -> None:
+        self._chains[head] = chain
         self._chains.move_to_end(head)
         while len(self._chains) > 8:
             self._chains.popitem(last=False)
+
+
+def _extended(refs: list[str], length: int, new: list[str]) -> tuple[list[str], int]:
+    """The chain of ``refs[:length]`` followed by ``new``, sharing ``refs`` where it can.
+
+    The list is extended in place when ``length`` is its end (the usual case: a run appends to its newest head), or
+    reused when it goes on with ``new`` already (another attempt of the same call); otherwise (a fork from an older
+    head) the prefix is copied, so the views of other heads stay as they were.
+    """
+    if len(refs) > length and refs[length : length + len(new)] != new:
+        refs = refs[:length]
+    if len(refs) == length:
+        refs.extend(new)
+    return refs, length + len(new)
 
 
 @contextlib.contextmanager
