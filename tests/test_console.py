@@ -14,13 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from anthropic import beta_async_tool
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -72,18 +70,6 @@ async def waiting_to_delete(runner: AgentRunner, approval: str | list[str], **op
     run = await runner.start(**BASE, tools=[delete_file], approval={"tools": approval}, **options)
     await wait_status(run, "waiting_for_approval")
     return run
-
-
-@pytest_asyncio.fixture
-async def console(runner: AgentRunner) -> AsyncIterator[str]:
-    async with serving(runner) as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def get(http: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int, Any]:

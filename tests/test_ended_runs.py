@@ -12,53 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
-from anthropic import beta_async_tool
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
-from agent_runner.console import listing, serving
+from agent_runner.console import listing
 from agent_runner.contract.events import ToolFinished
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
+from tests.test_console import BIG, USER, get, long_report
 
-USER = {"role": "user", "content": "Clean up the temp files."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER], "thread": False}
-BIG = "line of a long report\n" * 300  # 6,600 characters: over the inline limit, so the store holds it
 pytestmark = pytest.mark.usefixtures("fresh_tools")
-
-
-@beta_async_tool
-async def long_report(topic: str) -> str:
-    """A report too long to travel inline.
-
-    Args:
-        topic: The topic.
-    """
-    return f"{topic}:\n{BIG}"
-
-
-@pytest_asyncio.fixture
-async def console(runner: AgentRunner) -> AsyncIterator[str]:
-    async with serving(runner) as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
-    async with http.get(url) as response:
-        return response.status, await response.json()
 
 
 async def tool_finished(run: Run, tool_use_id: str) -> None:
