@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
@@ -162,18 +162,24 @@ def waiting_child(body: dict[str, Any]) -> ScriptItem:
     return end_turn("Paris is fine.")
 
 
+async def start_with_child_in_gated_tool(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
+    """A parent whose researcher's ``waiting_child`` is in the ``gated`` tool, which waits for the test's ``GATE``."""
+    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
+    run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
+
+    async def tool_running() -> bool:
+        return CALLS == ["Paris"]
+
+    await wait_for(tool_running)
+    return run
+
+
 @pytest.mark.usefixtures("fresh_tools")
 async def test_cancelling_the_parent_cancels_its_child(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
     async with worker(gated):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
-
-        async def tool_running() -> bool:
-            return CALLS == ["Paris"]
-
-        await wait_for(tool_running)
+        run = await start_with_child_in_gated_tool(runner, fake_api)
         child = client.get_workflow_handle(f"{run.id}/toolu_P1")
         assert (await child.describe()).status == WorkflowExecutionStatus.RUNNING
         await run.cancel()
@@ -193,14 +199,8 @@ async def test_cancelling_the_parent_cancels_its_child(
 async def test_stopping_the_parent_stops_its_child_and_the_tool_result_says_so(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
     async with worker(gated):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
-
-        async def tool_running() -> bool:
-            return CALLS == ["Paris"]
-
-        await wait_for(tool_running)
+        run = await start_with_child_in_gated_tool(runner, fake_api)
         assert [a["status"] for a in (await run.status()).agents] == ["running"]
         await run.stop("enough")
         child_handle = client.get_workflow_handle(f"{run.id}/toolu_P1")
