@@ -71,7 +71,7 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetCallContext,
     BetaToolsetContent,
 )
-from temporalio.client import WorkflowHistory
+from temporalio.client import WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -300,27 +300,32 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     save(f"{name}_step", await run.handle.fetch_history())
 
 
-async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
-    """Record the ``subagents`` scenario: a reply calls two agents at once, one of which calls a tool."""
+def lead_and_cities(first: list[dict[str, Any]]) -> Callable[[dict[str, Any]], Reply]:
+    """Claude for a lead (``You lead.``) whose first reply calls ``first``, then says "Both sunny.", and for its
+    children, each asked for a city: Paris's calls ``get_weather`` once, then each says the city is sunny."""
 
     def respond(body: dict[str, Any]) -> Reply:
         if body.get("system") == "You lead.":
-            if len(body["messages"]) == 1:
-                calls = [
-                    tool_use(f"toolu_P{i}", "researcher", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
-                ]
-                return Reply(calls, "tool_use")
-            return end_turn("Both sunny.")
+            return Reply(first, "tool_use") if len(body["messages"]) == 1 else end_turn("Both sunny.")
         if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
             return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
         return end_turn(f"{body['messages'][0]['content']}: sunny.")
 
-    fake.responder = respond
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
+    return respond
+
+
+def city_calls(agent: str) -> list[dict[str, Any]]:
+    """Calls of ``agent`` for Paris (``toolu_P0``) and Rome (``toolu_P1``)."""
+    return [tool_use(f"toolu_P{i}", agent, {"task": city}) for i, city in enumerate(["Paris", "Rome"])]
+
+
+async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``subagents`` scenario: a reply calls two agents at once, one of which calls a tool."""
+    fake.responder = lead_and_cities(city_calls("researcher"))
+    run = await start(
+        runner,
+        "Paris and Rome?",
         system="You lead.",
-        messages=[{"role": "user", "content": "Paris and Rome?"}],
         thread=False,
         id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
         agents=[
@@ -332,12 +337,7 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
             }
         ],
     )
-    result = await run.result()
-    assert result.status == "completed", result
-    parent = await run.handle.fetch_history()
-    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
-    save(name, parent)
-    save(f"{name}_child", child)
+    await finish(name, run, child="toolu_P0")
 
 
 ANALYST = AgentSpec(name="analyst", description="Analyses a city.", system="You analyse.", tools=["get_weather"])
@@ -350,37 +350,17 @@ async def registered_agents(name: str, fake: FakeMessagesAPI, runner: AgentRunne
     The agent's definition is the worker's (``describe_tools``, in the history); ``get_time`` starts while the reply
     streams, the agents' child runs with the reply; the Paris child calls a tool.
     """
-
-    def respond(body: dict[str, Any]) -> Reply:
-        if body.get("system") == "You lead.":
-            if len(body["messages"]) == 1:
-                calls = [tool_use("toolu_T", "get_time", {"city": "Paris"})]
-                calls += [
-                    tool_use(f"toolu_P{i}", "analyst", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
-                ]
-                return Reply(calls, "tool_use")
-            return end_turn("Both sunny.")
-        if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
-            return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
-        return end_turn(f"{body['messages'][0]['content']}: sunny.")
-
-    fake.responder = respond
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
+    fake.responder = lead_and_cities([tool_use("toolu_T", "get_time", {"city": "Paris"}), *city_calls("analyst")])
+    run = await start(
+        runner,
+        "Paris and Rome?",
         system="You lead.",
-        messages=[{"role": "user", "content": "Paris and Rome?"}],
         thread=False,
         eager_tools=True,
         id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
         tools=["get_time", "analyst"],
     )
-    result = await run.result()
-    assert result.status == "completed", result
-    parent = await run.handle.fetch_history()
-    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
-    save(name, parent)
-    save(f"{name}_child", child)
+    await finish(name, run, child="toolu_P0")
 
 
 async def charge(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -490,24 +470,17 @@ async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     await finish(name, run)
 
 
-async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
-    """Record the ``big_params`` scenario: a system prompt over 64 KB in plain JSON, as the stock CLI sends it; the
-    run continues as new once, carrying the prompt by reference (``params-by-reference``), then ends."""
-    fake.script(
-        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
-        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
-        end_turn("Done."),
-    )
-    run_input = {
-        "model": "claude-fake-1",
-        "max_tokens": 512,
-        "system": "Be exact. " + "x" * 65_000,
-        "messages": [{"role": "user", "content": "Paris, then Rome?"}],
-        "tools": ["get_weather"],
-        "thread": False,
-        "continue_as_new": {"events": 10},
-    }
-    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+PARIS_THEN_ROME = (
+    Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
+    Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
+    end_turn("Done."),
+)
+"""Claude's replies in the ``big_params`` and ``big_values`` scenarios."""
+
+
+async def finish_continued(name: str, runner: AgentRunner, handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait for the run of ``handle`` to complete after it continued as new once; save its first execution's history
+    as ``<name>.json`` and its last's as ``<name>_continued.json``."""
     run = runner.attach(handle.id)
     result = await run.result()
     assert result.status == "completed", result
@@ -519,15 +492,28 @@ async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     save(f"{name}_continued", last)
 
 
+async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``big_params`` scenario: a system prompt over 64 KB in plain JSON, as the stock CLI sends it; the
+    run continues as new once, carrying the prompt by reference (``params-by-reference``), then ends."""
+    fake.script(*PARIS_THEN_ROME)
+    run_input = {
+        "model": "claude-fake-1",
+        "max_tokens": 512,
+        "system": "Be exact. " + "x" * 65_000,
+        "messages": [{"role": "user", "content": "Paris, then Rome?"}],
+        "tools": ["get_weather"],
+        "thread": False,
+        "continue_as_new": {"events": 10},
+    }
+    handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
+    await finish_continued(name, runner, handle)
+
+
 async def big_values(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``big_values`` scenario: a raw tool definition and an ``output_config`` over 64 KB in plain JSON, as
     the stock CLI sends them, and a plain ``add_tools`` definition holding a reference-shaped object (escaped); the
     run continues as new once, carrying the big values by reference (``big-values-by-reference``), then ends."""
-    fake.script(
-        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
-        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
-        end_turn("Done."),
-    )
+    fake.script(*PARIS_THEN_ROME)
     properties = {f"p{i:04}": {"type": "string", "description": "d" * 100} for i in range(700)}
     run_input = {
         "model": "claude-fake-1",
@@ -542,15 +528,7 @@ async def big_values(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
     added = {"name": "find", "input_schema": {"type": "object", "examples": [lookalike]}}
     await handle.execute_update("add_tools", {"tools": [added]})
-    run = runner.attach(handle.id)
-    result = await run.result()
-    assert result.status == "completed", result
-    assert handle.first_execution_run_id is not None
-    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
-    last = await run.handle.fetch_history()
-    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
-    save(name, first)
-    save(f"{name}_continued", last)
+    await finish_continued(name, runner, handle)
 
 
 async def toolset_effects(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -860,11 +838,14 @@ def save(file: str, history: WorkflowHistory) -> None:
     (HERE / f"{file}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
 
 
-async def finish(name: str, run: Run) -> None:
-    """Wait for the run to complete and save its history as ``<name>.json``."""
+async def finish(name: str, run: Run, child: str | None = None) -> None:
+    """Wait for the run to complete and save its history as ``<name>.json``, and with ``child`` (a tool use id) the
+    history of the child run that call started as ``<name>_child.json``."""
     result = await run.result()
     assert result.status == "completed", result
     save(name, await run.handle.fetch_history())
+    if child is not None:
+        save(f"{name}_child", await run.child(child).handle.fetch_history())
 
 
 async def wait(run: Run, status: str, iterations: int) -> None:
