@@ -194,6 +194,12 @@ def stock_temporal(client: Client, *args: str) -> str:
     return done.stdout
 
 
+def stock_start(client: Client, task_queue: str, workflow_id: str, run_input: Any = None) -> str:
+    """Start an ``AgentRun`` with ``run_input`` as plain JSON (none if ``None``) through the stock `temporal` CLI."""
+    args = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
+    return stock_temporal(client, *args, *(["--input", json.dumps(run_input)] if run_input is not None else []))
+
+
 def stock_update(client: Client, run_id: str, name: str, payload: Any) -> str:
     """Send the update ``name`` with ``payload`` as plain JSON through the stock `temporal` CLI, and wait for it."""
     return stock_temporal(
