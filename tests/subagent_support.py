@@ -1,6 +1,7 @@
-"""What the sub-agent tests share (``test_subagents.py``, ``test_agent_tree.py``, ``test_tree_kill.py``): the
-parent's and its researcher's settings, a responder that tells their requests apart, and the set-up of a child run
-that waits for a person to approve its ``launch`` call (the ``child_asking_approval`` fixture in ``conftest.py``).
+"""What the sub-agent tests share (``test_subagents.py``, ``test_registered_agents.py``, ``test_agent_tree.py``,
+``test_tree_kill.py``): the parent's and its researcher's settings, responders that tell their requests apart, and
+the set-up of a child run that waits for a person to approve its ``launch`` call (the ``child_asking_approval``
+fixture in ``conftest.py``).
 
 The fake Messages API answers the parent and its children from one responder that tells their requests apart by
 their system prompt (and a child's by its task), so each test pins the exact bodies every run sent.
@@ -71,6 +72,78 @@ def scouting_child(body: dict[str, Any]) -> ScriptItem:
     if len(body["messages"]) == 1:
         return Reply(content=[tool_use("toolu_S1", "scout", {"task": "Look."})], stop_reason="tool_use")
     return end_turn("Scout saw it.")
+
+
+WEATHER_TASK = "Find the weather in Paris."
+
+
+def weather_research() -> Callable[..., ScriptItem]:
+    """A responder: the parent asks the researcher for ``WEATHER_TASK`` (``toolu_P1``), then says "It is sunny."; the
+    child calls ``get_weather`` for Paris (``toolu_C1``), then says "Sunny, 21C."; the bodies are below."""
+    child_script = [
+        Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"),
+        end_turn("Sunny, 21C."),
+    ]
+    return by_system([research("toolu_P1", WEATHER_TASK), end_turn("It is sunny.")], lambda _: child_script.pop(0))
+
+
+_WEATHER_CHILD = {"model": "claude-fake-1", "max_tokens": 1024, "system": RESEARCH, "stream": True}
+_WEATHER_CHILD_USER = {"role": "user", "content": WEATHER_TASK}
+
+
+def weather_child_bodies(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bodies the child of ``weather_research`` sends, with the tool definitions ``tools``."""
+    return [
+        {**_WEATHER_CHILD, "tools": tools, "messages": [_WEATHER_CHILD_USER]},
+        {
+            **_WEATHER_CHILD,
+            "tools": tools,
+            "messages": [
+                _WEATHER_CHILD_USER,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_C1", "name": "get_weather", "input": {"city": "Paris"}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "sunny, 21C in Paris"}],
+                },
+            ],
+        },
+    ]
+
+
+def weather_parent_bodies(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bodies the parent of ``weather_research`` sends, with the tool definitions ``tools``."""
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_P1", "name": "researcher", "input": {"task": WEATHER_TASK}}],
+    }
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Sunny, 21C."}]}
+    return [
+        {**BASE, "messages": [USER], "tools": tools, "stream": True},
+        {**BASE, "messages": [USER, call, result], "tools": tools, "stream": True},
+    ]
+
+
+def two_step_tree(first: list[Any], summary: str, slow_child_turns: set[int]) -> Callable[..., ScriptItem]:
+    """A responder: the parent's first reply is ``first`` (its calls, ``msg_parent_1``), its second ``summary``
+    (``msg_parent_2``); a child is the durability tests' two ``slow_step`` steps and summary, its turns in
+    ``slow_child_turns`` answered slowly the first time (time to kill the worker)."""
+    from tests.test_durability import conversation_responder  # only the tests that kill workers need it
+
+    child = conversation_responder(slow_child_turns, slow_seconds=6.0)
+
+    def respond(body: dict[str, Any]) -> ScriptItem:
+        if body.get("system") != LEAD:
+            return child(body)
+        if len(body["messages"]) == 1:
+            return Reply(id="msg_parent_1", content=first, stop_reason="tool_use")
+        return end_turn(summary, id="msg_parent_2")
+
+    return respond
 
 
 def child_bodies(fake: FakeMessagesAPI) -> list[dict[str, Any]]:

@@ -33,11 +33,37 @@ from tests.subagent_support import (
 from tests.tools_for_tests import get_weather
 
 
-async def start_tree(runner: AgentRunner) -> Run:
-    """A parent whose researcher has a scout: three levels of runs, five replies of 10 input and 5 output tokens."""
+async def start_tree(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
+    """A parent whose researcher has a scout: three levels of runs, five replies of 10 input and 5 output tokens.
+
+    The parent asks the researcher to "Go." (``toolu_P1``) and ends "Done."; the researcher asks its scout once.
+    """
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     return await runner.start(
         **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": [], "agents": [SCOUT]}]
     )
+
+
+PARENT_AFTER_THE_CALL = [
+    ((), "tool_finished", 1, 5),
+    ((), "iteration_started", 2, 6),
+    ((), "model_call_started", 2, 6),
+    ((), "block_start", 2, 6),
+    ((), "text", 2, 6),
+    ((), "block_stop", 2, 6),
+    ((), "reply", 2, 8),
+    ((), "run_finished", 2, 9),
+]
+"""The ``shape`` of the parent's events from its researcher call's result on."""
+
+
+def tree_lines(child_id: str) -> list[str]:
+    """The last lines ``agent-runner status`` prints for the ended tree of ``start_tree``."""
+    return [
+        "agents",
+        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
+        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
+    ]
 
 
 def shape(events: list[RunEvent]) -> list[tuple[tuple[str, ...], str, int, int | None]]:
@@ -51,9 +77,8 @@ async def collect(run: Run, **kwargs: Any) -> list[RunEvent]:
 async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
-        run = await start_tree(runner)
+        run = await start_tree(runner, fake_api)
         live = asyncio.ensure_future(asyncio.wait_for(collect(run), 60))  # followed as it runs
         await run.until_done()
         events = await live
@@ -94,14 +119,7 @@ async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
         (p, "block_stop", 2, 6),
         (p, "reply", 2, 8),
         (p, "run_finished", 2, 9),
-        ((), "tool_finished", 1, 5),
-        ((), "iteration_started", 2, 6),
-        ((), "model_call_started", 2, 6),
-        ((), "block_start", 2, 6),
-        ((), "text", 2, 6),
-        ((), "block_stop", 2, 6),
-        ((), "reply", 2, 8),
-        ((), "run_finished", 2, 9),
+        *PARENT_AFTER_THE_CALL,
     ]
     assert events == again  # followed live or read afterwards: the same events
     child_id = f"{run.id}/toolu_P1"
@@ -147,9 +165,8 @@ async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
 async def test_the_parents_status_nests_its_childrens_and_its_usage_counts_theirs(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
-        run = await start_tree(runner)
+        run = await start_tree(runner, fake_api)
         result = await run.result()
         flat = await run.status()
         status = await run.status(tree=True)
@@ -180,11 +197,7 @@ async def test_the_parents_status_nests_its_childrens_and_its_usage_counts_their
         [],
     )
     # `agent-runner status` prints the tree, a level of indent per level of runs.
-    assert render_status(run.id, status)[-3:] == [
-        "agents",
-        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
-        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
-    ]
+    assert render_status(run.id, status)[-3:] == tree_lines(child_id)
 
 
 async def test_what_a_child_spent_counts_against_the_parents_budget(
@@ -246,9 +259,8 @@ async def test_a_person_approves_and_steers_inside_a_child_from_the_parents_hand
 async def test_the_status_command_prints_the_tree(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
     async with worker():
-        run = await start_tree(runner)
+        run = await start_tree(runner, fake_api)
         await run.result()
         capsys.readouterr()
         assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue]) == 0
@@ -257,11 +269,7 @@ async def test_the_status_command_prints_the_tree(
         printed_json = json.loads(capsys.readouterr().out)
     child_id = f"{run.id}/toolu_P1"
     assert printed[4] == "tokens       50 input / 25 output tokens"
-    assert printed[-3:] == [
-        "agents",
-        f"  researcher (toolu_P1) · completed · 2 turns · 30 input / 15 output tokens · {child_id}",
-        f"    scout (toolu_S1) · completed · 1 turns · 10 input / 5 output tokens · {child_id}/toolu_S1",
-    ]
+    assert printed[-3:] == tree_lines(child_id)
     assert printed_json["agents"][0]["run"]["agents"][0]["id"] == f"{child_id}/toolu_S1"
 
 
@@ -323,14 +331,7 @@ async def test_resuming_after_a_childs_agent_started_still_brings_that_childs_ev
         (p, "block_stop", 2, 7),
         (p, "reply", 2, 9),
         (p, "run_finished", 2, 10),
-        ((), "tool_finished", 1, 5),
-        ((), "iteration_started", 2, 6),
-        ((), "model_call_started", 2, 6),
-        ((), "block_start", 2, 6),
-        ((), "text", 2, 6),
-        ((), "block_stop", 2, 6),
-        ((), "reply", 2, 8),
-        ((), "run_finished", 2, 9),
+        *PARENT_AFTER_THE_CALL,
     ]
     # Resumed after the call's result: the call is closed there, and its child does not come.
     assert past_the_call == own_past_the_call

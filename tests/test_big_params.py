@@ -34,6 +34,17 @@ def script_three_turns(fake_api: FakeMessagesAPI) -> None:
     )
 
 
+def start_plain(runner: AgentRunner, tmp_path: Path, run_input: dict[str, Any], workflow_id: str) -> str:
+    """Start ``run_input`` as plain JSON from a file with the stock ``temporal`` CLI; what it printed (``runId``...)."""
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(run_input))
+    return stock_temporal(
+        runner.client,
+        *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
+        *("--workflow-id", workflow_id, "--input-file", str(path)),
+    )
+
+
 async def executions(client: Client, run_id: str, first: str) -> list[History]:
     """The histories of every execution of the run ``run_id`` from its first, ``first``, following continue-as-new."""
     histories = []
@@ -102,14 +113,8 @@ async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_in
         "thread": False,
         "continue_as_new": {"events": 10},
     }
-    path = tmp_path / "input.json"
-    path.write_text(json.dumps(run_input))
     async with worker(launch):
-        started = stock_temporal(
-            runner.client,
-            *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
-            *("--workflow-id", "big-plain", "--input-file", str(path)),
-        )
+        started = start_plain(runner, tmp_path, run_input, "big-plain")
         run = runner.attach("big-plain")
         async with asyncio.timeout(60):
             result = await run.result()
@@ -139,14 +144,8 @@ async def test_the_stock_cli_refuses_a_run_input_over_the_payload_limit_with_tem
     runner: AgentRunner, tmp_path: Path
 ) -> None:
     """Plain JSON goes by value, so Temporal itself refuses it: `agent-runner run --file` stores it instead."""
-    path = tmp_path / "input.json"
-    path.write_text(json.dumps({**BASE, "system": "x" * 2_100_000, "messages": [USER]}))
     with pytest.raises(subprocess.CalledProcessError) as refused:
-        stock_temporal(
-            runner.client,
-            *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
-            *("--workflow-id", "too-big", "--input-file", str(path)),
-        )
+        start_plain(runner, tmp_path, {**BASE, "system": "x" * 2_100_000, "messages": [USER]}, "too-big")
     assert refused.value.stderr.strip() == "Error: failed starting workflow: Blob data size exceeds limit."
 
 

@@ -22,15 +22,12 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.steering import AddTools, UpdateParams
 from agent_runner.contract.transcript import canonical, ref_for
-from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.edits import check_add_tools, check_params
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import wait_status
-from tests.test_big_params import executions, largest_payloads
+from tests.test_big_params import BASE, USER, executions, largest_payloads, script_three_turns, start_plain
 
-BASE = {"model": "claude-fake-1", "max_tokens": 256}
-USER = {"role": "user", "content": "Hi."}
 LIMIT = 64_000
 RAN: list[str] = []
 
@@ -55,14 +52,6 @@ launch = beta_tool(_launch, name="launch", description="Launch something.", inpu
 @pytest.fixture(autouse=True)
 def forget_launches() -> None:
     RAN.clear()
-
-
-def script_three_turns(fake_api: FakeMessagesAPI) -> None:
-    fake_api.script(
-        Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
-        Reply(content=[text("Two."), tool_use("toolu_2", "launch", {"target": "b"})], stop_reason="tool_use"),
-        end_turn("Done."),
-    )
 
 
 def largest_event(histories: list[History], skip: int = 0) -> int:
@@ -129,13 +118,7 @@ async def test_many_modest_tool_schemas_that_add_up_to_megabytes_go_by_reference
     }
     async with worker(launch):
         if plain:
-            path = tmp_path / "input.json"
-            path.write_text(json.dumps(run_input))
-            stock_temporal(
-                runner.client,
-                *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
-                *("--workflow-id", "many-tools-plain", "--input-file", str(path)),
-            )
+            start_plain(runner, tmp_path, run_input, "many-tools-plain")
             run = runner.attach("many-tools-plain")
         else:
             run = await runner.start(**{**run_input, "tools": [launch, *tools]})
@@ -166,14 +149,8 @@ async def test_big_tool_schemas_and_output_config_sent_as_plain_json_are_carried
         "thread": False,
         "continue_as_new": {"events": 10},
     }
-    path = tmp_path / "input.json"
-    path.write_text(json.dumps(run_input))
     async with worker(launch):
-        started = stock_temporal(
-            runner.client,
-            *("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", runner.task_queue),
-            *("--workflow-id", "big-values-plain", "--input-file", str(path)),
-        )
+        started = start_plain(runner, tmp_path, run_input, "big-values-plain")
         run = runner.attach("big-values-plain")
         async with asyncio.timeout(90):
             result = await run.result()

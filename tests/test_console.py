@@ -14,18 +14,16 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from anthropic import beta_async_tool
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.console import create_app, main, serving
 from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
@@ -53,20 +51,25 @@ async def long_report(topic: str) -> str:
     return f"{topic}:\n{BIG}"
 
 
+REPORT_CALL = {
+    "role": "assistant",
+    "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
+}
+REPORT_RESULT = {
+    "role": "user",
+    "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
+}
+
+
 def delete_call(path: str = "/etc") -> Reply:
     return Reply([text("Deleting."), tool_use("toolu_D", "delete_file", {"path": path})], "tool_use")
 
 
-@pytest_asyncio.fixture
-async def console(runner: AgentRunner) -> AsyncIterator[str]:
-    async with serving(runner) as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
+async def waiting_to_delete(runner: AgentRunner, approval: str | list[str], **options: Any) -> Run:
+    """A run with ``delete_file`` (approval for ``approval``) once the call Claude made (``delete_call``) waits."""
+    run = await runner.start(**BASE, tools=[delete_file], approval={"tools": approval}, **options)
+    await wait_status(run, "waiting_for_approval")
+    return run
 
 
 async def get(http: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int, Any]:
@@ -77,6 +80,13 @@ async def get(http: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int, An
 async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any], **kw: Any) -> tuple[int, Any]:
     async with http.post(url, json=body, **kw) as response:
         return response.status, await response.json()
+
+
+async def run_page(http: aiohttp.ClientSession, console: str, run: Run) -> Any:
+    """The data of the run's page, which the console has (200)."""
+    status, data = await get(http, f"{console}/api/runs/{run.id}")
+    assert status == 200
+    return data
 
 
 async def sse(http: aiohttp.ClientSession, url: str, **kw: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
@@ -127,8 +137,7 @@ async def test_the_list_shows_what_each_run_waits_for_and_filters_on_approval_wi
     async with worker(delete_file, search_attributes=True):
         done = await runner.start(**BASE)
         await done.until_done()
-        waiting = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
-        await wait_status(waiting, "waiting_for_approval")
+        waiting = await waiting_to_delete(runner, ["delete_file"])
     # No worker polls the runs' task queue now: Temporal's visibility store answers (the waiting run is asked which
     # tools, and does not answer: its row says "approval" all the same).
     runs = f"{console}/api/runs?task_queue={runner.task_queue}"
@@ -202,8 +211,7 @@ async def test_a_run_whose_workers_keep_no_search_attributes_is_listed_with_a_no
 ) -> None:
     fake_api.script(delete_call())
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, ["delete_file"])
         runs = f"{console}/api/runs?task_queue={runner.task_queue}"
         expected = [(run.id, "running", None, None, NO_ATTRIBUTES_NOTE)]
         assert await listed(http, runs, expected) == expected
@@ -223,21 +231,14 @@ async def test_a_runs_page_data_has_the_transcript_with_stored_content_put_back(
         await run.until_done()
         own = await run.transcript()
     # No worker polls any more: an ended run's page comes from its history and the content store, not a query.
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert data["transcript"]["messages"] == own
     assert data["transcript"] == {
         "version": None,
         "messages": [
             USER,
-            {
-                "role": "assistant",
-                "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
-            },
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
-            },
+            REPORT_CALL,
+            REPORT_RESULT,
             {"role": "assistant", "content": [{"type": "text", "text": "The disk is fine."}]},
         ],
     }
@@ -262,8 +263,7 @@ async def test_a_run_cut_off_by_max_iterations_has_a_page_with_the_tool_results_
         assert (await run.result()).status == "max_iterations"
         own = await run.transcript()  # the run's own word, while a worker can answer
     # No worker now: the page reads the history and the store, and shows the tool's result no model call saw.
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert (
         data["transcript"]["messages"]
         == own
@@ -276,10 +276,7 @@ async def test_a_run_cut_off_by_max_iterations_has_a_page_with_the_tool_results_
                     {"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}},
                 ],
             },
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
-            },
+            REPORT_RESULT,
         ]
     )
     page = data["status"]
@@ -297,12 +294,10 @@ async def test_a_terminated_runs_page_needs_no_worker_and_says_why_it_ended(
 ) -> None:
     fake_api.script(delete_call())
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, ["delete_file"])
         own = await run.transcript()
     await run.terminate("runaway")
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert (
         data["transcript"]["messages"]
         == own
@@ -335,8 +330,7 @@ async def test_a_run_that_failed_before_its_first_turn_has_a_page_saying_why(
         run = await runner.start(**BASE, tools=["no_such_tool"])
         with pytest.raises(ToolNotRegistered):
             await run.result()
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     page = data["status"]
     # It never called the model: its conversation is the input's messages.
     assert (page["status"], page["iterations"], page["stop_reason"], data["transcript"]["messages"]) == (
@@ -359,8 +353,7 @@ async def test_a_run_that_ended_before_its_first_model_call_has_a_page_with_its_
         run = await runner.start(**BASE, budget={"max_output_tokens": 0})  # spent before the first request
         assert (await run.result()).status == "budget_exhausted"
         own = await run.transcript()
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert data["transcript"]["messages"] == own == [USER]
     page = data["status"]
     assert (page["status"], page["iterations"], page["stop_reason"], page["transcript_length"]) == (
@@ -388,21 +381,14 @@ async def test_a_run_terminated_after_it_continued_as_new_has_a_page_with_the_co
         own = await run.transcript()  # the continued execution's, while its second request streams
         await run.terminate("enough")
     # The last execution's history has no reply: its conversation is the one it carried over.
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert (
         data["transcript"]["messages"]
         == own
         == [
             USER,
-            {
-                "role": "assistant",
-                "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
-            },
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "toolu_R", "content": f"disk:\n{BIG}"}],
-            },
+            REPORT_CALL,
+            REPORT_RESULT,
         ]
     )
     assert (data["status"]["status"], data["status"]["stop_reason_detail"]) == ("terminated", "enough")
@@ -442,8 +428,7 @@ async def test_approving_with_edited_input_runs_the_tool_with_exactly_that_input
 ) -> None:
     fake_api.script(delete_call("/etc"), end_turn("Done."))
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, "all")
         _, data = await get(http, f"{console}/api/runs/{run.id}")
         unknown = await post(http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_nope"})
         malformed = await post(http, f"{console}/api/runs/{run.id}/approve", {"tool_use_id": "toolu_D", "input": "/"})
@@ -476,8 +461,7 @@ async def test_denying_never_runs_the_tool_and_claude_sees_the_reason(
 ) -> None:
     fake_api.script(delete_call("/etc"), end_turn("Understood."))
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"}, thread=False)
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, "all", thread=False)
         denied = await post(
             http, f"{console}/api/runs/{run.id}/deny", {"tool_use_id": "toolu_D", "reason": "Never touch /etc."}
         )
@@ -494,8 +478,7 @@ async def test_an_injected_message_goes_out_with_the_next_turn(
 ) -> None:
     fake_api.script(delete_call("/tmp/a"), end_turn("C'est fait."))
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"}, thread=False)
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, "all", thread=False)
         # Accepted while the run waits for a person: the request does not wait for the approval, it is queued.
         injected = await post(http, f"{console}/api/runs/{run.id}/inject", {"content": "Answer in French."})
         empty = await post(http, f"{console}/api/runs/{run.id}/inject", {"content": ""})
@@ -535,8 +518,7 @@ async def test_stop_ends_a_run_that_waits_for_approval_without_running_the_tool(
 ) -> None:
     fake_api.script(delete_call("/etc"))
     async with worker(delete_file):
-        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
-        await wait_status(run, "waiting_for_approval")
+        run = await waiting_to_delete(runner, "all")
         stopped = await post(http, f"{console}/api/runs/{run.id}/stop", {"reason": "the operator said no"})
         result = await run.result()
         again = await post(http, f"{console}/api/runs/{run.id}/stop", {})

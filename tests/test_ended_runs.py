@@ -12,53 +12,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
-from anthropic import beta_async_tool
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
-from agent_runner.console import listing, serving
+from agent_runner.console import listing
 from agent_runner.contract.events import ToolFinished
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
+from tests.test_console import BIG, REPORT_CALL, USER, get, long_report, run_page
 
-USER = {"role": "user", "content": "Clean up the temp files."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER], "thread": False}
-BIG = "line of a long report\n" * 300  # 6,600 characters: over the inline limit, so the store holds it
 pytestmark = pytest.mark.usefixtures("fresh_tools")
 
 
-@beta_async_tool
-async def long_report(topic: str) -> str:
-    """A report too long to travel inline.
-
-    Args:
-        topic: The topic.
-    """
-    return f"{topic}:\n{BIG}"
-
-
-@pytest_asyncio.fixture
-async def console(runner: AgentRunner) -> AsyncIterator[str]:
-    async with serving(runner) as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
-    async with http.get(url) as response:
-        return response.status, await response.json()
+async def printed_transcript(runner: AgentRunner, run: Run, capsys: pytest.CaptureFixture[str]) -> tuple[Any, str]:
+    """What ``agent-runner transcript --json`` prints for the run: its messages, parsed, and its note (stderr)."""
+    capsys.readouterr()
+    assert await cli.amain(["transcript", run.id, "--json", "--task-queue", runner.task_queue]) == 0
+    out, note = capsys.readouterr()
+    return json.loads(out), note
 
 
 async def tool_finished(run: Run, tool_use_id: str) -> None:
@@ -113,8 +90,7 @@ async def test_a_run_that_ended_after_a_tool_ran_shows_its_result_and_the_calls_
         await run.terminate("runaway")
     # No worker now: the history holds the report's result (by reference: the store holds its text).
     expected = [USER, REPLY_MESSAGE, {"role": "user", "content": [REPORT_RESULT]}]
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert data["transcript"]["messages"] == expected
     assert data["unfinished"] == [{"tool_use_id": "toolu_D", "name": "delete_file"}]
     page = data["status"]
@@ -125,10 +101,8 @@ async def test_a_run_that_ended_after_a_tool_ran_shows_its_result_and_the_calls_
         "tool_use",
         3,
     )
-    capsys.readouterr()
-    assert await cli.amain(["transcript", run.id, "--json", "--task-queue", runner.task_queue]) == 0
-    out, note = capsys.readouterr()
-    assert json.loads(out) == expected
+    printed, note = await printed_transcript(runner, run, capsys)
+    assert printed == expected
     assert note == (
         f"note: run {run.id} ended ({ended_as}) before these tool calls completed: delete_file (toolu_D). The "
         "conversation ends with the results of those that did.\n"
@@ -147,8 +121,7 @@ async def test_an_earlier_replys_result_never_answers_a_later_call_with_the_same
         run = await runner.start(**BASE, tools=[delete_file, long_report], approval={"tools": ["delete_file"]})
         await wait_status(run, "waiting_for_approval", 2)
     await run.terminate("runaway")
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert data["transcript"]["messages"] == [
         USER,
         {
@@ -189,8 +162,7 @@ async def test_an_agent_call_whose_child_run_completed_shows_the_childs_answer(
         await wait_status(run, "waiting_for_approval")
         await tool_finished(run, "toolu_A")  # the child run answered; the deletion waits for a person
     await run.terminate("runaway")
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert data["transcript"]["messages"] == [
         USER,
         {
@@ -224,18 +196,15 @@ async def test_a_run_that_failed_on_the_request_after_its_tools_shows_their_resu
     delete_result = {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp"}
     expected = [USER, REPLY_MESSAGE, {"role": "user", "content": [delete_result, REPORT_RESULT]}]
     assert fake_api.bodies()[1]["messages"] == expected
-    status, data = await get(http, f"{console}/api/runs/{run.id}")
-    assert status == 200
+    data = await run_page(http, console, run)
     assert (data["transcript"]["messages"], data["unfinished"]) == (expected, [])
     assert (data["status"]["status"], data["status"]["iterations"], data["status"]["stop_reason"]) == (
         "failed",
         1,
         "tool_use",
     )
-    capsys.readouterr()
-    assert await cli.amain(["transcript", run.id, "--json", "--task-queue", runner.task_queue]) == 0
-    out, note = capsys.readouterr()
-    assert (json.loads(out), note) == (expected, "")
+    printed, note = await printed_transcript(runner, run, capsys)
+    assert (printed, note) == (expected, "")
 
 
 @pytest.mark.usefixtures("temporal_address")
@@ -256,15 +225,11 @@ async def test_a_send_that_ended_before_its_first_model_call_shows_the_conversat
     await sent.terminate("not now")
     expected = [
         USER,
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_R", "name": "long_report", "input": {"topic": "disk"}}],
-        },
+        REPORT_CALL,
         # The new message joins the unsent tool results, as the run itself joins it.
         {"role": "user", "content": [REPORT_RESULT, {"type": "text", "text": "And the memory?"}]},
     ]
-    status, data = await get(http, f"{console}/api/runs/{sent.id}")
-    assert status == 200
+    data = await run_page(http, console, sent)
     assert (data["transcript"]["messages"], data["unfinished"]) == (expected, [])
     page = data["status"]
     assert (page["status"], page["iterations"], page["transcript_length"], page["stop_reason_detail"]) == (
@@ -273,10 +238,8 @@ async def test_a_send_that_ended_before_its_first_model_call_shows_the_conversat
         3,
         "not now",
     )
-    capsys.readouterr()
-    assert await cli.amain(["transcript", sent.id, "--json", "--task-queue", runner.task_queue]) == 0
-    out, note = capsys.readouterr()
-    assert (json.loads(out), note) == (expected, "")
+    printed, note = await printed_transcript(runner, sent, capsys)
+    assert (printed, note) == (expected, "")
     assert len(fake_api.bodies()) == 1
 
 

@@ -22,54 +22,37 @@ from agent_runner.workflows.state import RunState
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
+from tests.test_send import (
+    ADDED,
+    BASE,
+    CALL,
+    RESULT,
+    TIME_CALL,
+    USER,
+    advance_until_done,
+    ended_run_that_added_get_time,
+)
 from tests.tools_for_tests import get_time, get_weather
-
-BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
-USER = {"role": "user", "content": "What's the weather in Paris?"}
-CALL = {"role": "assistant", "content": [tool_use("toolu_S1", "get_weather", {"city": "Paris"})]}
-RESULT = {
-    "role": "user",
-    "content": [{"type": "tool_result", "tool_use_id": "toolu_S1", "content": "sunny, 21C in Paris"}],
-}
-ADDED = {
-    "role": "system",
-    "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": get_time.to_dict()}}],
-}
-TIME_CALL = {"role": "assistant", "content": [tool_use("toolu_T1", "get_time", {"city": "Oslo"})]}
-
-
-async def _advance_until_done(run: Any, steps: int) -> None:
-    for iteration in range(1, steps + 1):
-        await wait_status(run, "waiting_for_step", iteration)
-        await run.advance()
-    await run.until_done()
 
 
 async def test_a_fork_runs_a_tool_added_before_its_fork_point_and_not_one_added_after(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(
-        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
-        end_turn("Sunny."),
-        # The fork from the second request: get_time was added before it, so it runs.
-        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
-        end_turn("14:05."),
-        # The fork from the first request: get_time came later, so the call takes the unknown-tool path.
-        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
-        end_turn("No clock."),
-    )
     async with worker(get_weather, get_time):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
-        await wait_status(run, "waiting_for_step", 1)
-        await run.add_tools(get_time)
-        await run.advance()
-        await wait_status(run, "waiting_for_step", 2)
-        await run.advance()
-        await run.until_done()
+        run = await ended_run_that_added_get_time(
+            runner,
+            fake_api,
+            # The fork from the second request: get_time was added before it, so it runs.
+            Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+            end_turn("14:05."),
+            # The fork from the first request: get_time came later, so the call takes the unknown-tool path.
+            Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+            end_turn("No clock."),
+        )
         late = await run.fork(2)
-        await _advance_until_done(late, 2)
+        await advance_until_done(late, 2)
         early = await run.fork(1)
-        await _advance_until_done(early, 2)
+        await advance_until_done(early, 2)
         late_transcript = await late.transcript()
         early_transcript = await early.transcript()
         description = await late.handle.describe()
@@ -122,7 +105,7 @@ async def test_a_fork_does_not_run_a_tool_a_raw_definition_replaced_before_its_f
         await run.advance()
         await run.until_done()
         fork = await run.fork(3)
-        await _advance_until_done(fork, 2)
+        await advance_until_done(fork, 2)
         transcript = await fork.transcript()
     bodies = fake_api.bodies()
 
@@ -149,25 +132,18 @@ async def test_a_fork_of_a_sent_run_runs_the_tools_the_send_carried(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """A run ``send`` started runs the tools the ended run had; a fork of it, from before any edit, runs them too."""
-    fake_api.script(
-        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
-        end_turn("Sunny."),
-        end_turn("Cold."),
-        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
-        end_turn("14:05."),
-    )
     async with worker(get_weather, get_time):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
-        await wait_status(run, "waiting_for_step", 1)
-        await run.add_tools(get_time)
-        await run.advance()
-        await wait_status(run, "waiting_for_step", 2)
-        await run.advance()
-        await run.until_done()
+        run = await ended_run_that_added_get_time(
+            runner,
+            fake_api,
+            end_turn("Cold."),
+            Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+            end_turn("14:05."),
+        )
         after = await run.send("And in Oslo?")
-        await _advance_until_done(after, 1)
+        await advance_until_done(after, 1)
         fork = await after.fork(1)
-        await _advance_until_done(fork, 2)
+        await advance_until_done(fork, 2)
         transcript = await fork.transcript()
     assert transcript[-3:] == [
         TIME_CALL,

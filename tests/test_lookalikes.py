@@ -21,7 +21,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.schedules import create_schedule, delete_schedule, describe_schedule, held_input
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
-from tests.conftest import WorkerFactory, stock_temporal, stock_update
+from tests.conftest import WorkerFactory, stock_start, stock_update
 from tests.steering_support import wait_status
 
 MISSING = {"agent_runner.stored": "sha256:" + "0" * 64}
@@ -54,29 +54,13 @@ def echo(value: dict[str, Any]) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def start_with_stock_cli(client: Client, task_queue: str, workflow_id: str, run_input: dict[str, Any]) -> str:
-    return stock_temporal(
-        client,
-        "workflow",
-        "start",
-        "--type",
-        "AgentRun",
-        "--task-queue",
-        task_queue,
-        "--workflow-id",
-        workflow_id,
-        "--input",
-        json.dumps(run_input),
-    )
-
-
 async def test_lookalikes_in_a_run_started_with_the_stock_cli_reach_claude_as_written(
     client: Client, runner: AgentRunner, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     fake_api.script(end_turn("Sunny."))
     workflow_id = f"plain-{uuid.uuid4()}"
     async with worker():
-        await asyncio.to_thread(start_with_stock_cli, client, task_queue, workflow_id, RUN_INPUT)
+        await asyncio.to_thread(stock_start, client, task_queue, workflow_id, RUN_INPUT)
         result = await runner.attach(workflow_id).result()
         transcript = await runner.attach(workflow_id).transcript()
     assert result.status == "completed"

@@ -8,7 +8,6 @@ at once with a clear error: judged by how the run ended, what Claude received an
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory, stock_temporal
+from tests.conftest import WorkerFactory, stock_start
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
@@ -152,11 +151,8 @@ async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_in
     run_input: Any, expected: str, client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     workflow_id = f"bad-input-{task_queue}"
-    args = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
-    if run_input is not None:
-        args += ["--input", json.dumps(run_input)]
     async with worker(launch):
-        await asyncio.to_thread(stock_temporal, client, *args)
+        await asyncio.to_thread(stock_start, client, task_queue, workflow_id, run_input)
         async with asyncio.timeout(30):
             with pytest.raises(WorkflowFailureError) as failure:
                 await client.get_workflow_handle(workflow_id).result()

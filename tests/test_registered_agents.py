@@ -30,7 +30,6 @@ from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.subagent_support import (
     BASE,
-    LEAD,
     RESEARCH,
     RESEARCHER_DEF,
     TASK_SCHEMA,
@@ -40,8 +39,12 @@ from tests.subagent_support import (
     parent_bodies,
     research,
     scouting_child,
+    two_step_tree,
+    weather_child_bodies,
+    weather_parent_bodies,
+    weather_research,
 )
-from tests.test_durability import FAST, connect, conversation_responder, server, wait_for, worker_process
+from tests.test_durability import FAST, connect, server, wait_for, worker_process
 from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_time, get_weather
 
@@ -51,14 +54,7 @@ SCOUT_DEF = {"name": "scout", "description": "Looks once.", "input_schema": TASK
 async def test_a_run_naming_a_registered_agent_runs_a_child_whose_final_text_is_the_tool_result(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    child_script = [
-        Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"),
-        end_turn("Sunny, 21C."),
-    ]
-    fake_api.responder = by_system(
-        [research("toolu_P1", "Find the weather in Paris."), end_turn("It is sunny.")],
-        lambda _: child_script.pop(0),
-    )
+    fake_api.responder = weather_research()
     async with worker(get_weather, get_time, researcher):
         run = await runner.start(
             **BASE, messages=[USER], thread=False, tools=["get_time", "researcher"], max_iterations=10
@@ -69,62 +65,9 @@ async def test_a_run_naming_a_registered_agent_runs_a_child_whose_final_text_is_
     assert status.agents == [
         {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}
     ]
-    child_user = {"role": "user", "content": "Find the weather in Paris."}
-    child = {
-        "model": "claude-fake-1",
-        "max_tokens": 1024,
-        "system": RESEARCH,
-        "tools": [GET_WEATHER_DEF],
-        "stream": True,
-    }
-    assert child_bodies(fake_api) == [
-        {**child, "messages": [child_user]},
-        {
-            **child,
-            "messages": [
-                child_user,
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "tool_use", "id": "toolu_C1", "name": "get_weather", "input": {"city": "Paris"}}
-                    ],
-                },
-                {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "sunny, 21C in Paris"}],
-                },
-            ],
-        },
-    ]
-    get_time_def = get_time.to_dict()
-    parent_call = {
-        "role": "assistant",
-        "content": [
-            {
-                "type": "tool_use",
-                "id": "toolu_P1",
-                "name": "researcher",
-                "input": {"task": "Find the weather in Paris."},
-            }
-        ],
-    }
+    assert child_bodies(fake_api) == weather_child_bodies([GET_WEATHER_DEF])
     # The registered agent is a tool where the run names it, after get_time.
-    assert parent_bodies(fake_api) == [
-        {**BASE, "messages": [USER], "tools": [get_time_def, RESEARCHER_DEF], "stream": True},
-        {
-            **BASE,
-            "messages": [
-                USER,
-                parent_call,
-                {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Sunny, 21C."}],
-                },
-            ],
-            "tools": [get_time_def, RESEARCHER_DEF],
-            "stream": True,
-        },
-    ]
+    assert parent_bodies(fake_api) == weather_parent_bodies([get_time.to_dict(), RESEARCHER_DEF])
     # The child is bounded by the agent's own max_iterations (5, below the parent's 10 - 1 left).
     child_input = (await client.get_workflow_handle(f"{run.id}/toolu_P1").fetch_history()).events[0]
     started = pydantic_data_converter.payload_converter.from_payload(
@@ -288,18 +231,7 @@ async def run_stepper(where: Path, fake: FakeMessagesAPI, kill: bool) -> dict[st
     """A run naming the ``stepper`` agent that worker processes register with ``--tools tests.agents_for_tests``; with
     ``kill``, the first worker is killed while the child waits for Claude's answer to its second request."""
     fake.reset()
-    child = conversation_responder({2} if kill else set(), slow_seconds=6.0)
-
-    def respond(body: dict[str, Any]) -> Any:
-        if body.get("system") != LEAD:
-            return child(body)
-        if len(body["messages"]) == 1:
-            return Reply(
-                id="msg_parent_1", content=[tool_use("toolu_A", "stepper", {"task": "Go."})], stop_reason="tool_use"
-            )
-        return end_turn("Done.", id="msg_parent_2")
-
-    fake.responder = respond
+    fake.responder = two_step_tree([tool_use("toolu_A", "stepper", {"task": "Go."})], "Done.", {2} if kill else set())
     where.mkdir()
     marks, log = where / "marks.txt", where / "worker.log"
     args = ("--tools", "tests.agents_for_tests")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from agent_runner import cli
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import AgentRunError, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
@@ -30,6 +30,11 @@ RESULT = {
 }
 SUNNY = {"role": "assistant", "content": [text("Sunny.")]}
 AGAIN = {"role": "user", "content": [text("And in Oslo?")]}
+ADDED = {
+    "role": "system",
+    "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": get_time.to_dict()}}],
+}
+TIME_CALL = {"role": "assistant", "content": [tool_use("toolu_T1", "get_time", {"city": "Oslo"})]}
 
 
 def script(fake_api: FakeMessagesAPI) -> None:
@@ -38,6 +43,33 @@ def script(fake_api: FakeMessagesAPI) -> None:
         end_turn("Sunny."),
         end_turn("Cold."),
     )
+
+
+async def ended_run_that_added_get_time(runner: AgentRunner, fake_api: FakeMessagesAPI, *then: ScriptItem) -> Run:
+    """An ended stepped run (no thread) that ``add_tools`` gave ``get_time`` before its first step.
+
+    Claude calls ``get_weather`` for Paris (``toolu_S1``), then says "Sunny."; ``then`` answers the requests after
+    those. A worker with ``get_weather`` and ``get_time`` must be running.
+    """
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."), *then
+    )
+    run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+    await wait_status(run, "waiting_for_step", 1)
+    await run.add_tools(get_time)
+    await run.advance()
+    await wait_status(run, "waiting_for_step", 2)
+    await run.advance()
+    await run.until_done()
+    return run
+
+
+async def advance_until_done(run: Run, steps: int) -> None:
+    """Let a stepped run take ``steps`` steps, one at a time, and wait for it to end."""
+    for iteration in range(1, steps + 1):
+        await wait_status(run, "waiting_for_step", iteration)
+        await run.advance()
+    await run.until_done()
 
 
 async def test_send_continues_the_thread_of_an_ended_run_in_a_new_run(
@@ -116,40 +148,25 @@ async def test_send_goes_on_with_the_tools_the_run_ended_with(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """A tool ``add_tools`` gave the ended run runs in the new one: the conversation told Claude it has it."""
-    fake_api.script(
-        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
-        end_turn("Sunny."),
-        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
-        end_turn("14:05."),
-    )
     async with worker(get_weather, get_time):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
-        await wait_status(run, "waiting_for_step", 1)
-        await run.add_tools(get_time)
-        await run.advance()
-        await wait_status(run, "waiting_for_step", 2)
-        await run.advance()
-        await run.until_done()
+        run = await ended_run_that_added_get_time(
+            runner,
+            fake_api,
+            Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+            end_turn("14:05."),
+        )
         after = await run.send("And the time in Oslo?")
-        for iteration in (1, 2):
-            await wait_status(after, "waiting_for_step", iteration)
-            await after.advance()
-        await after.until_done()
-    added = {
-        "role": "system",
-        "content": [{"type": "tool_addition", "tool": {"type": "tool_definition", "definition": get_time.to_dict()}}],
-    }
+        await advance_until_done(after, 2)
     ask = {"role": "user", "content": [text("And the time in Oslo?")]}
-    call = {"role": "assistant", "content": [tool_use("toolu_T1", "get_time", {"city": "Oslo"})]}
     result = {
         "role": "user",
         "content": [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"}],
     }
-    history = [USER, CALL, RESULT, added, SUNNY, ask]
+    history = [USER, CALL, RESULT, ADDED, SUNNY, ask]
     # The tools the request names stay as the run started (the prompt cache); the addition is in the history.
     assert fake_api.bodies()[2:] == [
         {**BASE, "messages": history, "tools": [GET_WEATHER_DEF], "stream": True},
-        {**BASE, "messages": [*history, call, result], "tools": [GET_WEATHER_DEF], "stream": True},
+        {**BASE, "messages": [*history, TIME_CALL, result], "tools": [GET_WEATHER_DEF], "stream": True},
     ]
 
 

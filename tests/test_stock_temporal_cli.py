@@ -8,7 +8,7 @@ import json
 from temporalio.client import Client
 
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory, stock_temporal
+from tests.conftest import WorkerFactory, stock_start, stock_temporal
 from tests.tools_for_tests import get_weather
 
 
@@ -29,20 +29,7 @@ async def test_the_stock_temporal_cli_starts_a_run_with_plain_json(
         "max_iterations": 5,
     }
     async with worker(get_weather):
-        await asyncio.to_thread(
-            stock_temporal,
-            client,
-            "workflow",
-            "start",
-            "--type",
-            "AgentRun",
-            "--task-queue",
-            task_queue,
-            "--workflow-id",
-            f"cli-{task_queue}",
-            "--input",
-            json.dumps(run_input),
-        )
+        await asyncio.to_thread(stock_start, client, task_queue, f"cli-{task_queue}", run_input)
         out = await asyncio.to_thread(
             stock_temporal, client, "workflow", "result", "--workflow-id", f"cli-{task_queue}"
         )

@@ -24,7 +24,7 @@ from anthropic import beta_async_tool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent_runner.activities.tools import ToolRegistry, tool_options
+from agent_runner.activities.tools import Tool, ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.content import Content
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, InvalidRunInput
@@ -99,6 +99,22 @@ def activity_failures(history_events: Iterator[Any]) -> list[tuple[str, bool]]:
 
 
 # ---------------------------------------------------------------------------------------------- escape / resolve
+
+
+def inspecting(received: list[Any]) -> Tool:
+    """A tool ``inspect`` that appends each payload it gets to ``received`` and answers "seen"."""
+
+    @beta_async_tool
+    async def inspect(payload: dict[str, Any]) -> str:
+        """Look at a payload.
+
+        Args:
+            payload: Anything.
+        """
+        received.append(payload)
+        return "seen"
+
+    return inspect
 
 
 def no_lookup(ref: str) -> Any:
@@ -183,16 +199,7 @@ async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool
     """Case 2 and 4: the tool gets Claude's input as Claude wrote it (carried inline, or stored apart when big);
     Claude gets its reply back verbatim, and so do clients (transcript, replies, live events)."""
     received: list[Any] = []
-
-    @beta_async_tool
-    async def inspect(payload: dict[str, Any]) -> str:
-        """Look at a payload.
-
-        Args:
-            payload: Anything.
-        """
-        received.append(payload)
-        return "seen"
+    inspect = inspecting(received)
 
     data = {**forged_both(existing_ref), "padding": "p" * size}
     reply = [text("Inspecting."), tool_use("toolu_F1", "inspect", {"payload": data})]
@@ -305,16 +312,7 @@ async def test_approvals_and_reviews_show_reference_shaped_objects_as_data_and_t
     """A pending approval's input and a result under review read as Claude and the tool wrote them; an approval's
     edited input and a client's own results holding reference-shaped data reach the tool and Claude verbatim."""
     received: list[Any] = []
-
-    @beta_async_tool
-    async def inspect(payload: dict[str, Any]) -> str:
-        """Look at a payload.
-
-        Args:
-            payload: Anything.
-        """
-        received.append(payload)
-        return "seen"
+    inspect = inspecting(received)
 
     data = forged_both(existing_ref)
     edited = {"payload": {"edited": data}}

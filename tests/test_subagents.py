@@ -12,7 +12,6 @@ import contextlib
 import json
 import signal
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, text, tool_use
@@ -31,7 +30,6 @@ from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, gated
 from tests.subagent_support import (
     BASE,
-    LEAD,
     RESEARCH,
     RESEARCHER,
     RESEARCHER_DEF,
@@ -43,7 +41,11 @@ from tests.subagent_support import (
     parent_bodies,
     research,
     scouting_child,
+    two_step_tree,
     wait_for,
+    weather_child_bodies,
+    weather_parent_bodies,
+    weather_research,
 )
 from tests.test_loop import GET_WEATHER_DEF
 from tests.tools_for_tests import get_weather
@@ -52,14 +54,7 @@ from tests.tools_for_tests import get_weather
 async def test_an_agent_call_runs_a_child_whose_final_text_is_the_tool_result(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    child_script = [
-        Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use"),
-        end_turn("Sunny, 21C."),
-    ]
-    fake_api.responder = by_system(
-        [research("toolu_P1", "Find the weather in Paris."), end_turn("It is sunny.")],
-        lambda _: child_script.pop(0),
-    )
+    fake_api.responder = weather_research()
     async with worker(get_weather):
         run = await runner.start(
             **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "max_iterations": 5}], max_iterations=10
@@ -70,59 +65,8 @@ async def test_an_agent_call_runs_a_child_whose_final_text_is_the_tool_result(
     assert status.agents == [
         {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}
     ]
-    child_user = {"role": "user", "content": "Find the weather in Paris."}
-    child_call = {
-        "role": "assistant",
-        "content": [{"type": "tool_use", "id": "toolu_C1", "name": "get_weather", "input": {"city": "Paris"}}],
-    }
-    child = {
-        "model": "claude-fake-1",
-        "max_tokens": 1024,
-        "system": RESEARCH,
-        "tools": [GET_WEATHER_DEF],
-        "stream": True,
-    }
-    assert child_bodies(fake_api) == [
-        {**child, "messages": [child_user]},
-        {
-            **child,
-            "messages": [
-                child_user,
-                child_call,
-                {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "toolu_C1", "content": "sunny, 21C in Paris"}],
-                },
-            ],
-        },
-    ]
-    parent_call = {
-        "role": "assistant",
-        "content": [
-            {
-                "type": "tool_use",
-                "id": "toolu_P1",
-                "name": "researcher",
-                "input": {"task": "Find the weather in Paris."},
-            }
-        ],
-    }
-    assert parent_bodies(fake_api) == [
-        {**BASE, "messages": [USER], "tools": [RESEARCHER_DEF], "stream": True},
-        {
-            **BASE,
-            "messages": [
-                USER,
-                parent_call,
-                {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "toolu_P1", "content": "Sunny, 21C."}],
-                },
-            ],
-            "tools": [RESEARCHER_DEF],
-            "stream": True,
-        },
-    ]
+    assert child_bodies(fake_api) == weather_child_bodies([GET_WEATHER_DEF])
+    assert parent_bodies(fake_api) == weather_parent_bodies([RESEARCHER_DEF])
     # The child is a run of its own, a child of the parent's workflow, with an id derived from the call.
     child_handle = client.get_workflow_handle(f"{run.id}/toolu_P1")
     described = await child_handle.describe()
@@ -218,18 +162,24 @@ def waiting_child(body: dict[str, Any]) -> ScriptItem:
     return end_turn("Paris is fine.")
 
 
+async def start_with_child_in_gated_tool(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
+    """A parent whose researcher's ``waiting_child`` is in the ``gated`` tool, which waits for the test's ``GATE``."""
+    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
+    run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
+
+    async def tool_running() -> bool:
+        return CALLS == ["Paris"]
+
+    await wait_for(tool_running)
+    return run
+
+
 @pytest.mark.usefixtures("fresh_tools")
 async def test_cancelling_the_parent_cancels_its_child(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
     async with worker(gated):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
-
-        async def tool_running() -> bool:
-            return CALLS == ["Paris"]
-
-        await wait_for(tool_running)
+        run = await start_with_child_in_gated_tool(runner, fake_api)
         child = client.get_workflow_handle(f"{run.id}/toolu_P1")
         assert (await child.describe()).status == WorkflowExecutionStatus.RUNNING
         await run.cancel()
@@ -249,14 +199,8 @@ async def test_cancelling_the_parent_cancels_its_child(
 async def test_stopping_the_parent_stops_its_child_and_the_tool_result_says_so(
     runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.responder = by_system([research("toolu_P1", "Check Paris.")], waiting_child)
     async with worker(gated):
-        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["gated"]}])
-
-        async def tool_running() -> bool:
-            return CALLS == ["Paris"]
-
-        await wait_for(tool_running)
+        run = await start_with_child_in_gated_tool(runner, fake_api)
         assert [a["status"] for a in (await run.status()).agents] == ["running"]
         await run.stop("enough")
         child_handle = client.get_workflow_handle(f"{run.id}/toolu_P1")
@@ -398,26 +342,6 @@ async def test_a_person_approves_a_call_inside_a_child_by_the_id_the_parents_sta
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["content"] == "Launched."
 
 
-def tree_responder(slow_child_turns: set[int]) -> Callable[[dict[str, Any]], ScriptItem]:
-    """Claude for a parent that hands the two steps to a researcher, whose requests are the durability tests'."""
-    from tests.test_durability import conversation_responder
-
-    child = conversation_responder(slow_child_turns, slow_seconds=6.0)
-
-    def respond(body: dict[str, Any]) -> ScriptItem:
-        if body.get("system") != LEAD:
-            return child(body)
-        if len(body["messages"]) == 1:
-            return Reply(
-                id="msg_parent_1",
-                content=[tool_use("toolu_P1", "researcher", {"task": "Run the two steps."})],
-                stop_reason="tool_use",
-            )
-        return end_turn("The researcher ran both steps.", id="msg_parent_2")
-
-    return respond
-
-
 @pytest.mark.slow
 async def test_a_worker_killed_while_a_child_waits_for_claude_leaves_the_tree_as_an_uninterrupted_run(
     tmp_path: Path, fake_api: FakeMessagesAPI
@@ -435,7 +359,11 @@ async def test_a_worker_killed_while_a_child_waits_for_claude_leaves_the_tree_as
 
     async def run_tree(where: Path, kill: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         fake_api.reset()
-        fake_api.responder = tree_responder({2} if kill else set())
+        fake_api.responder = two_step_tree(
+            [tool_use("toolu_P1", "researcher", {"task": "Run the two steps."})],
+            "The researcher ran both steps.",
+            {2} if kill else set(),
+        )
         where.mkdir()
         marks, log = where / "marks.txt", where / "worker.log"
         async with server(where) as temporal:

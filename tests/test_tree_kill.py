@@ -19,9 +19,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner
-from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
-from tests.subagent_support import BASE, LEAD, RESEARCHER, RESEARCHER_DEF, USER, child_bodies, parent_bodies
-from tests.test_durability import FAST, connect, conversation_responder, server, wait_for, worker_process
+from agent_runner.testing import FakeMessagesAPI, text, tool_use
+from tests.subagent_support import BASE, RESEARCHER, RESEARCHER_DEF, USER, child_bodies, parent_bodies, two_step_tree
+from tests.test_durability import FAST, connect, server, wait_for, worker_process
 from tests.test_mcp import SERVER, calls, server_tools
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted
@@ -53,25 +53,11 @@ ALL_AT_ONCE_BLOCKS = [
 ]
 
 
-def tree_responder(kill: bool) -> Any:
-    """Claude for the parent (one reply with the three calls, then a summary) and its child (the durability
-    tests' two steps; with ``kill``, the child's second request is answered slowly the first time)."""
-    child = conversation_responder({2} if kill else set(), slow_seconds=6.0)
-
-    def respond(body: dict[str, Any]) -> ScriptItem:
-        if body.get("system") != LEAD:
-            return child(body)
-        if len(body["messages"]) == 1:
-            return Reply(id="msg_parent_1", content=ALL_AT_ONCE, stop_reason="tool_use")
-        return end_turn("All three are back.", id="msg_parent_2")
-
-    return respond
-
-
 async def run_tree(where: Path, fake: FakeMessagesAPI, kill: bool) -> dict[str, Any]:
     """Run the tree in its own Temporal server and worker processes, killing the first worker if ``kill``."""
     fake.reset()
-    fake.responder = tree_responder(kill)
+    # The child's second request is answered slowly the first time with ``kill``.
+    fake.responder = two_step_tree(ALL_AT_ONCE, "All three are back.", {2} if kill else set())
     where.mkdir()
     marks, log, config_file = where / "marks.txt", where / "worker.log", where / "mcp.json"
     mcp_server = {

@@ -21,9 +21,10 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetContent,
 )
 
-from agent_runner.activities.tools import ToolCall, current_tool_call
+from agent_runner.activities.tools import current_tool_call
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.contract.types import ActivityOptions
+from tests.tools_for_tests import _already_paid, _effects  # the journal and reconcile of the `pay` tool
 
 
 class MarkingBrowser(BetaAsyncRunnableToolset):
@@ -52,15 +53,6 @@ browser = toolset_options(
 )
 
 
-def _effects(line: str | None = None) -> list[str]:
-    """The payments journal (``AGENT_RUNNER_TEST_EFFECTS``): append ``line``; return every line."""
-    path = Path(os.environ["AGENT_RUNNER_TEST_EFFECTS"])
-    if line is not None:
-        with path.open("a") as f:
-            f.write(line + "\n")
-    return path.read_text().splitlines() if path.exists() else []
-
-
 class Till(BetaAsyncRunnableToolset):
     """A toolset whose ``pay`` action must never happen twice."""
 
@@ -84,11 +76,6 @@ class Ledger(Till):
     """A ``Till`` whose lost actions are reconciled from the journal."""
 
     toolset_name = "ledger"
-
-
-def _already_paid(call: ToolCall) -> str | None:
-    found = [line for line in _effects() if line.startswith(f"paid {call.idempotency_key} ")]
-    return f"already paid {call.input['amount']} (found by reconcile)" if found else None
 
 
 _AT_MOST_ONCE_OPTIONS = ActivityOptions(

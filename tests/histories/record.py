@@ -59,7 +59,7 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetCallContext,
     BetaToolsetContent,
 )
+from temporalio.client import WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -80,7 +81,7 @@ sys.path.insert(0, str(ROOT))
 from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
-from agent_runner.client import AgentRunner  # noqa: E402
+from agent_runner.client import AgentRunner, Run  # noqa: E402
 from agent_runner.contract.agents import AgentSpec  # noqa: E402
 from agent_runner.contract.errors import AgentRunnerError  # noqa: E402
 from agent_runner.contract.types import ActivityOptions  # noqa: E402
@@ -182,124 +183,47 @@ async def record(name: str, scenario: str = "steered") -> None:
         )
         runner = AgentRunner(env.client, task_queue=queue)
         async with worker:
-            if scenario == "everything":
-                await everything(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "subagents":
-                await subagents(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "registered_agents":
-                await registered_agents(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "charge":
-                await charge(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "compaction_end":
-                await compaction_end(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "parity":
-                await parity(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "plain":
-                await plain(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "big_params":
-                await big_params(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "big_values":
-                await big_values(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "toolset_effects":
-                await toolset_effects(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "sleep":
-                await sleep(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "lookalikes":
-                await lookalikes(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "mcp":
-                await mcp(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "features":
-                await features(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "splice":
-                await splice(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "fork":
-                await fork(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "toolsets":
-                await toolsets(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "gave_up":
-                await gave_up(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "result_transcript":
-                await result_transcript(name, fake, runner)
-                await env.shutdown()
-                return
-            if scenario == "last_status":
-                await last_status(name, fake, runner)
-                await env.shutdown()
-                return
-            # Two parallel tools, an approval, an injected message in step mode, a retry and a pause_turn.
-            fake.script(
-                Reply(
-                    [
-                        text("Checking."),
-                        tool_use("toolu_1", "get_weather", {"city": "Paris"}),
-                        tool_use("toolu_2", "get_time", {"city": "Paris"}),
-                    ],
-                    "tool_use",
-                ),
-                Reply([text("searching")], "pause_turn"),
-                end_turn("Sunny, 14:05."),
-                end_turn("Ensoleillé, 14h05."),
-            )
-            run = await runner.start(
-                model="claude-fake-1",
-                max_tokens=512,
-                messages=[{"role": "user", "content": "Paris?"}],
-                tools=[get_weather, get_time],
-                step=True,
-                approval={"tools": ["get_time"]},
-                result_hooks=["cache_last_tool_result"],
-            )
-            await wait(run, "waiting_for_step", 1)
-            await run.advance()
-            await wait(run, "waiting_for_approval", 1)
-            await run.approve("toolu_2")
-            for iteration in (2, 3):
-                await wait(run, "waiting_for_step", iteration)
-                if iteration == 3:
-                    await run.inject("En français ?")
-                await run.advance()
-            await wait(run, "waiting_for_step", 4)
-            await run.stop("recorded")
-            await run.result()
-            history = await run.handle.fetch_history()
-        (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
-    await env.shutdown()
+            await SCENARIOS[scenario](name, fake, runner)
+            await env.shutdown()
+
+
+async def steered(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the default scenario: two parallel tools, an approval, an injected message in step mode, a retry and a
+    pause_turn."""
+    fake.script(
+        Reply(
+            [
+                text("Checking."),
+                tool_use("toolu_1", "get_weather", {"city": "Paris"}),
+                tool_use("toolu_2", "get_time", {"city": "Paris"}),
+            ],
+            "tool_use",
+        ),
+        Reply([text("searching")], "pause_turn"),
+        end_turn("Sunny, 14:05."),
+        end_turn("Ensoleillé, 14h05."),
+    )
+    run = await start(
+        runner,
+        "Paris?",
+        tools=[get_weather, get_time],
+        step=True,
+        approval={"tools": ["get_time"]},
+        result_hooks=["cache_last_tool_result"],
+    )
+    await wait(run, "waiting_for_step", 1)
+    await run.advance()
+    await wait(run, "waiting_for_approval", 1)
+    await run.approve("toolu_2")
+    for iteration in (2, 3):
+        await wait(run, "waiting_for_step", iteration)
+        if iteration == 3:
+            await run.inject("En français ?")
+        await run.advance()
+    await wait(run, "waiting_for_step", 4)
+    await run.stop("recorded")
+    await run.result()
+    save(name, await run.handle.fetch_history())
 
 
 async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -323,10 +247,9 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
         Reply([tool_use("toolu_3", "send_once", {"to": "ana"})], "tool_use"),
         end_turn("Done."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather, get_time, send_once],
         eager_tools=True,
         approval={"tools": ["get_time"]},
@@ -342,8 +265,8 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     first_run = run.handle.first_execution_run_id or run.handle.run_id
     first = await runner.client.get_workflow_handle(run.id, run_id=first_run).fetch_history()
     continued = await runner.client.get_workflow_handle(run.id).fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
-    (HERE / f"{name}_continued.json").write_text(json.dumps(continued.to_json_dict(), indent=1) + "\n")
+    save(name, first)
+    save(f"{name}_continued", continued)
 
     fake.script(
         Reply(
@@ -352,10 +275,9 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
         ),
         end_turn("Rome: sunny, late."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Rome?"}],
+    run = await start(
+        runner,
+        "Rome?",
         tools=[get_weather, get_time],
         step={"review_results": True},
         approval={"tools": ["get_time"]},
@@ -375,31 +297,35 @@ async def everything(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     await run.advance(iteration=2)
     result = await run.result()
     assert result.status == "completed", result
-    step = await run.handle.fetch_history()
-    (HERE / f"{name}_step.json").write_text(json.dumps(step.to_json_dict(), indent=1) + "\n")
+    save(f"{name}_step", await run.handle.fetch_history())
 
 
-async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
-    """Record the ``subagents`` scenario: a reply calls two agents at once, one of which calls a tool."""
+def lead_and_cities(first: list[dict[str, Any]]) -> Callable[[dict[str, Any]], Reply]:
+    """Claude for a lead (``You lead.``) whose first reply calls ``first``, then says "Both sunny.", and for its
+    children, each asked for a city: Paris's calls ``get_weather`` once, then each says the city is sunny."""
 
     def respond(body: dict[str, Any]) -> Reply:
         if body.get("system") == "You lead.":
-            if len(body["messages"]) == 1:
-                calls = [
-                    tool_use(f"toolu_P{i}", "researcher", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
-                ]
-                return Reply(calls, "tool_use")
-            return end_turn("Both sunny.")
+            return Reply(first, "tool_use") if len(body["messages"]) == 1 else end_turn("Both sunny.")
         if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
             return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
         return end_turn(f"{body['messages'][0]['content']}: sunny.")
 
-    fake.responder = respond
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
+    return respond
+
+
+def city_calls(agent: str) -> list[dict[str, Any]]:
+    """Calls of ``agent`` for Paris (``toolu_P0``) and Rome (``toolu_P1``)."""
+    return [tool_use(f"toolu_P{i}", agent, {"task": city}) for i, city in enumerate(["Paris", "Rome"])]
+
+
+async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``subagents`` scenario: a reply calls two agents at once, one of which calls a tool."""
+    fake.responder = lead_and_cities(city_calls("researcher"))
+    run = await start(
+        runner,
+        "Paris and Rome?",
         system="You lead.",
-        messages=[{"role": "user", "content": "Paris and Rome?"}],
         thread=False,
         id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
         agents=[
@@ -411,12 +337,7 @@ async def subagents(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> No
             }
         ],
     )
-    result = await run.result()
-    assert result.status == "completed", result
-    parent = await run.handle.fetch_history()
-    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
-    (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
+    await finish(name, run, child="toolu_P0")
 
 
 ANALYST = AgentSpec(name="analyst", description="Analyses a city.", system="You analyse.", tools=["get_weather"])
@@ -429,37 +350,17 @@ async def registered_agents(name: str, fake: FakeMessagesAPI, runner: AgentRunne
     The agent's definition is the worker's (``describe_tools``, in the history); ``get_time`` starts while the reply
     streams, the agents' child runs with the reply; the Paris child calls a tool.
     """
-
-    def respond(body: dict[str, Any]) -> Reply:
-        if body.get("system") == "You lead.":
-            if len(body["messages"]) == 1:
-                calls = [tool_use("toolu_T", "get_time", {"city": "Paris"})]
-                calls += [
-                    tool_use(f"toolu_P{i}", "analyst", {"task": city}) for i, city in enumerate(["Paris", "Rome"])
-                ]
-                return Reply(calls, "tool_use")
-            return end_turn("Both sunny.")
-        if body["messages"][0]["content"] == "Paris" and len(body["messages"]) == 1:
-            return Reply([tool_use("toolu_C1", "get_weather", {"city": "Paris"})], "tool_use")
-        return end_turn(f"{body['messages'][0]['content']}: sunny.")
-
-    fake.responder = respond
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
+    fake.responder = lead_and_cities([tool_use("toolu_T", "get_time", {"city": "Paris"}), *city_calls("analyst")])
+    run = await start(
+        runner,
+        "Paris and Rome?",
         system="You lead.",
-        messages=[{"role": "user", "content": "Paris and Rome?"}],
         thread=False,
         eager_tools=True,
         id=name,  # tests/test_replay.py replays a history under its file's name, and the children's ids derive from it
         tools=["get_time", "analyst"],
     )
-    result = await run.result()
-    assert result.status == "completed", result
-    parent = await run.handle.fetch_history()
-    child = await runner.client.get_workflow_handle(f"{run.id}/toolu_P0").fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
-    (HERE / f"{name}_child.json").write_text(json.dumps(child.to_json_dict(), indent=1) + "\n")
+    await finish(name, run, child="toolu_P0")
 
 
 async def charge(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -493,8 +394,7 @@ async def charge(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     )
     result = await run.result()
     assert result.status == "completed" and result.usage.output_tokens == 15, result
-    parent = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(parent.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -510,10 +410,9 @@ async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         Reply([tool_use("toolu_4", "get_time", {"city": "Oslo"})], "tool_use"),
         end_turn("14:05 in Paris."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Time in Paris?"}],
+    run = await start(
+        runner,
+        "Time in Paris?",
         tools=[get_weather],
         betas=["inline-tools-2026-09-15", "compact-2026-09-04"],
         step=True,
@@ -545,8 +444,7 @@ async def parity(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         "Error: Tool 'get_time' not found",
         "Error: Tool 'get_time' not found",
     ], results
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -569,20 +467,35 @@ async def plain(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     run = runner.attach(handle.id)
     await wait(run, "waiting_for_approval", 1)
     await handle.execute_update("approve_tool", {"tool_use_id": "toolu_2", "input": {"city": lookalike}})
+    await finish(name, run)
+
+
+PARIS_THEN_ROME = (
+    Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
+    Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
+    end_turn("Done."),
+)
+"""Claude's replies in the ``big_params`` and ``big_values`` scenarios."""
+
+
+async def finish_continued(name: str, runner: AgentRunner, handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait for the run of ``handle`` to complete after it continued as new once; save its first execution's history
+    as ``<name>.json`` and its last's as ``<name>_continued.json``."""
+    run = runner.attach(handle.id)
     result = await run.result()
     assert result.status == "completed", result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    assert handle.first_execution_run_id is not None
+    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
+    last = await run.handle.fetch_history()
+    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
+    save(name, first)
+    save(f"{name}_continued", last)
 
 
 async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``big_params`` scenario: a system prompt over 64 KB in plain JSON, as the stock CLI sends it; the
     run continues as new once, carrying the prompt by reference (``params-by-reference``), then ends."""
-    fake.script(
-        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
-        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
-        end_turn("Done."),
-    )
+    fake.script(*PARIS_THEN_ROME)
     run_input = {
         "model": "claude-fake-1",
         "max_tokens": 512,
@@ -593,26 +506,14 @@ async def big_params(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
         "continue_as_new": {"events": 10},
     }
     handle = await runner.client.start_workflow("AgentRun", run_input, id=name, task_queue=runner.task_queue)
-    run = runner.attach(handle.id)
-    result = await run.result()
-    assert result.status == "completed", result
-    assert handle.first_execution_run_id is not None
-    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
-    last = await run.handle.fetch_history()
-    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
-    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
-    (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
+    await finish_continued(name, runner, handle)
 
 
 async def big_values(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``big_values`` scenario: a raw tool definition and an ``output_config`` over 64 KB in plain JSON, as
     the stock CLI sends them, and a plain ``add_tools`` definition holding a reference-shaped object (escaped); the
     run continues as new once, carrying the big values by reference (``big-values-by-reference``), then ends."""
-    fake.script(
-        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"),
-        Reply([tool_use("toolu_2", "get_weather", {"city": "Rome"})], "tool_use"),
-        end_turn("Done."),
-    )
+    fake.script(*PARIS_THEN_ROME)
     properties = {f"p{i:04}": {"type": "string", "description": "d" * 100} for i in range(700)}
     run_input = {
         "model": "claude-fake-1",
@@ -627,15 +528,7 @@ async def big_values(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     lookalike = {"agent_runner.stored": "sha256:" + "0" * 64}
     added = {"name": "find", "input_schema": {"type": "object", "examples": [lookalike]}}
     await handle.execute_update("add_tools", {"tools": [added]})
-    run = runner.attach(handle.id)
-    result = await run.result()
-    assert result.status == "completed", result
-    assert handle.first_execution_run_id is not None
-    first = await runner.client.get_workflow_handle(name, run_id=handle.first_execution_run_id).fetch_history()
-    last = await run.handle.fetch_history()
-    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue"
-    (HERE / f"{name}.json").write_text(json.dumps(first.to_json_dict(), indent=1) + "\n")
-    (HERE / f"{name}_continued.json").write_text(json.dumps(last.to_json_dict(), indent=1) + "\n")
+    await finish_continued(name, runner, handle)
 
 
 async def toolset_effects(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -648,15 +541,12 @@ async def toolset_effects(name: str, fake: FakeMessagesAPI, runner: AgentRunner)
         ),
         end_turn("Sent."),
     )
-    run = await runner.start(
-        model="claude-fake-1", max_tokens=512, messages=[{"role": "user", "content": "Send both."}], tools=["till"]
-    )
+    run = await start(runner, "Send both.", tools=["till"])
     result = await run.result()
     assert result.status == "completed", result
     sent = fake.bodies()[1]["messages"][-1]["content"]
     assert [block["content"] for block in sent] == ["already sent to ana", "sent to bo"], sent
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -668,10 +558,9 @@ async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) 
     ):
         fake.reset()
         fake.script(*script, Reply([summary], "compaction"))
-        run = await runner.start(
-            model="claude-fake-1",
-            max_tokens=512,
-            messages=[{"role": "user", "content": "Paris?"}],
+        run = await start(
+            runner,
+            "Paris?",
             tools=[get_weather],
             betas=["compact-2026-09-04"],
             step=True,
@@ -687,8 +576,7 @@ async def compaction_end(name: str, fake: FakeMessagesAPI, runner: AgentRunner) 
         compacted = [b for b in fake.bodies() if "compaction" in b]
         assert len(compacted) == (0 if max_iterations else 1), fake.bodies()
         assert result.stop_reason == ("tool_use" if max_iterations else "compaction"), result
-        history = await run.handle.fetch_history()
-        (HERE / f"{name}{suffix}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+        save(f"{name}{suffix}", await run.handle.fetch_history())
 
 
 async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -698,18 +586,14 @@ async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         Reply([tool_use("toolu_2", "sleep", {"seconds": 3600})], "tool_use"),
         end_turn("Awake."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Wait for the report."}],
+    run = await start(
+        runner,
+        "Wait for the report.",
         sleep={"max_seconds": 7200},
     )
     await wait(run, "sleeping", 2)
     await run.wake("The report is ready.")
-    result = await run.result()
-    assert result.status == "completed", result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    await finish(name, run)
 
 
 async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -720,10 +604,9 @@ async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None
         overloaded(),
         overloaded(),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         model_activity={"maximum_attempts": 2, "initial_interval": "PT0.1S", "maximum_interval": "PT0.1S"},
     )
@@ -733,44 +616,39 @@ async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None
         assert "gave up" in str(e), e
     else:
         raise AssertionError("the run should have failed")
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def result_transcript(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``result_transcript`` scenario: ``max_iterations`` cuts the run off after a tool call, and its
     result carries the conversation with the tool's result (patch ``run-result-carries-unsent-messages``)."""
     fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"))
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         max_iterations=1,
     )
     result = await run.result()
     assert result.status == "max_iterations" and result.transcript is not None, result
     assert [m["role"] for m in result.transcript.pending] == ["user"], result.transcript
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def last_status(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``last_status`` scenario: a run with a tool call and prices completes, and its result carries its
     last status, transcript version and cost included (patch ``run-result-carries-its-last-status``)."""
     fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         budget={"prices": {"input": 3, "output": 15}},
     )
     result = await run.result()
     assert result.last_status is not None and result.last_status.version == 3, result
     assert result.last_status.cost_usd is not None, result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -795,10 +673,7 @@ async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> N
     await wait(run, "waiting_for_approval", 1)
     await run.inject([{"type": "text", "text": "y" * 5000}], wait=False)
     await run.approve("toolu_2", input={"city": lookalike})
-    result = await run.result()
-    assert result.status == "completed", result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    await finish(name, run)
 
 
 async def mcp(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -811,17 +686,13 @@ async def mcp(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         ),
         end_turn("Paris: 21C."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris and Rome?"}],
+    run = await start(
+        runner,
+        "Paris and Rome?",
         tools=[get_weather],
         mcp=["files"],
     )
-    result = await run.result()
-    assert result.status == "completed", result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    await finish(name, run)
 
 
 async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -842,10 +713,9 @@ async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
         )
 
     fake.responder = respond
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         refusal_fallbacks=["claude-fake-2"],
         auto_compact={"input_tokens": 10, "background": True},
@@ -854,9 +724,8 @@ async def features(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     assert (result.status, result.stop_reason) == ("completed", "refusal"), result
     after = await run.send("And now?", id=f"{name}-send")
     assert (await after.result()).status == "completed"
-    (HERE / f"{name}.json").write_text(json.dumps((await run.handle.fetch_history()).to_json_dict(), indent=1) + "\n")
-    sent = await after.handle.fetch_history()
-    (HERE / f"{name}_send.json").write_text(json.dumps(sent.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
+    save(f"{name}_send", await after.handle.fetch_history())
 
 
 async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -877,10 +746,9 @@ async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         bad_request("prefill rejected"),
         bad_request("no such model"),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         thread=False,
         refusal_fallbacks=["claude-fake-2", "claude-fake-3"],
@@ -888,8 +756,7 @@ async def splice(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     result = await run.result()
     assert (result.status, result.stop_reason) == ("completed", "refusal"), result
     assert result.final_message is not None and result.final_message["stop_details"]["recommended_model"] is None
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
 
 
 async def fork(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -902,10 +769,9 @@ async def fork(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         Reply([tool_use("toolu_T2", "get_time", {"city": "Oslo"})], "tool_use"),
         end_turn("14:05 in Oslo."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Paris?"}],
+    run = await start(
+        runner,
+        "Paris?",
         tools=[get_weather],
         thread=False,
         step=True,
@@ -925,9 +791,8 @@ async def fork(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
         await forked.advance()
     assert (await forked.result()).status == "completed"
     assert '"14:05 in Oslo"' in json.dumps(await forked.transcript())  # get_time's result: it ran
-    (HERE / f"{name}.json").write_text(json.dumps((await run.handle.fetch_history()).to_json_dict(), indent=1) + "\n")
-    history = await forked.handle.fetch_history()
-    (HERE / f"{name}_fork.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
+    save(f"{name}_fork", await forked.handle.fetch_history())
 
 
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
@@ -947,10 +812,9 @@ async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
         ),
         end_turn("Done."),
     )
-    run = await runner.start(
-        model="claude-fake-1",
-        max_tokens=512,
-        messages=[{"role": "user", "content": "Open the docs."}],
+    run = await start(
+        runner,
+        "Open the docs.",
         tools=["browser", "computer", get_time],
     )
     await wait(run, "waiting_for_approval", 1)
@@ -959,16 +823,32 @@ async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
         while [a["tool_use_id"] for a in (await run.status()).pending_approvals] != ["toolu_3"]:
             await asyncio.sleep(0.05)
     await run.deny("toolu_3", "Not that button.")
+    await finish(name, run)
+
+
+async def start(runner: AgentRunner, ask: str, **options: Any) -> Run:
+    """Start a run of ``claude-fake-1`` (512 tokens a reply) on the user's message ``ask``, with ``options``."""
+    return await runner.start(
+        model="claude-fake-1", max_tokens=512, messages=[{"role": "user", "content": ask}], **options
+    )
+
+
+def save(file: str, history: WorkflowHistory) -> None:
+    """Write ``history`` as ``tests/histories/<file>.json``, the form ``tests/test_replay.py`` replays."""
+    (HERE / f"{file}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+
+
+async def finish(name: str, run: Run, child: str | None = None) -> None:
+    """Wait for the run to complete and save its history as ``<name>.json``, and with ``child`` (a tool use id) the
+    history of the child run that call started as ``<name>_child.json``."""
     result = await run.result()
     assert result.status == "completed", result
-    history = await run.handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    save(name, await run.handle.fetch_history())
+    if child is not None:
+        save(f"{name}_child", await run.child(child).handle.fetch_history())
 
 
-async def wait(run: object, status: str, iterations: int) -> None:
-    from agent_runner.client import Run
-
-    assert isinstance(run, Run)
+async def wait(run: Run, status: str, iterations: int) -> None:
     for _ in range(400):
         current = await run.status()
         if current.status == status and current.iterations == iterations:
@@ -977,29 +857,34 @@ async def wait(run: object, status: str, iterations: int) -> None:
     raise TimeoutError(f"run never reached {status} at {iterations}: {await run.status()}")
 
 
+SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[None]]] = {
+    "steered": steered,
+    "everything": everything,
+    "subagents": subagents,
+    "registered_agents": registered_agents,
+    "charge": charge,
+    "parity": parity,
+    "compaction_end": compaction_end,
+    "lookalikes": lookalikes,
+    "sleep": sleep,
+    "plain": plain,
+    "big_params": big_params,
+    "big_values": big_values,
+    "toolset_effects": toolset_effects,
+    "mcp": mcp,
+    "features": features,
+    "toolsets": toolsets,
+    "splice": splice,
+    "fork": fork,
+    "gave_up": gave_up,
+    "result_transcript": result_transcript,
+    "last_status": last_status,
+}
+"""Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
+
+
 if __name__ == "__main__":
-    scenarios = [
-        "everything",
-        "subagents",
-        "registered_agents",
-        "charge",
-        "parity",
-        "compaction_end",
-        "lookalikes",
-        "sleep",
-        "plain",
-        "big_params",
-        "big_values",
-        "toolset_effects",
-        "mcp",
-        "features",
-        "toolsets",
-        "splice",
-        "fork",
-        "gave_up",
-        "result_transcript",
-        "last_status",
-    ]
+    scenarios = [s for s in SCENARIOS if s != "steered"]
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in scenarios)):
         sys.exit(
             f"usage: python tests/histories/record.py NAME [{'|'.join(scenarios)}] (a new name: keep the recorded "
