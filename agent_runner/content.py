@@ -43,12 +43,17 @@ _TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
 """Blocks a run only carries (it reads no field of theirs), which ``offload_reply`` may store from a smaller size."""
 
 
+CACHE_ENTRY_OVERHEAD = 1_000
+"""Bytes a cached blob counts beyond its JSON: decoded, a small message (a dict, a list of blocks, their strings) takes
+about this much more memory than its JSON, so a cache of many small messages keeps to its budget too."""
+
+
 class Content:
     """Reads and writes transcripts and stored content for one worker.
 
     Args:
         store: The content store; by default the one ``AGENT_RUNNER_STORE`` names (``open_store``).
-        cache_bytes: How many bytes of decoded blobs to keep in memory.
+        cache_bytes: About how much memory the decoded blobs it keeps may take (``CACHE_ENTRY_OVERHEAD``).
     """
 
     def __init__(self, store: ContentStore | None = None, *, cache_bytes: int = 64_000_000) -> None:
@@ -302,6 +307,7 @@ class Content:
         return ref
 
     def _remember(self, ref: str, value: Any, size: int) -> None:
+        size += CACHE_ENTRY_OVERHEAD
         if ref in self._blobs or size > self._cache_bytes // 4:
             return
         self._blobs[ref] = (value, size)

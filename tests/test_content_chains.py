@@ -10,6 +10,7 @@ from an older head (a fork), and of the same messages again (another attempt of 
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,22 @@ async def test_an_append_to_a_long_transcript_allocates_for_its_new_messages_onl
     # What the append leaves allocated: its message and ref (and at worst the list's growth by an eighth), where a
     # remembered copy of the transcript's refs alone would be 160,000 bytes of pointers.
     assert kept < 60_000
+
+
+async def test_a_worker_caching_many_small_messages_keeps_to_its_cache_budget(tmp_path: Path) -> None:
+    """The cache's budget bounds its memory, not only its JSON bytes: 20,000 small messages in a 2 MB cache."""
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    content = Content(store, cache_bytes=2_000_000)
+    head: str | None = None
+    tracemalloc.start()
+    try:
+        for n in range(0, 20_000, 100):
+            head = await content.append(head, [msg(i) for i in range(n, n + 100)])
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Besides the cache, the transcript's refs (about 100 bytes a message). The cache keeps about its budget; it
+    # used to keep all 20,000 decoded messages (~1 KB each), since their JSON fitted in it.
+    assert kept < 2_000_000 + 20_000 * 150
+    assert await as_stored(store, head) == [msg(i) for i in range(20_000)]
+    await store.close()
