@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from temporalio import workflow
-
 from agent_runner.contract.types import ActivityOptions
 from agent_runner.workflows.patches import since
 
