@@ -228,11 +228,11 @@ def postgres_url() -> Iterator[str]:
 
 
 def patches_of_their_own(history: Any) -> list[str]:
-    """The marker names of a run's history, less the patch marker every new run records once.
+    """The patch markers' names of a run's history, less the patch marker every new run records once.
 
     Every new run records ``UMBRELLA_PATCH`` (``workflows/patches.py``: the live log, lean activity inputs, the lean
     iteration history and the result's last status); a test that counts the markers a particular path adds leaves it
-    out.
+    out, and the local activity markers (``describe_tools``) too.
     """
     from agent_runner.workflows.patches import UMBRELLA_PATCH
 
@@ -240,6 +240,6 @@ def patches_of_their_own(history: Any) -> list[str]:
     return [
         e.marker_recorded_event_attributes.marker_name
         for e in history.events
-        if e.HasField("marker_recorded_event_attributes")
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
         and not any(p in e.marker_recorded_event_attributes.SerializeToString() for p in every_run)
     ]

@@ -1,9 +1,10 @@
 """A new run records one patch marker for the patches every new run used to record one by one (issue 14).
 
 ``UMBRELLA_PATCH`` (``workflows/patches.py``) implies four older patches: a new run records its marker and one
-``TemporalChangeVersion`` upsert, where it recorded four of each, and still does all that the four do. Runs recorded
-before keep replaying on their own markers (``tests/histories/``, ``tests/test_replay.py``), and a run begun on the
-code before the umbrella keeps its own patches when the fleet is upgraded under it.
+``TemporalChangeVersion`` upsert, where it recorded four of each, and still does all that the four do; it looks its
+tools up in a local activity (``workflows/tool_lookup.py``). Runs recorded before keep replaying on their own markers
+(``tests/histories/``, ``tests/test_replay.py``), and a run begun on the code before the umbrella keeps its own
+patches and its regular ``describe_tools`` activity when the fleet is upgraded under it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from temporalio.worker import Replayer
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY, Usage
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY, RUN_TOOL_ACTIVITY, Usage
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import WorkerTuning, build_worker
-from agent_runner.workflows import history_size, live, patches, result_transcript
+from agent_runner.workflows import history_size, live, patches, result_transcript, tool_lookup
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.test_history_size import payloads
@@ -36,10 +37,11 @@ from tests.test_versioning import wait_status
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 CALLS = 10
-PER_RUN_BYTES = 2300
+PER_RUN_BYTES = 2000
 """Bytes a run's history holds beyond its model calls' slope (protobuf ``ByteSize``: all events less ``CALLS`` times
-a middle iteration, 1.9 KB here): 2,099 to 2,108 in 127 events; 3,146 in 133 events before the umbrella (four markers
-and four ``TemporalChangeVersion`` upserts instead of one of each)."""
+a middle iteration, 1.9 KB here): 1,820 to 1,832, in 122 events. Before the umbrella: 3,146 in 133 events; one patch
+marker and one ``TemporalChangeVersion`` upsert instead of four of each made it 2,104 in 127, and ``describe_tools`` a
+local activity (one marker instead of an activity's three events and a workflow task's three) the rest."""
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -62,13 +64,28 @@ async def lookup(n: int) -> str:
 
 
 def markers(history: WorkflowHistory) -> list[str]:
-    """The patch ids of the run's markers, in order."""
+    """The patch ids of the run's patch markers, in order."""
     ids = []
     for event in history.events:
-        if event.HasField("marker_recorded_event_attributes"):
+        if event.marker_recorded_event_attributes.marker_name == "core_patch":
             details = event.marker_recorded_event_attributes.details
             ids.append(json.loads(details["patch-data"].payloads[0].data)["id"])
     return ids
+
+
+def kinds(history: WorkflowHistory) -> dict[str, int]:
+    """How many markers of each kind (patches, local activities) and ``describe_tools`` activities the run holds."""
+    names = [e.marker_recorded_event_attributes.marker_name for e in history.events]
+    described = [
+        e
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == DESCRIBE_TOOLS_ACTIVITY
+    ]
+    return {
+        "patch markers": names.count("core_patch"),
+        "local activity markers": names.count("core_local_activity"),
+        "describe_tools activities": len(described),
+    }
 
 
 def change_versions(history: WorkflowHistory) -> list[list[str]]:
@@ -113,6 +130,8 @@ async def test_a_new_run_records_one_patch_marker_and_does_what_the_four_patches
 
     assert markers(history) == [patches.UMBRELLA_PATCH]
     assert change_versions(history) == [[patches.UMBRELLA_PATCH]]
+    # The tools are looked up in the run's first workflow task, a local activity: one marker, no round trip.
+    assert kinds(history) == {"patch markers": 1, "local activity markers": 1, "describe_tools activities": 0}
     assert per_run_bytes(list(history.events)) <= PER_RUN_BYTES
 
     # What the four patches do, all under the one marker: activity inputs without the run's id, lean model calls
@@ -180,6 +199,7 @@ async def test_a_run_begun_before_the_umbrella_keeps_its_own_patches_after_the_u
     with monkeypatch.context() as before:
         for module in (history_size, live, result_transcript):
             before.setattr(module, "since", _before_the_umbrella)
+        before.setattr(tool_lookup, "begun_since", lambda: False)
         async with build_worker(client, registry=registry, task_queue=task_queue, claude=claude):
             run = await runner.start(**BASE, messages=[{"role": "user", "content": "Look."}], tools=[lookup], step=True)
             await wait_status(run, "waiting_for_step", 1)
@@ -195,6 +215,7 @@ async def test_a_run_begun_before_the_umbrella_keeps_its_own_patches_after_the_u
         history = await run.handle.fetch_history()
 
     # The old patches decided its whole life, the last one asked (the result's status) after the upgrade.
+    assert kinds(history) == {"patch markers": 4, "local activity markers": 0, "describe_tools activities": 1}
     assert markers(history) == [
         history_size.LEAN_HISTORY_PATCH,
         history_size.INPUTS_WITHOUT_RUN_ID_PATCH,

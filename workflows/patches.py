@@ -26,7 +26,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 UMBRELLA_PATCH = "runs-since-2026-12-01"
-"""``workflow.patched`` id of a run begun on the code of 2026-12-01 or later: it implies every patch in ``IMPLIED``."""
+"""``workflow.patched`` id of a run begun on the code of 2026-12-01 or later: it implies every patch in ``IMPLIED``,
+and ``describe_tools`` as a local activity (``tool_lookup.py``)."""
 
 IMPLIED = (
     "activity-inputs-without-run-id",
@@ -36,6 +37,14 @@ IMPLIED = (
 )
 """The patches ``UMBRELLA_PATCH`` implies: the ones every new run recorded before it (their ids are durable, so they
 are spelled out here as their modules spell them; ``tests/test_umbrella_patch.py`` checks both agree)."""
+
+
+def begun_since() -> bool:
+    """Whether this run began on this code (it records ``UMBRELLA_PATCH``).
+
+    For what runs begun since do that no run did before (``tool_lookup.py``: ``describe_tools`` as a local activity).
+    """
+    return workflow.patched(UMBRELLA_PATCH)
 
 
 def since(old_id: str) -> bool:
