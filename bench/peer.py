@@ -454,8 +454,8 @@ def report(
     print()
     print(
         "sdk: in-process, no Temporal (server CPU is the idle server's). The floor carries no payload; agent-runner "
-        "also makes one describe_tools activity per run. pydantic-ai's history per iteration grows with N "
-        "(the whole conversation is each model activity's input)."
+        "also looks its tools up once per run (describe_tools, a local activity). pydantic-ai's history per "
+        "iteration grows with N (the whole conversation is each model activity's input)."
     )
     print(f"total wall {wall:.0f} s")
 
