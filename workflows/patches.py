@@ -14,8 +14,9 @@ its marker is in the history):
   ``True`` there and on every replay; the old ids are never asked, so no marker of theirs is expected;
 - a run begun on older code still running when its workers are upgraded: its first site here is replayed (the umbrella
   answers ``False`` and stays so), so the old ids decide, as recorded, and go on deciding past the replay;
-- a run begun on older code that reached none of the sites before the upgrade: the umbrella answers ``True`` at its
-  first site (asked live), so it runs as a new run, which is what the old ids would have chosen anyway.
+- a run begun on older code that reached none of the sites before the upgrade (its first workflow task not yet
+  done; a new run's first site is its ``describe_tools`` lookup, ``tool_lookup.py``): the umbrella answers ``True`` at
+  its first site (asked live), so it runs as a new run, which is what the old ids would have chosen anyway.
 
 A worker of older code must not take a run begun here (it would not know the umbrella): upgrade every worker first,
 as for any patch.
