@@ -464,8 +464,8 @@ def report(
     print(
         "sdk: in-process, no Temporal (server CPU is the idle server's). floor + sdk: the two added, the least a "
         "durable run of the same turns could cost (the floor makes no request). The floor carries no payload; "
-        "agent-runner also makes one describe_tools activity per run. pydantic-ai's history per iteration grows with N "
-        "(the whole conversation is each model activity's input)."
+        "agent-runner also looks its tools up once per run (describe_tools, a local activity). pydantic-ai's history "
+        "per iteration grows with N (the whole conversation is each model activity's input)."
     )
     print(f"total wall {wall:.0f} s")
 

@@ -255,21 +255,18 @@ def postgres_url() -> Iterator[str]:
 
 
 def patches_of_their_own(history: Any) -> list[str]:
-    """The marker names of a run's history, less the patch markers every new run records once.
+    """The patch markers' names of a run's history, less the patch marker every new run records once.
 
-    Every new run asks for the live log, lean activity inputs, the lean iteration history and the result's last
-    status once; a test that counts the markers a particular path adds leaves those out.
+    Every new run records ``UMBRELLA_PATCH`` (``workflows/patches.py``: the live log, lean activity inputs, the lean
+    iteration history and the result's last status); a test that counts the markers a particular path adds leaves it
+    out, and the local activity markers (``describe_tools``) too.
     """
-    from agent_runner.workflows.history_size import INPUTS_WITHOUT_RUN_ID_PATCH, LEAN_HISTORY_PATCH
-    from agent_runner.workflows.live import LIVE_LOG_PATCH
-    from agent_runner.workflows.result_transcript import RESULT_STATUS_PATCH
+    from agent_runner.workflows.patches import UMBRELLA_PATCH
 
-    every_run = [
-        p.encode() for p in (LIVE_LOG_PATCH, INPUTS_WITHOUT_RUN_ID_PATCH, LEAN_HISTORY_PATCH, RESULT_STATUS_PATCH)
-    ]
+    every_run = [UMBRELLA_PATCH.encode()]
     return [
         e.marker_recorded_event_attributes.marker_name
         for e in history.events
-        if e.HasField("marker_recorded_event_attributes")
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
         and not any(p in e.marker_recorded_event_attributes.SerializeToString() for p in every_run)
     ]

@@ -32,11 +32,9 @@ state (``state.py``), the model call (``model_calls.py``), the boundary's edits 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import CancelledError, FailureError
 
@@ -72,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
         Wake,
     )
     from agent_runner.contract.types import (
-        DESCRIBE_TOOLS_ACTIVITY,
         EVENTS_TOPIC,
         FORK_POINT_QUERY,
         REPLIES_QUERY,
@@ -81,12 +78,12 @@ with workflow.unsafe.imports_passed_through():
         TOOL_USE_READY_SIGNAL,
         TRANSCRIPT_QUERY,
         WORKFLOW_TYPE,
-        DescribeToolsInput,
         DescribeToolsOutput,
         RunResult,
         RunStatus,
         RunStatusName,
     )
+    from agent_runner.workflows import tool_lookup
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.boundary import Boundary, paused
@@ -724,14 +721,7 @@ class AgentRun:
 
     async def describe_tools(self, names: list[str], hooks: list[str] | None = None) -> DescribeToolsOutput:
         """Look tools (and result hooks) up on the workers: the ``describe_tools`` activity."""
-        described: DescribeToolsOutput = await workflow.execute_activity(
-            DESCRIBE_TOOLS_ACTIVITY,
-            DescribeToolsInput(names=names, hooks=hooks or []),
-            result_type=DescribeToolsOutput,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
-        )
-        return described
+        return await tool_lookup.describe_tools(names, hooks or [])  # local in runs begun since the umbrella
 
     # --- Queries (queries.py) ------------------------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.transcript import Transcript, canonical, ref_for
     from agent_runner.contract.types import CreateMessageOutput, ModelTurn
 
+from agent_runner.workflows.patches import since
+
 INPUTS_WITHOUT_RUN_ID_PATCH = "activity-inputs-without-run-id"
 """``workflow.patched`` id of leaving ``run_id`` out of ``CreateMessageInput`` and ``RunToolInput`` (the activity
 reads its own)."""
@@ -32,7 +34,7 @@ reads its own)."""
 
 def input_run_id() -> str:
     """The ``run_id`` of a model or tool call's input: empty (the activity reads its own), unless recorded with it."""
-    return "" if workflow.patched(INPUTS_WITHOUT_RUN_ID_PATCH) else workflow.info().workflow_id
+    return "" if since(INPUTS_WITHOUT_RUN_ID_PATCH) else workflow.info().workflow_id
 
 
 LEAN_HISTORY_PATCH = "lean-iteration-history"
@@ -45,7 +47,7 @@ def lean_turn(turn: ModelTurn, transcript: Transcript) -> tuple[ModelTurn, bool]
     A lean call names what it stores by short references (``SHORT_PREFIX``), its settings included, and so does
     ``transcript`` from now on.
     """
-    if not workflow.patched(LEAN_HISTORY_PATCH):
+    if not since(LEAN_HISTORY_PATCH):
         return turn, False
     transcript.short_refs = True
     update: dict[str, Any] = {"length": None}

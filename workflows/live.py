@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from temporalio import workflow
-
 from agent_runner.contract.types import ActivityOptions
+from agent_runner.workflows.patches import since
 
 LIVE_LOG_PATCH = "live-log-and-short-model-heartbeat"
 """``workflow.patched`` id of both: the ``recorded_call`` event (live deltas in the store, not in history), and
@@ -30,11 +29,11 @@ it; Temporal then retries the call on another worker after ``initial_interval``.
 
 def records_calls() -> bool:
     """Whether this run publishes ``recorded_call`` (it began, or was replayed past this point, on this version)."""
-    return workflow.patched(LIVE_LOG_PATCH)
+    return since(LIVE_LOG_PATCH)
 
 
 def model_heartbeat_timeout(options: ActivityOptions) -> timedelta | None:
     """The model call's heartbeat timeout: the run's own, else ``MODEL_HEARTBEAT_TIMEOUT`` (before it: 30 s)."""
-    if "heartbeat_timeout" in options.model_fields_set or not workflow.patched(LIVE_LOG_PATCH):
+    if "heartbeat_timeout" in options.model_fields_set or not since(LIVE_LOG_PATCH):
         return options.heartbeat_timeout
     return MODEL_HEARTBEAT_TIMEOUT

@@ -20,6 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.types import HeldTranscript, RunStatus
     from agent_runner.workflows.queries import status_of
 
+from agent_runner.workflows.patches import since
+
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
 
@@ -45,6 +47,6 @@ before return their result without it."""
 
 def result_status(run: RunView) -> RunStatus | None:
     """The run's status as it ends, for its result: what the ``status`` query would answer (``queries.py``)."""
-    if not workflow.patched(RESULT_STATUS_PATCH):
+    if not since(RESULT_STATUS_PATCH):
         return None
     return status_of(run)

@@ -32,6 +32,10 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
     python tests/histories/record.py NAME last_status  # writes NAME.json (a result carrying the run's last status)
 
+``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
+``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
+code before did): a run with all four of the patches the umbrella implies.
+
 The ``everything`` scenario exercises as much of the workflow as two runs can (eager tools and step mode exclude each
 other): eager tools, an approval with edited input, an injected message, auto-compaction, continue-as-new (both
 executions are kept: the second starts from the state the first carried), an at-most-once tool whose outcome is

@@ -1,0 +1,46 @@
+"""How a run looks its tools up on the workers: ``describe_tools``, a local activity in runs begun since the umbrella.
+
+A regular activity costs the history six events a run (scheduled, started, completed, and the workflow task that
+reads its result) and a round trip through the server before the first model call. Every worker that runs
+``AgentRun`` registers ``describe_tools`` (``plugin.py``: ``serve`` ``workflows``), so a run begun under
+``UMBRELLA_PATCH`` runs it as a local activity on its own worker: one marker event holding the same answer, in the
+run's first workflow task. A run begun before keeps the regular activity its history holds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, DescribeToolsInput, DescribeToolsOutput
+from agent_runner.workflows.patches import begun_since
+
+TIMEOUT = timedelta(seconds=30)
+"""How long one lookup may take."""
+
+RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
+"""Lookups retried as before the umbrella: a worker's registry answers at once, or its store is briefly away."""
+
+
+async def describe_tools(names: list[str], hooks: list[str]) -> DescribeToolsOutput:
+    """The named tools and result hooks as the workers registered them (``DESCRIBE_TOOLS_ACTIVITY``)."""
+    lookup = DescribeToolsInput(names=names, hooks=hooks)
+    if begun_since():
+        local: DescribeToolsOutput = await workflow.execute_local_activity(
+            DESCRIBE_TOOLS_ACTIVITY,
+            lookup,
+            result_type=DescribeToolsOutput,
+            start_to_close_timeout=TIMEOUT,
+            retry_policy=RETRY,
+        )
+        return local
+    described: DescribeToolsOutput = await workflow.execute_activity(
+        DESCRIBE_TOOLS_ACTIVITY,
+        lookup,
+        result_type=DescribeToolsOutput,
+        start_to_close_timeout=TIMEOUT,
+        retry_policy=RETRY,
+    )
+    return described
