@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from agent_runner.cli.common import (
@@ -186,7 +186,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     run.no_worker_notice = lambda e: err(f"note: waiting for a worker. {e}")
     try:
         try:
-            async for event in run.events(agents=False):
+            async for event in _events(run):
                 follower.show(event)
         finally:
             follower.finish()
@@ -195,6 +195,25 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         return report(e) or EXIT_ERROR
     out([render_summary(result, color=color)])
     return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
+
+
+async def _events(run: Run) -> AsyncIterator[RunEvent]:
+    """The run's live events; for a run that has ended, its turns as its history and the store tell them.
+
+    A query to an ended run waits for a worker to replay it (~20 s after its worker stopped, for ever once the fleet
+    is gone), though everything ``follow`` prints is stored: the console's ended-run reader reads it.
+    """
+    ended = await run.ended() if run.runner is not None else None
+    if ended is None or ended == "continued_as_new":  # running, or about to run on
+        async for event in run.events(agents=False):
+            yield event
+        return
+    assert run.runner is not None
+    from agent_runner.console.ended import ended_turns  # the console's reader, loaded only when needed
+
+    for turn in (await ended_turns(run.runner, run.id, ended))[1]:
+        for event in turn.events():
+            yield event
 
 
 async def follow_until_interrupted(

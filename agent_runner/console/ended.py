@@ -28,13 +28,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.common.v1 import Payloads
+from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.events import (
+    BlockStart,
+    BlockStop,
+    ModelCallStarted,
+    ReplyReceived,
+    RunEvent,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
@@ -60,6 +71,21 @@ _ENDED: dict[str, RunStatusName] = {
 
 
 @dataclass
+class _Turn:
+    """One turn as the history tells it, while it is read."""
+
+    iteration: int
+    reply: dict[str, Any]
+    results: dict[str, dict[str, Any]]
+    """``_Reading.results`` while this turn's tools ran (the same dict; a later model call starts a new one)."""
+    agents: dict[str, dict[str, Any]]
+    """``_Reading.agents`` likewise."""
+    after: list[dict[str, Any]] | None = None
+    """The messages the next model call sent after the stored ones: where the results of the calls that no activity
+    ran (a denial, the built-in sleep, a tool the run does not have) are."""
+
+
+@dataclass
 class _Reading:
     """What the history says, event by event."""
 
@@ -70,6 +96,8 @@ class _Reading:
     under_way: dict[str, Any] | None = None
     """The turn of the last model call (not a compaction) if it got no reply: under way when the run ended, or failed
     for good (the run failed with it); a later call supersedes it."""
+    iterations: dict[int, int] = field(default_factory=dict)
+    """The turn number of each model call (not a compaction), by its scheduled event's id."""
     tool_calls: dict[int, str] = field(default_factory=dict)
     """The ``tool_use_id`` of each tool call's activity, by its scheduled event's id."""
     hooks: set[int] = field(default_factory=set)
@@ -81,6 +109,8 @@ class _Reading:
     """The result (``RunResult`` as plain JSON) of each agent call's child run that completed since the last model call
     began, by ``tool_use_id``."""
     replies: int = 0
+    log: list[_Turn] = field(default_factory=list)
+    """Each turn's last reply with its tool calls' results, in order; shared by the readings of a chain's runs."""
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
     detail: str | None = None
@@ -130,10 +160,14 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.turns[event.event_id] = turn
                 if turn.get("compaction") is None:
                     reading.under_way = turn
+                    reading.iterations[event.event_id] = model_input.get("iteration") or 0
                     # The results so far are in this request: only the coming reply's tools (started after this,
-                    # eagerly or not) are its calls', and a later reply may use the same ids.
-                    reading.results.clear()
-                    reading.agents.clear()
+                    # eagerly or not) are its calls', and a later reply may use the same ids. New dicts, not
+                    # cleared ones: the last turn keeps its own.
+                    reading.results = {}
+                    reading.agents = {}
+                    if reading.log and reading.log[-1].after is None:
+                        reading.log[-1].after = turn.get("pending") or []
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -157,6 +191,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     reading.under_way = None
                 reading.replies += 1
                 reading.usage = reading.usage.add(message.get("usage"))
+                if scheduled_id in reading.iterations:  # a turn's reply, not a compaction's
+                    _log(reading, reading.iterations[scheduled_id], message)
         elif scheduled_id in reading.tool_calls:
             tool_use_id = reading.tool_calls[scheduled_id]
             block = _tool_result(tool_use_id, await _payload(converter, completed.result))
@@ -234,6 +270,11 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     reading = _Reading()
     async for event in runner.attach(run_id).history_events():
         await _read(runner.client.data_converter, event, reading)
+    return await _ended(runner, reading, ended)
+
+
+async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun:
+    """The ``EndedRun`` that the reading of a run's (last) history tells."""
     result = RunResult.model_validate(reading.result) if reading.result is not None else None
     stop_reason = reading.last[1].get("stop_reason") if reading.last is not None else None
     unfinished: list[dict[str, str]] = []
@@ -246,7 +287,7 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
         turn, reply = reading.last
         held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
         if result is None:
-            done, unfinished = _tool_results(reply, reading)
+            done, unfinished = _tool_results(reply, reading.results, reading.agents)
             if done:
                 held.append({"role": "user", "content": done})
         messages = await _held(runner, turn.get("head"), held)
@@ -275,22 +316,132 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     return EndedRun(status=status, messages=messages, unfinished=unfinished)
 
 
-def _tool_results(reply: dict[str, Any], reading: _Reading) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not."""
+def _tool_results(
+    reply: dict[str, Any], results: dict[str, dict[str, Any]], agents: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not.
+
+    Args:
+        reply: Claude's reply.
+        results: The ``tool_result`` blocks the history shows for its calls, by ``tool_use_id``.
+        agents: The results of its agent calls' child runs, by ``tool_use_id``.
+    """
     done: list[dict[str, Any]] = []
     unfinished: list[dict[str, str]] = []
     for block in reply.get("content") or []:
         if not isinstance(block, dict) or block.get("type") != "tool_use":
             continue
         tool_use_id, name = str(block.get("id")), str(block.get("name"))
-        if tool_use_id in reading.results:
-            done.append(reading.results[tool_use_id])
-        elif tool_use_id in reading.agents:
-            content, is_error = agent_answer(name, reading.agents[tool_use_id])
+        if tool_use_id in results:
+            done.append(results[tool_use_id])
+        elif tool_use_id in agents:
+            content, is_error = agent_answer(name, agents[tool_use_id])
             done.append(ToolResult(content=content, is_error=is_error).block(tool_use_id))
         else:
             unfinished.append({"tool_use_id": tool_use_id, "name": name})
     return done, unfinished
+
+
+def _log(reading: _Reading, iteration: int, message: dict[str, Any]) -> None:
+    """Log turn ``iteration``'s reply; its tools' results are those the history shows until the next model call."""
+    if reading.log and reading.log[-1].iteration == iteration:
+        reading.log.pop()  # the turn called the model again (a refusal's fallback, a retry): the last reply stands
+    reading.log.append(_Turn(iteration, message, reading.results, reading.agents))
+
+
+@dataclass(frozen=True)
+class EndedTurn:
+    """One turn of an ended run: Claude's reply, and the results of its tool calls that completed."""
+
+    iteration: int
+    """The turn's number in the run (across its continue-as-new chain), 1 for the first."""
+    reply: dict[str, Any]
+    """The reply, in the Messages API's wire shape, stored content put back."""
+    results: list[dict[str, Any]]
+    """The ``tool_result`` block of each of the reply's tool calls that completed, in the reply's order."""
+
+    def events(self) -> list[RunEvent]:
+        """The turn's live events, as a watcher of the run saw them (``Run.events``) when no attempt was retried.
+
+        What the run did not record is not made up: no approval or step-mode waits, no retracted attempts.
+        """
+        turn = self.iteration
+        events: list[RunEvent] = [ModelCallStarted(iteration=turn, attempt=1)]
+        for index, block in enumerate(self.reply.get("content") or []):
+            if block.get("type") == "text":  # text streams; every other block is whole once it stops
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block={"type": "text", "text": ""}))
+                events.append(TextDelta(iteration=turn, attempt=1, index=index, text=str(block.get("text") or "")))
+            else:
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block=block))
+            events.append(BlockStop(iteration=turn, attempt=1, index=index))
+        events.append(ReplyReceived(iteration=turn, message=self.reply))
+        names: dict[str, str] = {}
+        for call in _calls(self.reply):
+            names[call["id"]] = call["name"]
+            events.append(ToolStarted(iteration=turn, tool_use_id=call["id"], name=call["name"], input=call["input"]))
+        for result in self.results:
+            call_id = str(result["tool_use_id"])
+            events.append(ToolFinished(iteration=turn, tool_use_id=call_id, name=names[call_id], result=result))
+        return events
+
+
+def _calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reply's calls of the run's own tools (``tool_use`` blocks: the server runs the others)."""
+    return [b for b in reply.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+async def _chain(runner: AgentRunner, run_id: str) -> list[Run]:
+    """The executions of the run, the first one first: each one that continued as new, then the latest."""
+    chain = [runner.attach(run_id)]
+    while True:
+        previous = ""
+        async for event in chain[0].history_events():
+            started = event.workflow_execution_started_event_attributes
+            if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
+                previous = started.continued_execution_run_id
+            break  # the first event says it
+        if not previous:
+            return chain
+        chain.insert(0, Run(runner.client.get_workflow_handle(run_id, run_id=previous), runner=runner))
+
+
+async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[EndedRun, list[EndedTurn]]:
+    """An ended run (``ended_run``) and its turns, from the histories of its executions and the content store.
+
+    A run that continued as new has its earlier turns in the histories of the executions before; each is read. A
+    tool call that no activity ran (a denial, the built-in sleep, a tool the run does not have) has its result in
+    the next request, or for the last turn in the run's conversation. A reply whose tool calls had not all
+    completed when the run ended lists the results of those that had.
+
+    Args:
+        runner: The client (its Temporal client and content store).
+        run_id: The run.
+        ended: How Temporal says it ended (``Run.ended``), for a run whose result does not say.
+
+    Raises:
+        AgentRunError: Temporal would not give a history.
+    """
+    log: list[_Turn] = []
+    reading = _Reading(log=log)
+    for execution in await _chain(runner, run_id):
+        reading = _Reading(log=log)
+        async for event in execution.history_events():
+            await _read(runner.client.data_converter, event, reading)
+    run = await _ended(runner, reading, ended)
+    last = max((i for i, m in enumerate(run.messages) if m.get("role") == "assistant"), default=len(run.messages))
+    turns: list[EndedTurn] = []
+    for number, logged in enumerate(log):
+        done = {b["tool_use_id"]: b for b in _tool_results(logged.reply, logged.results, logged.agents)[0]}
+        after = logged.after if logged.after is not None else run.messages[last + 1 :] if number == len(log) - 1 else []
+        for message in after:  # the calls no activity ran, answered in the messages that followed
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    done.setdefault(str(block.get("tool_use_id")), block)
+        results = [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]
+        reply, results = await runner.content.resolve([logged.reply, results])
+        turns.append(EndedTurn(iteration=logged.iteration, reply=reply, results=results))
+    return run, turns
 
 
 async def ended_status(runner: AgentRunner, run_id: str, ended: str) -> RunStatus:

@@ -1,0 +1,199 @@
+"""``agent-runner follow`` of a run that has ended: read from its history and the content store, never a query.
+
+Each test follows a real run (dev server, fake Messages API over HTTP, an in-process worker) live while it runs, to
+its end; then stops the worker and follows it again. The second follow needs no worker (a query would wait ~20 s for
+the gone one, Temporal remembering its poll for a while, then for ever), and prints exactly what the first printed:
+the same turns, tool results, summary or ``error:`` line, and exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from anthropic import beta_async_tool
+
+from agent_runner import cli
+from agent_runner.client import AgentRunner
+from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
+from tests.conftest import WorkerFactory
+from tests.steering_support import CALLS, GATE, gated
+from tests.tools_for_tests import fail_disk, get_weather
+
+USER = {"role": "user", "content": "Weather in Paris?"}
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+BIG = "line of a long report\n" * 300  # 6,600 characters: over the inline limit, so the store holds it
+pytestmark = [pytest.mark.usefixtures("temporal_address", "fresh_tools")]
+
+
+@beta_async_tool
+async def long_report(topic: str) -> str:
+    """A report too long to travel inline.
+
+    Args:
+        topic: The topic.
+    """
+    return f"{topic}:\n{BIG}"
+
+
+FIRST_TURN = Reply(
+    [
+        thinking("The gate first,\nthen the rest."),
+        text("Let me check."),
+        tool_use("toolu_G", "gated", {"city": "Paris"}),
+        tool_use("toolu_W", "get_weather", {"city": "Paris"}),
+        tool_use("toolu_F", "fail_disk", {"path": "/data"}),
+        tool_use("toolu_R", "long_report", {"topic": "disk"}),
+        tool_use("toolu_N", "no_such_tool", {}),  # answered by the run itself: no activity, no result in history
+    ],
+    "tool_use",
+)
+TOOLS = [gated, get_weather, fail_disk, long_report]
+FIRST_TURN_LINES = [
+    "── turn 1 ──",
+    "┆ The gate first,",
+    "┆ then the rest.",
+    "Let me check.",
+    '→ gated {"city": "Paris"}',
+    '→ get_weather {"city": "Paris"}',
+    '→ fail_disk {"path": "/data"}',
+    '→ long_report {"topic": "disk"}',
+    "→ no_such_tool {}",
+]
+
+
+async def follow_live(
+    run_id: str, capsys: pytest.CaptureFixture[str], then: Callable[[], Awaitable[None]]
+) -> tuple[int, str, str]:
+    """Follow the run while it runs: ``then`` (which lets it end) once the first turn is printed."""
+    capsys.readouterr()
+    following = asyncio.create_task(cli.amain(["follow", run_id]))
+    out = err = ""
+    async with asyncio.timeout(20):
+        while "── turn 1 ──" not in out:  # the run is open until `then`: this follow reads it live
+            await asyncio.sleep(0.05)
+            captured = capsys.readouterr()
+            out, err = out + captured.out, err + captured.err
+        await then()
+        code = await following
+    captured = capsys.readouterr()
+    return code, out + captured.out, err + captured.err
+
+
+async def follow_ended(run_id: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Follow the run, which has ended, with no worker running."""
+    capsys.readouterr()
+    # A guard against waiting for ever, not a benchmark: a query of the ended run would never be answered.
+    async with asyncio.timeout(60):
+        code = await cli.amain(["follow", run_id])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+async def open_gate() -> None:
+    GATE.set()
+
+
+async def test_follow_of_a_completed_run_prints_what_following_it_live_did_without_a_worker(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(FIRST_TURN, end_turn("Sunny, 21C."))
+    async with worker(*TOOLS):
+        run = await runner.start(**BASE, tools=TOOLS)
+        live = await follow_live(run.id, capsys, open_gate)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    code, out, err = ended
+    assert (code, err) == (0, "")  # no "note: waiting for a worker"
+    assert out.splitlines() == [
+        *FIRST_TURN_LINES,
+        "← gated: report for Paris",
+        "← get_weather: sunny, 21C in Paris",
+        "← ✗ fail_disk: ValueError('boom: disk full at /data')",
+        "← long_report: disk: line of a long report line of a long report line of a long report line of a long…",
+        "← ✗ no_such_tool: Error: Tool 'no_such_tool' not found",
+        "── turn 2 ──",
+        "Sunny, 21C.",
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+    ]
+    assert CALLS == ["Paris"]
+
+    # From a later turn, as a live follow from it prints.
+    assert await cli.amain(["follow", run.id, "--from-iteration", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "── turn 2 ──",
+        "Sunny, 21C.",
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+    ]
+
+
+async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(FIRST_TURN, bad_request("messages: too long"))
+    async with worker(*TOOLS):
+        run = await runner.start(**BASE, tools=TOOLS)
+        live = await follow_live(run.id, capsys, open_gate)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    code, out, err = ended
+    assert code == 1
+    assert out.splitlines()[: len(FIRST_TURN_LINES)] == FIRST_TURN_LINES
+    assert out.splitlines()[-1] == "← ✗ no_such_tool: Error: Tool 'no_such_tool' not found"
+    assert err.startswith("error: ") and "messages: too long" in err, err
+    assert err.count("\n") == 1, err
+
+
+async def test_follow_of_a_cancelled_run_prints_the_turn_it_had_without_a_worker(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(FIRST_TURN)
+    async with worker(*TOOLS):
+        run = await runner.start(**BASE, tools=TOOLS)
+        live = await follow_live(run.id, capsys, run.cancel)  # while the gated tool runs
+        GATE.set()  # let the tool's activity end, so the worker stops at once
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    # The gated call never finished: the turn's results, printed once all are in, are not.
+    assert ended == (1, "\n".join(FIRST_TURN_LINES) + "\n", f"error: Run {run.id} was cancelled.\n")
+
+
+async def test_follow_of_a_run_that_continued_as_new_prints_every_turn_of_its_chain(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cities = [f"City{i}" for i in range(6)]
+    fake_api.script(
+        Reply([text("The gate first."), tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"),
+        *(Reply([text(f"Checking {c}."), tool_use(f"toolu_{c}", "get_weather", {"city": c})], "tool_use") for c in cities),
+        end_turn("All done."),
+    )
+    async with worker(gated, get_weather):
+        run = await runner.start(**BASE, tools=[gated, get_weather], continue_as_new={"events": 40})
+        live = await follow_live(run.id, capsys, open_gate)
+    first_event = await anext(run.history_events())
+    assert first_event.workflow_execution_started_event_attributes.continued_execution_run_id  # a chain
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    code, out, err = ended
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "── turn 1 ──",
+        "The gate first.",
+        '→ gated {"city": "Paris"}',
+        "← gated: report for Paris",
+        *(
+            line
+            for turn, city in enumerate(cities, start=2)
+            for line in (
+                f"── turn {turn} ──",
+                f"Checking {city}.",
+                f'→ get_weather {{"city": "{city}"}}',
+                f"← get_weather: sunny, 21C in {city}",
+            )
+        ),
+        "── turn 8 ──",
+        "All done.",
+        "── completed · 8 turns · stop_reason end_turn · 80 input / 40 output tokens ──",
+    ]
