@@ -112,7 +112,9 @@ async def test_follow_of_a_completed_run_prints_what_following_it_live_did_witho
         "← gated: report for Paris",
         "← get_weather: sunny, 21C in Paris",
         "← ✗ fail_disk: ValueError('boom: disk full at /data')",
-        "← long_report: disk: line of a long report line of a long report line of a long report line of a long…",
+        "← long_report: disk:",  # read back from the store, and clipped as live
+        *["    line of a long report"] * 7,
+        "    … (+11 lines)",
         "← ✗ no_such_tool: Error: Tool 'no_such_tool' not found",
         "── turn 2 ──",
         "Sunny, 21C.",
@@ -166,7 +168,10 @@ async def test_follow_of_a_run_that_continued_as_new_prints_every_turn_of_its_ch
     cities = [f"City{i}" for i in range(6)]
     fake_api.script(
         Reply([text("The gate first."), tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"),
-        *(Reply([text(f"Checking {c}."), tool_use(f"toolu_{c}", "get_weather", {"city": c})], "tool_use") for c in cities),
+        *(
+            Reply([text(f"Checking {c}."), tool_use(f"toolu_{c}", "get_weather", {"city": c})], "tool_use")
+            for c in cities
+        ),
         end_turn("All done."),
     )
     async with worker(gated, get_weather):

@@ -171,7 +171,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
     or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
-    that starts one, and goes on waiting.
+    that starts one, and goes on waiting. A run that has already ended needs no worker: its turns are read from its
+    history and the content store, and printed as they were while it ran (without its waits and cut-off attempts).
 
     Args:
         run: The run to follow.
@@ -198,20 +199,22 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
 
 
 async def _events(run: Run) -> AsyncIterator[RunEvent]:
-    """The run's live events; for a run that has ended, its turns as its history and the store tell them.
+    """The run's live events; for a run that has ended, its turns' events as its history and the store tell them.
 
-    A query to an ended run waits for a worker to replay it (~20 s after its worker stopped, for ever once the fleet
-    is gone), though everything ``follow`` prints is stored: the console's ended-run reader reads it.
+    A query to an ended run waits for a worker to replay it (~20 s after its worker stopped, Temporal remembering the
+    gone poller; for ever once the fleet is gone), though everything ``follow`` prints is stored: the console's
+    ended-run reader reads it, and the same ``_Follower`` prints it. A run that ends while followed is followed live
+    to its end.
     """
-    ended = await run.ended() if run.runner is not None else None
-    if ended is None or ended == "continued_as_new":  # running, or about to run on
+    runner = run.runner
+    ended = await run.ended() if runner is not None else None
+    if runner is None or ended is None or ended == "continued_as_new":  # open, or about to go on as new
         async for event in run.events(agents=False):
             yield event
         return
-    assert run.runner is not None
     from agent_runner.console.ended import ended_turns  # the console's reader, loaded only when needed
 
-    for turn in (await ended_turns(run.runner, run.id, ended))[1]:
+    for turn in (await ended_turns(runner, run.id, ended))[1]:
         for event in turn.events():
             yield event
 
