@@ -9,6 +9,9 @@ the same turns, tool results, summary or ``error:`` line, and exit code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,13 +20,24 @@ from anthropic import beta_async_tool
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
-from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
+from agent_runner.testing import (
+    DropMidStream,
+    FakeMessagesAPI,
+    Reply,
+    bad_request,
+    end_turn,
+    text,
+    thinking,
+    tool_use,
+)
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, GATE, gated
 from tests.tools_for_tests import fail_disk, get_weather
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
+FAST_RETRY = {"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
+"""A model call cut off mid-stream is retried at once."""
 BIG = "line of a long report\n" * 300  # 6,600 characters: over the inline limit, so the store holds it
 pytestmark = [pytest.mark.usefixtures("temporal_address", "fresh_tools")]
 
@@ -122,6 +136,13 @@ async def test_follow_of_a_completed_run_prints_what_following_it_live_did_witho
     ]
     assert CALLS == ["Paris"]
 
+    # Once the store's sweep has removed the run's live log (after its retention), each reply is made into its
+    # blocks: the same lines.
+    store = os.environ["AGENT_RUNNER_STORE"].removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(store)) as db, db:
+        assert db.execute("DELETE FROM live WHERE run_id = ?", (run.id,)).rowcount > 0
+    assert await follow_ended(run.id, capsys) == live
+
     # From a later turn, as a live follow from it prints.
     assert await cli.amain(["follow", run.id, "--from-iteration", "2"]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -129,6 +150,32 @@ async def test_follow_of_a_completed_run_prints_what_following_it_live_did_witho
         "Sunny, 21C.",
         "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
     ]
+
+
+async def test_follow_of_an_ended_run_marks_a_cut_off_attempt_as_following_it_live_did(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = [text("Checking the weather in Paris now."), tool_use("toolu_G", "gated", {"city": "Paris"})]
+    reply = Reply(calls, "tool_use")
+    fake_api.script(DropMidStream(reply, 5), reply, end_turn("Sunny."))  # the first attempt's stream is cut off
+    async with worker(gated):
+        run = await runner.start(**BASE, tools=[gated], model_activity=FAST_RETRY)
+        live = await follow_live(run.id, capsys, open_gate)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    assert ended == (
+        0,
+        "── turn 1 ──\n"
+        "Checking the weather in \n"  # the cut-off attempt's text, as its live log holds it
+        "↺ attempt 1 of turn 1 was cut off; retrying\n"
+        "Checking the weather in Paris now.\n"
+        '→ gated {"city": "Paris"}\n'
+        "← gated: report for Paris\n"
+        "── turn 2 ──\n"
+        "Sunny.\n"
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──\n",
+        "",
+    )
 
 
 async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(

@@ -36,9 +36,12 @@ from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.errors import StoreError
 from agent_runner.contract.events import (
+    AttemptFilter,
     BlockStart,
     BlockStop,
+    ModelCallEvent,
     ModelCallStarted,
     ReplyReceived,
     RunEvent,
@@ -59,6 +62,7 @@ from agent_runner.contract.types import (
     ToolResult,
     Usage,
 )
+from agent_runner.live import read_live_log
 
 _ENDED: dict[str, RunStatusName] = {
     "completed": "completed",
@@ -76,6 +80,8 @@ class _Turn:
 
     iteration: int
     reply: dict[str, Any]
+    attempt: int
+    """The model call's attempt that got the reply (0: a run recorded before calls said)."""
     results: dict[str, dict[str, Any]]
     """``_Reading.results`` while this turn's tools ran (the same dict; a later model call starts a new one)."""
     agents: dict[str, dict[str, Any]]
@@ -192,7 +198,7 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.replies += 1
                 reading.usage = reading.usage.add(message.get("usage"))
                 if scheduled_id in reading.iterations:  # a turn's reply, not a compaction's
-                    _log(reading, reading.iterations[scheduled_id], message)
+                    _log(reading, reading.iterations[scheduled_id], message, output.get("attempt") or 0)
         elif scheduled_id in reading.tool_calls:
             tool_use_id = reading.tool_calls[scheduled_id]
             block = _tool_result(tool_use_id, await _payload(converter, completed.result))
@@ -342,11 +348,11 @@ def _tool_results(
     return done, unfinished
 
 
-def _log(reading: _Reading, iteration: int, message: dict[str, Any]) -> None:
+def _log(reading: _Reading, iteration: int, message: dict[str, Any], attempt: int) -> None:
     """Log turn ``iteration``'s reply; its tools' results are those the history shows until the next model call."""
     if reading.log and reading.log[-1].iteration == iteration:
         reading.log.pop()  # the turn called the model again (a refusal's fallback, a retry): the last reply stands
-    reading.log.append(_Turn(iteration, message, reading.results, reading.agents))
+    reading.log.append(_Turn(iteration, message, attempt, reading.results, reading.agents))
 
 
 @dataclass(frozen=True)
@@ -359,21 +365,21 @@ class EndedTurn:
     """The reply, in the Messages API's wire shape, stored content put back."""
     results: list[dict[str, Any]]
     """The ``tool_result`` block of each of the reply's tool calls that completed, in the reply's order."""
+    streamed: tuple[RunEvent, ...] = ()
+    """What the turn's model call streamed, attempt by attempt, as its live log holds it; empty when the log does not
+    hold the reply whole (swept after the store's retention, or a store that keeps none)."""
 
     def events(self) -> list[RunEvent]:
-        """The turn's live events, as a watcher of the run saw them (``Run.events``) when no attempt was retried.
+        """The turn's live events, as a watcher of the run from its start saw them (``Run.events``).
 
-        What the run did not record is not made up: no approval or step-mode waits, no retracted attempts.
+        The streamed ones are the live log's (a cut-off attempt's text, then its ``retracted``), or else made from the
+        reply, block by block. What the history does not keep is not made up: no approval or step-mode waits.
         """
         turn = self.iteration
-        events: list[RunEvent] = [ModelCallStarted(iteration=turn, attempt=1)]
-        for index, block in enumerate(self.reply.get("content") or []):
-            if block.get("type") == "text":  # text streams; every other block is whole once it stops
-                events.append(BlockStart(iteration=turn, attempt=1, index=index, block={"type": "text", "text": ""}))
-                events.append(TextDelta(iteration=turn, attempt=1, index=index, text=str(block.get("text") or "")))
-            else:
-                events.append(BlockStart(iteration=turn, attempt=1, index=index, block=block))
-            events.append(BlockStop(iteration=turn, attempt=1, index=index))
+        attempts = AttemptFilter()
+        events: list[RunEvent] = [out for event in self.streamed for out in attempts.feed(event)]
+        if not events:
+            events = self._blocks()
         events.append(ReplyReceived(iteration=turn, message=self.reply))
         names: dict[str, str] = {}
         for call in _calls(self.reply):
@@ -383,6 +389,37 @@ class EndedTurn:
             call_id = str(result["tool_use_id"])
             events.append(ToolFinished(iteration=turn, tool_use_id=call_id, name=names[call_id], result=result))
         return events
+
+    def _blocks(self) -> list[RunEvent]:
+        """The reply's blocks as one attempt streams them: text in a delta, every other block whole."""
+        turn = self.iteration
+        events: list[RunEvent] = [ModelCallStarted(iteration=turn, attempt=1)]
+        for index, block in enumerate(self.reply.get("content") or []):
+            if block.get("type") == "text":  # text streams; every other block is whole once it stops
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block={"type": "text", "text": ""}))
+                events.append(TextDelta(iteration=turn, attempt=1, index=index, text=str(block.get("text") or "")))
+            else:
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block=block))
+            events.append(BlockStop(iteration=turn, attempt=1, index=index))
+        return events
+
+
+def _streamed(logged: _Turn, live: list[RunEvent]) -> tuple[RunEvent, ...]:
+    """The live log's events of the turn's model call up to the attempt that got its reply, if they hold it whole.
+
+    Whole: that attempt stopped every block of the reply (a log swept meanwhile, or written in part, is not used).
+    """
+    attempts = [e.attempt for e in live if isinstance(e, ModelCallEvent) and e.iteration == logged.iteration]
+    attempt = logged.attempt or max(attempts, default=0)
+    streamed: list[RunEvent] = []
+    stopped: set[int] = set()
+    for event in live:
+        if isinstance(event, ModelCallEvent) and event.iteration == logged.iteration and event.attempt <= attempt:
+            streamed.append(event)
+            if isinstance(event, BlockStop) and event.attempt == attempt:
+                stopped.add(event.index)
+    whole = streamed and stopped >= set(range(len(logged.reply.get("content") or [])))
+    return tuple(streamed) if whole else ()
 
 
 def _calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
@@ -428,6 +465,10 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
         async for event in execution.history_events():
             await _read(runner.client.data_converter, event, reading)
     run = await _ended(runner, reading, ended)
+    try:
+        live = await read_live_log(runner.content.store, run_id)
+    except StoreError:
+        live = []  # previews are best effort, as for a watcher: each reply is then made into its blocks
     last = max((i for i, m in enumerate(run.messages) if m.get("role") == "assistant"), default=len(run.messages))
     turns: list[EndedTurn] = []
     for number, logged in enumerate(log):
@@ -440,7 +481,7 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
                     done.setdefault(str(block.get("tool_use_id")), block)
         results = [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]
         reply, results = await runner.content.resolve([logged.reply, results])
-        turns.append(EndedTurn(iteration=logged.iteration, reply=reply, results=results))
+        turns.append(EndedTurn(logged.iteration, reply, results, _streamed(logged, live)))
     return run, turns
 
 
