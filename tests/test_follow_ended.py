@@ -22,6 +22,7 @@ from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.testing import (
     DropMidStream,
+    ErrorMidStream,
     FakeMessagesAPI,
     Reply,
     bad_request,
@@ -193,6 +194,32 @@ async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(
     assert out.splitlines()[-1] == "← ✗ no_such_tool: Error: Tool 'no_such_tool' not found"
     assert err.startswith("error: ") and "messages: too long" in err, err
     assert err.count("\n") == 1, err
+
+
+async def test_follow_of_a_run_whose_model_call_failed_mid_stream_prints_what_it_streamed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reply = Reply([text("Checking the weather in Paris now."), tool_use("toolu_G", "gated", {"city": "Paris"})])
+    fake_api.script(
+        Reply([text("The gate first."), tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"),
+        ErrorMidStream(reply, 5, error_type="invalid_request_error", message="prompt is too long"),
+    )
+    async with worker(gated):
+        run = await runner.start(**BASE, tools=[gated])
+        live = await follow_live(run.id, capsys, open_gate)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    assert ended == (
+        1,
+        "── turn 1 ──\n"
+        "The gate first.\n"
+        '→ gated {"city": "Paris"}\n'
+        "← gated: report for Paris\n"
+        "── turn 2 ──\n"
+        "Checking the weather in \n",  # what the failed call streamed: its live log
+        "error: Claude's API failed mid-stream: invalid_request_error: prompt is too long. Fix the run's input and "
+        "start the run again.\n",
+    )
 
 
 async def test_follow_of_a_cancelled_run_prints_the_turn_it_had_without_a_worker(

@@ -172,7 +172,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
     or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
     that starts one, and goes on waiting. A run that has already ended needs no worker: its turns are read from its
-    history and the content store, and printed as they were while it ran (without its waits and cut-off attempts).
+    histories, its live log and the content store (``console/ended.py``), and printed as following it live printed
+    them, without what it waited for (the history does not keep that).
 
     Args:
         run: The run to follow.

@@ -19,6 +19,10 @@ messages: after the conversation it continued (``Run.send``), or the one it carr
 
 A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
 query gave it (transcript version, cost, child runs); without one, the history's own account is given.
+
+``agent-runner follow`` reads an ended run's turns here too (``ended_turns``): each reply with its tool calls'
+results, from every execution of a run that continued as new, and what each model call streamed from the run's live
+log while the store keeps it, so that it prints what following the run live printed.
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ class _Reading:
     under_way: dict[str, Any] | None = None
     """The turn of the last model call (not a compaction) if it got no reply: under way when the run ended, or failed
     for good (the run failed with it); a later call supersedes it."""
+    under_way_iteration: int = 0
+    """Its turn number."""
     iterations: dict[int, int] = field(default_factory=dict)
     """The turn number of each model call (not a compaction), by its scheduled event's id."""
     tool_calls: dict[int, str] = field(default_factory=dict)
@@ -167,6 +173,7 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 if turn.get("compaction") is None:
                     reading.under_way = turn
                     reading.iterations[event.event_id] = model_input.get("iteration") or 0
+                    reading.under_way_iteration = reading.iterations[event.event_id]
                     # The results so far are in this request: only the coming reply's tools (started after this,
                     # eagerly or not) are its calls', and a later reply may use the same ids. New dicts, not
                     # cleared ones: the last turn keeps its own.
@@ -361,8 +368,9 @@ class EndedTurn:
 
     iteration: int
     """The turn's number in the run (across its continue-as-new chain), 1 for the first."""
-    reply: dict[str, Any]
-    """The reply, in the Messages API's wire shape, stored content put back."""
+    reply: dict[str, Any] | None
+    """The reply, in the Messages API's wire shape, stored content put back; ``None`` for a model call that got none
+    (under way when the run ended, or failed for good): only what it streamed is known."""
     results: list[dict[str, Any]]
     """The ``tool_result`` block of each of the reply's tool calls that completed, in the reply's order."""
     streamed: tuple[RunEvent, ...] = ()
@@ -378,8 +386,10 @@ class EndedTurn:
         turn = self.iteration
         attempts = AttemptFilter()
         events: list[RunEvent] = [out for event in self.streamed for out in attempts.feed(event)]
+        if self.reply is None:
+            return events
         if not events:
-            events = self._blocks()
+            events = self._blocks(self.reply)
         events.append(ReplyReceived(iteration=turn, message=self.reply))
         names: dict[str, str] = {}
         for call in _calls(self.reply):
@@ -390,11 +400,11 @@ class EndedTurn:
             events.append(ToolFinished(iteration=turn, tool_use_id=call_id, name=names[call_id], result=result))
         return events
 
-    def _blocks(self) -> list[RunEvent]:
+    def _blocks(self, reply: dict[str, Any]) -> list[RunEvent]:
         """The reply's blocks as one attempt streams them: text in a delta, every other block whole."""
         turn = self.iteration
         events: list[RunEvent] = [ModelCallStarted(iteration=turn, attempt=1)]
-        for index, block in enumerate(self.reply.get("content") or []):
+        for index, block in enumerate(reply.get("content") or []):
             if block.get("type") == "text":  # text streams; every other block is whole once it stops
                 events.append(BlockStart(iteration=turn, attempt=1, index=index, block={"type": "text", "text": ""}))
                 events.append(TextDelta(iteration=turn, attempt=1, index=index, text=str(block.get("text") or "")))
@@ -404,22 +414,23 @@ class EndedTurn:
         return events
 
 
-def _streamed(logged: _Turn, live: list[RunEvent]) -> tuple[RunEvent, ...]:
-    """The live log's events of the turn's model call up to the attempt that got its reply, if they hold it whole.
+def _streamed(live: list[RunEvent], iteration: int, attempt: int, reply: dict[str, Any] | None) -> tuple[RunEvent, ...]:
+    """The live log's events of turn ``iteration``'s model call up to ``attempt`` (the one that got ``reply``).
 
-    Whole: that attempt stopped every block of the reply (a log swept meanwhile, or written in part, is not used).
+    With a reply, only if they hold it whole: that attempt stopped every block of it (a log swept meanwhile, or
+    written in part, is not used). Without one (no reply came), all of them; ``attempt`` 0: up to the last.
     """
-    attempts = [e.attempt for e in live if isinstance(e, ModelCallEvent) and e.iteration == logged.iteration]
-    attempt = logged.attempt or max(attempts, default=0)
+    turn = [e for e in live if isinstance(e, ModelCallEvent) and e.iteration == iteration]
+    attempt = attempt or max((e.attempt for e in turn), default=0)
     streamed: list[RunEvent] = []
     stopped: set[int] = set()
     for event in live:
-        if isinstance(event, ModelCallEvent) and event.iteration == logged.iteration and event.attempt <= attempt:
+        if isinstance(event, ModelCallEvent) and event.iteration == iteration and event.attempt <= attempt:
             streamed.append(event)
             if isinstance(event, BlockStop) and event.attempt == attempt:
                 stopped.add(event.index)
-    whole = streamed and stopped >= set(range(len(logged.reply.get("content") or [])))
-    return tuple(streamed) if whole else ()
+    whole = reply is None or stopped >= set(range(len(reply.get("content") or [])))
+    return tuple(streamed) if streamed and whole else ()
 
 
 def _calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
@@ -481,7 +492,12 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
                     done.setdefault(str(block.get("tool_use_id")), block)
         results = [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]
         reply, results = await runner.content.resolve([logged.reply, results])
-        turns.append(EndedTurn(logged.iteration, reply, results, _streamed(logged, live)))
+        streamed = _streamed(live, logged.iteration, logged.attempt, reply)
+        turns.append(EndedTurn(logged.iteration, reply, results, streamed))
+    turn = reading.under_way_iteration
+    if reading.result is None and reading.under_way is not None and (not log or log[-1].iteration != turn):
+        # Its last model call got no reply: what it streamed before the run ended is all there is of that turn.
+        turns.append(EndedTurn(turn, None, [], _streamed(live, turn, 0, None)))
     return run, turns
 
 
