@@ -122,7 +122,11 @@ class _Reading:
     began, by ``tool_use_id``."""
     replies: int = 0
     log: list[_Turn] = field(default_factory=list)
-    """Each turn's last reply with its tool calls' results, in order; shared by the readings of a chain's runs."""
+    """Each turn's last reply with its tool calls' results, in order."""
+    first_pending: list[dict[str, Any]] | None = None
+    """The messages the first model call (not a compaction) sent after the stored ones."""
+    continued: str = ""
+    """The run id of the execution this one continued as new, if it did."""
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
     detail: str | None = None
@@ -160,8 +164,11 @@ def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
 
 async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
     if event.HasField("workflow_execution_started_event_attributes"):
-        run_input = await _payload(converter, event.workflow_execution_started_event_attributes.input)
+        started = event.workflow_execution_started_event_attributes
+        run_input = await _payload(converter, started.input)
         reading.input = run_input if isinstance(run_input, dict) else None
+        if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
+            reading.continued = started.continued_execution_run_id
     elif event.HasField("activity_task_scheduled_event_attributes"):
         scheduled = event.activity_task_scheduled_event_attributes
         name = scheduled.activity_type.name
@@ -181,6 +188,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     reading.agents = {}
                     if reading.log and reading.log[-1].after is None:
                         reading.log[-1].after = turn.get("pending") or []
+                    if reading.first_pending is None:
+                        reading.first_pending = turn.get("pending") or []
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -438,19 +447,26 @@ def _calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in reply.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
-async def _chain(runner: AgentRunner, run_id: str) -> list[Run]:
-    """The executions of the run, the first one first: each one that continued as new, then the latest."""
-    chain = [runner.attach(run_id)]
+async def _executions(runner: AgentRunner, run_id: str) -> list[_Reading]:
+    """The readings of the run's executions, the first one first: each one that continued as new, then the latest.
+
+    Read from the latest back, each execution's first event naming the one it continued; each turn's results that
+    came after its execution's last model call are then in the next one's first request.
+    """
+    readings: list[_Reading] = []
+    execution = runner.attach(run_id)
     while True:
-        previous = ""
-        async for event in chain[0].history_events():
-            started = event.workflow_execution_started_event_attributes
-            if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
-                previous = started.continued_execution_run_id
-            break  # the first event says it
-        if not previous:
-            return chain
-        chain.insert(0, Run(runner.client.get_workflow_handle(run_id, run_id=previous), runner=runner))
+        reading = _Reading()
+        async for event in execution.history_events():
+            await _read(runner.client.data_converter, event, reading)
+        readings.insert(0, reading)
+        if not reading.continued:
+            break
+        execution = Run(runner.client.get_workflow_handle(run_id, run_id=reading.continued), runner=runner)
+    for reading, following in zip(readings, readings[1:], strict=False):
+        if reading.log and reading.log[-1].after is None:
+            reading.log[-1].after = following.first_pending
+    return readings
 
 
 async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[EndedRun, list[EndedTurn]]:
@@ -469,12 +485,9 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
     Raises:
         AgentRunError: Temporal would not give a history.
     """
-    log: list[_Turn] = []
-    reading = _Reading(log=log)
-    for execution in await _chain(runner, run_id):
-        reading = _Reading(log=log)
-        async for event in execution.history_events():
-            await _read(runner.client.data_converter, event, reading)
+    readings = await _executions(runner, run_id)
+    reading = readings[-1]
+    log = [logged for each in readings for logged in each.log]
     run = await _ended(runner, reading, ended)
     try:
         live = await read_live_log(runner.content.store, run_id)
