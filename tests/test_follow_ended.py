@@ -236,6 +236,41 @@ async def test_follow_of_a_cancelled_run_prints_the_turn_it_had_without_a_worker
     assert ended == (1, "\n".join(FIRST_TURN_LINES) + "\n", f"error: Run {run.id} was cancelled.\n")
 
 
+async def test_follow_of_an_ended_run_prints_an_agent_calls_answer_as_following_it_live_did(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    researcher = {"name": "researcher", "description": "Researches one question.", "system": "You research."}
+    calls = [
+        tool_use("toolu_A", "researcher", {"task": "Weather in Paris?"}),
+        tool_use("toolu_G", "gated", {"city": "Paris"}),
+    ]
+
+    def respond(body: dict[str, Any]) -> Any:
+        if body.get("system") == "You research.":
+            return end_turn("It is sunny.")
+        answered = body["messages"][-1]["content"] != USER["content"]  # the tools' results came
+        return end_turn("Sunny, then.") if answered else Reply(calls, "tool_use")
+
+    fake_api.responder = respond
+    async with worker(gated):
+        run = await runner.start(**BASE, tools=[gated], agents=[researcher])
+        live = await follow_live(run.id, capsys, open_gate)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    assert ended == (
+        0,
+        "── turn 1 ──\n"
+        '→ researcher {"task": "Weather in Paris?"}\n'
+        '→ gated {"city": "Paris"}\n'
+        "← researcher: It is sunny.\n"  # the child run's answer, from its completion in the parent's history
+        "← gated: report for Paris\n"
+        "── turn 2 ──\n"
+        "Sunny, then.\n"
+        "── completed · 2 turns · stop_reason end_turn · 30 input / 15 output tokens ──\n",  # the child's included
+        "",
+    )
+
+
 async def test_follow_of_a_run_that_continued_as_new_prints_every_turn_of_its_chain(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
