@@ -494,17 +494,20 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
     except StoreError:
         live = []  # previews are best effort, as for a watcher: each reply is then made into its blocks
     last = max((i for i, m in enumerate(run.messages) if m.get("role") == "assistant"), default=len(run.messages))
-    turns: list[EndedTurn] = []
+    tail = run.messages[last + 1 :]  # what followed Claude's last reply in the run's conversation
+    held: list[list[Any]] = []  # each turn's [reply, results], as JSON
     for number, logged in enumerate(log):
         done = {b["tool_use_id"]: b for b in _tool_results(logged.reply, logged.results, logged.agents)[0]}
-        after = logged.after if logged.after is not None else run.messages[last + 1 :] if number == len(log) - 1 else []
+        after = logged.after if logged.after is not None else tail if number == len(log) - 1 else []
         for message in after:  # the calls no activity ran, answered in the messages that followed
             content = message.get("content")
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     done.setdefault(str(block.get("tool_use_id")), block)
-        results = [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]
-        reply, results = await runner.content.resolve([logged.reply, results])
+        held.append([logged.reply, [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]])
+    resolved = await runner.content.resolve(held)  # stored content put back, in as few reads as it takes
+    turns: list[EndedTurn] = []
+    for logged, (reply, results) in zip(log, resolved, strict=True):
         streamed = _streamed(live, logged.iteration, logged.attempt, reply)
         turns.append(EndedTurn(logged.iteration, reply, results, streamed))
     turn = reading.under_way_iteration
