@@ -32,7 +32,7 @@ from agent_runner.testing import (
     tool_use,
 )
 from tests.conftest import WorkerFactory
-from tests.steering_support import CALLS, GATE, gated
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_weather
 
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -177,6 +177,42 @@ async def test_follow_of_an_ended_run_marks_a_cut_off_attempt_as_following_it_li
         "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──\n",
         "",
     )
+
+
+async def test_follow_of_an_ended_run_shows_the_calls_that_waited_for_approval_as_following_it_live_did(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = [
+        text("Deleting."),
+        tool_use("toolu_D", "delete_file", {"path": "/tmp"}),
+        tool_use("toolu_W", "get_weather", {"city": "Paris"}),
+    ]
+    fake_api.script(Reply(calls, "tool_use"), end_turn("Done."))
+
+    async def approve() -> None:
+        await wait_status(run, "waiting_for_approval")
+        await run.approve("toolu_D")
+
+    async with worker(delete_file, get_weather):
+        run = await runner.start(**BASE, tools=[delete_file, get_weather], approval={"tools": ["delete_file"]})
+        live = await follow_live(run.id, capsys, approve)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    assert ended == (
+        0,
+        "── turn 1 ──\n"
+        "Deleting.\n"
+        '→ delete_file {"path": "/tmp"}\n'
+        '→ get_weather {"city": "Paris"}\n'
+        f'⏸ waiting for approval: delete_file {{"path": "/tmp"}} (toolu_D) — agent-runner approve {run.id} toolu_D\n'
+        "← delete_file: deleted /tmp\n"
+        "← get_weather: sunny, 21C in Paris\n"
+        "── turn 2 ──\n"
+        "Done.\n"
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──\n",
+        "",
+    )
+    assert CALLS == ["delete /tmp"]
 
 
 async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from temporalio.api.common.v1 import Payloads
@@ -42,6 +43,7 @@ from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.errors import StoreError
 from agent_runner.contract.events import (
+    ApprovalWaiting,
     AttemptFilter,
     BlockStart,
     BlockStop,
@@ -54,10 +56,12 @@ from agent_runner.contract.events import (
     ToolStarted,
 )
 from agent_runner.contract.lean import full_output_json
+from agent_runner.contract.steering import PendingApproval
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     CREATE_MESSAGE_ACTIVITY,
+    DESCRIBE_TOOLS_ACTIVITY,
     PROCESS_RESULTS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     RunResult,
@@ -90,6 +94,10 @@ class _Turn:
     """``_Reading.results`` while this turn's tools ran (the same dict; a later model call starts a new one)."""
     agents: dict[str, dict[str, Any]]
     """``_Reading.agents`` likewise."""
+    waited: list[str]
+    """The ``tool_use_id`` of each call that waited for a person's approval, in the reply's order."""
+    replied_at: str
+    """When the reply was recorded (ISO 8601): about when its calls began to wait."""
     after: list[dict[str, Any]] | None = None
     """The messages the next model call sent after the stored ones: where the results of the calls that no activity
     ran (a denial, the built-in sleep, a tool the run does not have) are."""
@@ -127,6 +135,12 @@ class _Reading:
     """The messages the first model call (not a compaction) sent after the stored ones."""
     continued: str = ""
     """The run id of the execution this one continued as new, if it did."""
+    approval: list[str] | str = field(default_factory=list)
+    """The run's ``approval`` policy's ``tools``: the names whose calls wait for a person, or ``"all"``."""
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The run's registered tools (``ToolSpec`` as plain JSON), by name: carried into the execution, and described."""
+    describes: set[int] = field(default_factory=set)
+    """The scheduled events of the ``describe_tools`` activities."""
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
     detail: str | None = None
@@ -169,6 +183,12 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         reading.input = run_input if isinstance(run_input, dict) else None
         if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
             reading.continued = started.continued_execution_run_id
+        if reading.input is not None:
+            approval = reading.input.get("approval")
+            reading.approval = approval.get("tools") or [] if isinstance(approval, dict) else []
+            continued = reading.input.get("continued")
+            carried = continued.get("tools") if isinstance(continued, dict) else None
+            reading.specs.update(carried if isinstance(carried, dict) else {})
     elif event.HasField("activity_task_scheduled_event_attributes"):
         scheduled = event.activity_task_scheduled_event_attributes
         name = scheduled.activity_type.name
@@ -198,6 +218,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.tool_calls[event.event_id] = call["tool_use_id"]
         elif name == PROCESS_RESULTS_ACTIVITY:
             reading.hooks.add(event.event_id)
+        elif name == DESCRIBE_TOOLS_ACTIVITY:
+            reading.describes.add(event.event_id)
     elif event.HasField("activity_task_completed_event_attributes"):
         completed = event.activity_task_completed_event_attributes
         scheduled_id = completed.scheduled_event_id
@@ -214,12 +236,18 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.replies += 1
                 reading.usage = reading.usage.add(message.get("usage"))
                 if scheduled_id in reading.iterations:  # a turn's reply, not a compaction's
-                    _log(reading, reading.iterations[scheduled_id], message, output.get("attempt") or 0)
+                    replied_at = event.event_time.ToDatetime(tzinfo=UTC).isoformat()
+                    _log(reading, reading.iterations[scheduled_id], message, output.get("attempt") or 0, replied_at)
         elif scheduled_id in reading.tool_calls:
             tool_use_id = reading.tool_calls[scheduled_id]
             block = _tool_result(tool_use_id, await _payload(converter, completed.result))
             if block is not None:
                 reading.results[tool_use_id] = block
+        elif scheduled_id in reading.describes:
+            output = await _payload(converter, completed.result)
+            for spec in output.get("tools") or [] if isinstance(output, dict) else []:
+                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                    reading.specs[spec["name"]] = spec
         elif scheduled_id in reading.hooks:
             # The hooks' results are the ones the run keeps, in place of the tools' own.
             output = await _payload(converter, completed.result)
@@ -364,11 +392,24 @@ def _tool_results(
     return done, unfinished
 
 
-def _log(reading: _Reading, iteration: int, message: dict[str, Any], attempt: int) -> None:
+def _log(reading: _Reading, iteration: int, message: dict[str, Any], attempt: int, replied_at: str) -> None:
     """Log turn ``iteration``'s reply; its tools' results are those the history shows until the next model call."""
     if reading.log and reading.log[-1].iteration == iteration:
         reading.log.pop()  # the turn called the model again (a refusal's fallback, a retry): the last reply stands
-    reading.log.append(_Turn(iteration, message, attempt, reading.results, reading.agents))
+    waited = [str(call.get("id")) for call in _calls(message) if _waits(reading, str(call.get("name")))]
+    reading.log.append(_Turn(iteration, message, attempt, reading.results, reading.agents, waited, replied_at))
+
+
+def _waits(reading: _Reading, name: str) -> bool:
+    """Whether a call of tool ``name`` waits for approval, as ``workflows/approvals.py`` decides (``needed``).
+
+    A registered tool's call does, by its own rule or the run's policy; an agent, the built-in sleep or a tool the
+    run does not have never waits.
+    """
+    spec = reading.specs.get(name)
+    if spec is None or spec.get("agent") is not None:
+        return False
+    return bool(spec.get("requires_approval")) or reading.approval == "all" or name in reading.approval
 
 
 @dataclass(frozen=True)
@@ -385,12 +426,16 @@ class EndedTurn:
     streamed: tuple[RunEvent, ...] = ()
     """What the turn's model call streamed, attempt by attempt, as its live log holds it; empty when the log does not
     hold the reply whole (swept after the store's retention, or a store that keeps none)."""
+    waited: tuple[PendingApproval, ...] = ()
+    """The reply's calls that waited for a person's approval, in its order (``requested_at``: when the reply was
+    recorded)."""
 
     def events(self) -> list[RunEvent]:
         """The turn's live events, as a watcher of the run from its start saw them (``Run.events``).
 
         The streamed ones are the live log's (a cut-off attempt's text, then its ``retracted``), or else made from the
-        reply, block by block. What the history does not keep is not made up: no approval or step-mode waits.
+        reply, block by block; then the reply, each call's start (and its wait for approval), and the results. A
+        step-mode pause is not told: the history does not keep one that no client advanced.
         """
         turn = self.iteration
         attempts = AttemptFilter()
@@ -401,9 +446,12 @@ class EndedTurn:
             events = self._blocks(self.reply)
         events.append(ReplyReceived(iteration=turn, message=self.reply))
         names: dict[str, str] = {}
+        waits = {approval.tool_use_id: approval for approval in self.waited}
         for call in _calls(self.reply):
             names[call["id"]] = call["name"]
             events.append(ToolStarted(iteration=turn, tool_use_id=call["id"], name=call["name"], input=call["input"]))
+            if call["id"] in waits:
+                events.append(ApprovalWaiting(iteration=turn, approval=waits[call["id"]]))
         for result in self.results:
             call_id = str(result["tool_use_id"])
             events.append(ToolFinished(iteration=turn, tool_use_id=call_id, name=names[call_id], result=result))
@@ -509,7 +557,18 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
     turns: list[EndedTurn] = []
     for logged, (reply, results) in zip(log, resolved, strict=True):
         streamed = _streamed(live, logged.iteration, logged.attempt, reply)
-        turns.append(EndedTurn(logged.iteration, reply, results, streamed))
+        waited = tuple(
+            PendingApproval(
+                tool_use_id=call["id"],
+                name=call["name"],
+                input=call.get("input"),
+                iteration=logged.iteration,
+                requested_at=logged.replied_at,
+            )
+            for call in _calls(reply)
+            if call["id"] in logged.waited
+        )
+        turns.append(EndedTurn(logged.iteration, reply, results, streamed, waited))
     turn = reading.under_way_iteration
     if reading.result is None and reading.under_way is not None and (not log or log[-1].iteration != turn):
         # Its last model call got no reply: what it streamed before the run ended is all there is of that turn.
