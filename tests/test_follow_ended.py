@@ -215,6 +215,39 @@ async def test_follow_of_an_ended_run_shows_the_calls_that_waited_for_approval_a
     assert CALLS == ["delete /tmp"]
 
 
+async def test_follow_of_an_ended_step_mode_run_shows_its_pauses_as_following_it_live_did(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(
+        Reply([text("Checking."), tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+    )
+
+    async def advance_to_the_end() -> None:
+        for turn in (1, 2):
+            await wait_status(run, "waiting_for_step", turn)
+            await run.advance(iteration=turn)
+
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], step=True)
+        live = await follow_live(run.id, capsys, advance_to_the_end)
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    assert ended == (
+        0,
+        "── turn 1 ──\n"
+        "Checking.\n"
+        '→ get_weather {"city": "Paris"}\n'
+        f"⏸ paused after turn 1 — agent-runner advance {run.id}\n"
+        "← get_weather: sunny, 21C in Paris\n"
+        "── turn 2 ──\n"
+        "Sunny.\n"
+        f"⏸ paused after turn 2 — agent-runner advance {run.id}\n"
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──\n",
+        "",
+    )
+
+
 async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -173,7 +173,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
     that starts one, and goes on waiting. A run that has already ended needs no worker: its turns are read from its
     histories, its live log and the content store (``console/ended.py``), and printed as following it live printed
-    them, without what it waited for (the history does not keep that).
+    them.
 
     Args:
         run: The run to follow.

@@ -51,6 +51,7 @@ from agent_runner.contract.events import (
     ModelCallStarted,
     ReplyReceived,
     RunEvent,
+    StepWaiting,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -98,6 +99,8 @@ class _Turn:
     """The ``tool_use_id`` of each call that waited for a person's approval, in the reply's order."""
     replied_at: str
     """When the reply was recorded (ISO 8601): about when its calls began to wait."""
+    paused: bool
+    """Whether the run paused after the reply (step mode)."""
     after: list[dict[str, Any]] | None = None
     """The messages the next model call sent after the stored ones: where the results of the calls that no activity
     ran (a denial, the built-in sleep, a tool the run does not have) are."""
@@ -141,6 +144,8 @@ class _Reading:
     """The run's registered tools (``ToolSpec`` as plain JSON), by name: carried into the execution, and described."""
     describes: set[int] = field(default_factory=set)
     """The scheduled events of the ``describe_tools`` activities."""
+    step: bool = False
+    """Whether the run was started in step mode: it pauses after each reply."""
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
     detail: str | None = None
@@ -184,6 +189,7 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
             reading.continued = started.continued_execution_run_id
         if reading.input is not None:
+            reading.step = reading.input.get("step") not in (None, False)
             approval = reading.input.get("approval")
             reading.approval = approval.get("tools") or [] if isinstance(approval, dict) else []
             continued = reading.input.get("continued")
@@ -397,7 +403,8 @@ def _log(reading: _Reading, iteration: int, message: dict[str, Any], attempt: in
     if reading.log and reading.log[-1].iteration == iteration:
         reading.log.pop()  # the turn called the model again (a refusal's fallback, a retry): the last reply stands
     waited = [str(call.get("id")) for call in _calls(message) if _waits(reading, str(call.get("name")))]
-    reading.log.append(_Turn(iteration, message, attempt, reading.results, reading.agents, waited, replied_at))
+    logged = _Turn(iteration, message, attempt, reading.results, reading.agents, waited, replied_at, reading.step)
+    reading.log.append(logged)
 
 
 def _waits(reading: _Reading, name: str) -> bool:
@@ -429,13 +436,16 @@ class EndedTurn:
     waited: tuple[PendingApproval, ...] = ()
     """The reply's calls that waited for a person's approval, in its order (``requested_at``: when the reply was
     recorded)."""
+    paused: bool = False
+    """Whether the run paused after the reply (step mode)."""
 
     def events(self) -> list[RunEvent]:
         """The turn's live events, as a watcher of the run from its start saw them (``Run.events``).
 
         The streamed ones are the live log's (a cut-off attempt's text, then its ``retracted``), or else made from the
-        reply, block by block; then the reply, each call's start (and its wait for approval), and the results. A
-        step-mode pause is not told: the history does not keep one that no client advanced.
+        reply, block by block; then the reply, the step-mode pause after it, each call's start (and its wait for
+        approval), and the results. A step-mode run's pause before its tool results go out (``review_results``) is
+        not told.
         """
         turn = self.iteration
         attempts = AttemptFilter()
@@ -445,6 +455,8 @@ class EndedTurn:
         if not events:
             events = self._blocks(self.reply)
         events.append(ReplyReceived(iteration=turn, message=self.reply))
+        if self.paused:
+            events.append(StepWaiting(iteration=turn, status="waiting_for_step"))
         names: dict[str, str] = {}
         waits = {approval.tool_use_id: approval for approval in self.waited}
         for call in _calls(self.reply):
@@ -568,7 +580,7 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
             for call in _calls(reply)
             if call["id"] in logged.waited
         )
-        turns.append(EndedTurn(logged.iteration, reply, results, streamed, waited))
+        turns.append(EndedTurn(logged.iteration, reply, results, streamed, waited, logged.paused))
     turn = reading.under_way_iteration
     if reading.result is None and reading.under_way is not None and (not log or log[-1].iteration != turn):
         # Its last model call got no reply: what it streamed before the run ended is all there is of that turn.
