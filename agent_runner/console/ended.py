@@ -21,8 +21,10 @@ A result that carries the run's last status (``RunResult.last_status``) gives th
 query gave it (transcript version, cost, child runs); without one, the history's own account is given.
 
 ``agent-runner follow`` reads an ended run's turns here too (``ended_turns``): each reply with its tool calls'
-results, from every execution of a run that continued as new, and what each model call streamed from the run's live
-log while the store keeps it, so that it prints what following the run live printed.
+results, from every execution of a run that continued as new, what each model call streamed from the run's live log
+while the store keeps it, which calls waited for approval (the run's policy and its tools' own rules, as the run
+decides) and the pauses of a step-mode run, so that it prints what following the run live printed. A call that would
+have waited but never started (its run stopped first) is told as waiting all the same: the history does not say.
 """
 
 from __future__ import annotations
