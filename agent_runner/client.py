@@ -393,6 +393,11 @@ class Run:
         """The run's workflow id."""
         return self.handle.id
 
+    @property
+    def runner(self) -> AgentRunner | None:
+        """The client this handle came from (``AgentRunner.start``, ``attach``); ``None`` for a bare ``Run(handle)``."""
+        return self._runner
+
     def __aiter__(self) -> AsyncIterator[BetaMessage]:
         return self.steps() if self.step else self.messages()
 

@@ -115,14 +115,8 @@ class LiveMerge:
         self._turn = max(self._turn, turn)
 
     def _take(self, raw: bytes | dict[str, Any], out: list[RunEvent]) -> None:
-        try:
-            data = json.loads(raw) if isinstance(raw, bytes) else raw
-        except ValueError:
-            logger.debug("Run %s: skipped a live event that is not JSON", self._run_id)
-            return
-        known = isinstance(data, dict) and data.get("type") in EVENT_TYPES
-        if not known or not isinstance(data.get("iteration"), int):
-            logger.debug("Run %s: skipped an unknown live event %r", self._run_id, data)
+        data = _readable(self._run_id, raw)
+        if data is None:
             return
         turn = data["iteration"]
         if turn in self._recorded:
@@ -130,7 +124,50 @@ class LiveMerge:
         if turn > self._turn:
             self._held.append(data)
             return
-        try:
-            out.append(parse_event(data, offset=self._offset))
-        except ValidationError:
-            logger.debug("Run %s: skipped a live event this client cannot read %r", self._run_id, data)
+        event = _parsed(self._run_id, data, self._offset)
+        if event is not None:
+            out.append(event)
+
+
+async def read_live_log(store: ContentStore, run_id: str) -> list[RunEvent]:
+    """A run's whole live log, as events in the order written: what its model calls streamed, attempt by attempt.
+
+    For a run that has ended (``console/ended.py``); a watcher of a running one reads it through ``LiveMerge``.
+
+    Raises:
+        StoreError: The store cannot read it.
+    """
+    events: list[RunEvent] = []
+    read = 0
+    while True:
+        rows = await store.read_live(run_id, read)
+        for seq, raw in rows:
+            read = seq
+            data = _readable(run_id, raw)
+            event = _parsed(run_id, data, None) if data is not None else None
+            if event is not None:
+                events.append(event)
+        if len(rows) < LIVE_READ_LIMIT:
+            return events
+
+
+def _readable(run_id: str, raw: bytes | dict[str, Any]) -> dict[str, Any] | None:
+    """A live log entry as JSON, if it is an event of a type this client knows, with its turn; else ``None``."""
+    try:
+        data = json.loads(raw) if isinstance(raw, bytes) else raw
+    except ValueError:
+        logger.debug("Run %s: skipped a live event that is not JSON", run_id)
+        return None
+    known = isinstance(data, dict) and data.get("type") in EVENT_TYPES
+    if not known or not isinstance(data.get("iteration"), int):
+        logger.debug("Run %s: skipped an unknown live event %r", run_id, data)
+        return None
+    return data
+
+
+def _parsed(run_id: str, data: dict[str, Any], offset: int | None) -> RunEvent | None:
+    try:
+        return parse_event(data, offset=offset)
+    except ValidationError:
+        logger.debug("Run %s: skipped a live event this client cannot read %r", run_id, data)
+        return None

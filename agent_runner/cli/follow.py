@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from agent_runner.cli.common import (
@@ -171,7 +171,9 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
     or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
-    that starts one, and goes on waiting.
+    that starts one, and goes on waiting. A run that has already ended needs no worker: its turns are read from its
+    histories, its live log and the content store (``console/ended.py``), and printed as following it live printed
+    them.
 
     Args:
         run: The run to follow.
@@ -186,7 +188,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     run.no_worker_notice = lambda e: err(f"note: waiting for a worker. {e}")
     try:
         try:
-            async for event in run.events(agents=False):
+            async for event in _events(run):
                 follower.show(event)
         finally:
             follower.finish()
@@ -195,6 +197,27 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         return report(e) or EXIT_ERROR
     out([render_summary(result, color=color)])
     return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
+
+
+async def _events(run: Run) -> AsyncIterator[RunEvent]:
+    """The run's live events; for a run that has ended, its turns' events as its history and the store tell them.
+
+    A query to an ended run waits for a worker to replay it (~20 s after its worker stopped, Temporal remembering the
+    gone poller; for ever once the fleet is gone), though everything ``follow`` prints is stored: the console's
+    ended-run reader reads it, and the same ``_Follower`` prints it. A run that ends while followed is followed live
+    to its end.
+    """
+    runner = run.runner
+    ended = await run.ended() if runner is not None else None
+    if runner is None or ended is None or ended == "continued_as_new":  # open, or about to go on as new
+        async for event in run.events(agents=False):
+            yield event
+        return
+    from agent_runner.console.ended import ended_turns  # the console's reader, loaded only when needed
+
+    for turn in (await ended_turns(runner, run.id, ended))[1]:
+        for event in turn.events():
+            yield event
 
 
 async def follow_until_interrupted(

@@ -19,27 +19,52 @@ messages: after the conversation it continued (``Run.send``), or the one it carr
 
 A result that carries the run's last status (``RunResult.last_status``) gives the status whole, as the ``status``
 query gave it (transcript version, cost, child runs); without one, the history's own account is given.
+
+``agent-runner follow`` reads an ended run's turns here too (``ended_turns``): each reply with its tool calls'
+results, from every execution of a run that continued as new, what each model call streamed from the run's live log
+while the store keeps it, which calls waited for approval (the run's policy and its tools' own rules, as the run
+decides) and the pauses of a step-mode run, so that it prints what following the run live printed. A call that would
+have waited but never started (its run stopped first) is told as waiting all the same: the history does not say.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from temporalio.api.common.v1 import Payloads
+from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.errors import StoreError
+from agent_runner.contract.events import (
+    ApprovalWaiting,
+    AttemptFilter,
+    BlockStart,
+    BlockStop,
+    ModelCallEvent,
+    ModelCallStarted,
+    ReplyReceived,
+    RunEvent,
+    StepWaiting,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from agent_runner.contract.lean import full_output_json
+from agent_runner.contract.steering import PendingApproval
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     CREATE_MESSAGE_ACTIVITY,
+    DESCRIBE_TOOLS_ACTIVITY,
     PROCESS_RESULTS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     RunResult,
@@ -48,6 +73,7 @@ from agent_runner.contract.types import (
     ToolResult,
     Usage,
 )
+from agent_runner.live import read_live_log
 
 _ENDED: dict[str, RunStatusName] = {
     "completed": "completed",
@@ -57,6 +83,29 @@ _ENDED: dict[str, RunStatusName] = {
     "timed_out": "timed_out",
 }
 """The run's status for how Temporal says it ended (``Run.ended``), when its result does not say."""
+
+
+@dataclass
+class _Turn:
+    """One turn as the history tells it, while it is read."""
+
+    iteration: int
+    reply: dict[str, Any]
+    attempt: int
+    """The model call's attempt that got the reply (0: a run recorded before calls said)."""
+    results: dict[str, dict[str, Any]]
+    """``_Reading.results`` while this turn's tools ran (the same dict; a later model call starts a new one)."""
+    agents: dict[str, dict[str, Any]]
+    """``_Reading.agents`` likewise."""
+    waited: list[str]
+    """The ``tool_use_id`` of each call that waited for a person's approval, in the reply's order."""
+    replied_at: str
+    """When the reply was recorded (ISO 8601): about when its calls began to wait."""
+    paused: bool
+    """Whether the run paused after the reply (step mode)."""
+    after: list[dict[str, Any]] | None = None
+    """The messages the next model call sent after the stored ones: where the results of the calls that no activity
+    ran (a denial, the built-in sleep, a tool the run does not have) are."""
 
 
 @dataclass
@@ -70,6 +119,10 @@ class _Reading:
     under_way: dict[str, Any] | None = None
     """The turn of the last model call (not a compaction) if it got no reply: under way when the run ended, or failed
     for good (the run failed with it); a later call supersedes it."""
+    under_way_iteration: int = 0
+    """Its turn number."""
+    iterations: dict[int, int] = field(default_factory=dict)
+    """The turn number of each model call (not a compaction), by its scheduled event's id."""
     tool_calls: dict[int, str] = field(default_factory=dict)
     """The ``tool_use_id`` of each tool call's activity, by its scheduled event's id."""
     hooks: set[int] = field(default_factory=set)
@@ -81,6 +134,20 @@ class _Reading:
     """The result (``RunResult`` as plain JSON) of each agent call's child run that completed since the last model call
     began, by ``tool_use_id``."""
     replies: int = 0
+    log: list[_Turn] = field(default_factory=list)
+    """Each turn's last reply with its tool calls' results, in order."""
+    first_pending: list[dict[str, Any]] | None = None
+    """The messages the first model call (not a compaction) sent after the stored ones."""
+    continued: str = ""
+    """The run id of the execution this one continued as new, if it did."""
+    approval: list[str] | str = field(default_factory=list)
+    """The run's ``approval`` policy's ``tools``: the names whose calls wait for a person, or ``"all"``."""
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The run's registered tools (``ToolSpec`` as plain JSON), by name: carried into the execution, and described."""
+    describes: set[int] = field(default_factory=set)
+    """The scheduled events of the ``describe_tools`` activities."""
+    step: bool = False
+    """Whether the run was started in step mode: it pauses after each reply."""
     usage: Usage = field(default_factory=Usage)
     result: dict[str, Any] | None = None
     detail: str | None = None
@@ -118,8 +185,18 @@ def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
 
 async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
     if event.HasField("workflow_execution_started_event_attributes"):
-        run_input = await _payload(converter, event.workflow_execution_started_event_attributes.input)
+        started = event.workflow_execution_started_event_attributes
+        run_input = await _payload(converter, started.input)
         reading.input = run_input if isinstance(run_input, dict) else None
+        if started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW:
+            reading.continued = started.continued_execution_run_id
+        if reading.input is not None:
+            reading.step = reading.input.get("step") not in (None, False)
+            approval = reading.input.get("approval")
+            reading.approval = approval.get("tools") or [] if isinstance(approval, dict) else []
+            continued = reading.input.get("continued")
+            carried = continued.get("tools") if isinstance(continued, dict) else None
+            reading.specs.update(carried if isinstance(carried, dict) else {})
     elif event.HasField("activity_task_scheduled_event_attributes"):
         scheduled = event.activity_task_scheduled_event_attributes
         name = scheduled.activity_type.name
@@ -130,10 +207,17 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.turns[event.event_id] = turn
                 if turn.get("compaction") is None:
                     reading.under_way = turn
+                    reading.iterations[event.event_id] = model_input.get("iteration") or 0
+                    reading.under_way_iteration = reading.iterations[event.event_id]
                     # The results so far are in this request: only the coming reply's tools (started after this,
-                    # eagerly or not) are its calls', and a later reply may use the same ids.
-                    reading.results.clear()
-                    reading.agents.clear()
+                    # eagerly or not) are its calls', and a later reply may use the same ids. New dicts, not
+                    # cleared ones: the last turn keeps its own.
+                    reading.results = {}
+                    reading.agents = {}
+                    if reading.log and reading.log[-1].after is None:
+                        reading.log[-1].after = turn.get("pending") or []
+                    if reading.first_pending is None:
+                        reading.first_pending = turn.get("pending") or []
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -142,6 +226,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.tool_calls[event.event_id] = call["tool_use_id"]
         elif name == PROCESS_RESULTS_ACTIVITY:
             reading.hooks.add(event.event_id)
+        elif name == DESCRIBE_TOOLS_ACTIVITY:
+            reading.describes.add(event.event_id)
     elif event.HasField("activity_task_completed_event_attributes"):
         completed = event.activity_task_completed_event_attributes
         scheduled_id = completed.scheduled_event_id
@@ -157,11 +243,19 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     reading.under_way = None
                 reading.replies += 1
                 reading.usage = reading.usage.add(message.get("usage"))
+                if scheduled_id in reading.iterations:  # a turn's reply, not a compaction's
+                    replied_at = event.event_time.ToDatetime(tzinfo=UTC).isoformat()
+                    _log(reading, reading.iterations[scheduled_id], message, output.get("attempt") or 0, replied_at)
         elif scheduled_id in reading.tool_calls:
             tool_use_id = reading.tool_calls[scheduled_id]
             block = _tool_result(tool_use_id, await _payload(converter, completed.result))
             if block is not None:
                 reading.results[tool_use_id] = block
+        elif scheduled_id in reading.describes:
+            output = await _payload(converter, completed.result)
+            for spec in output.get("tools") or [] if isinstance(output, dict) else []:
+                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                    reading.specs[spec["name"]] = spec
         elif scheduled_id in reading.hooks:
             # The hooks' results are the ones the run keeps, in place of the tools' own.
             output = await _payload(converter, completed.result)
@@ -234,6 +328,11 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     reading = _Reading()
     async for event in runner.attach(run_id).history_events():
         await _read(runner.client.data_converter, event, reading)
+    return await _ended(runner, reading, ended)
+
+
+async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun:
+    """The ``EndedRun`` that the reading of a run's (last) history tells."""
     result = RunResult.model_validate(reading.result) if reading.result is not None else None
     stop_reason = reading.last[1].get("stop_reason") if reading.last is not None else None
     unfinished: list[dict[str, str]] = []
@@ -246,7 +345,7 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
         turn, reply = reading.last
         held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
         if result is None:
-            done, unfinished = _tool_results(reply, reading)
+            done, unfinished = _tool_results(reply, reading.results, reading.agents)
             if done:
                 held.append({"role": "user", "content": done})
         messages = await _held(runner, turn.get("head"), held)
@@ -275,22 +374,220 @@ async def ended_run(runner: AgentRunner, run_id: str, ended: str) -> EndedRun:
     return EndedRun(status=status, messages=messages, unfinished=unfinished)
 
 
-def _tool_results(reply: dict[str, Any], reading: _Reading) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not."""
+def _tool_results(
+    reply: dict[str, Any], results: dict[str, dict[str, Any]], agents: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The ``tool_result`` blocks of the reply's tool calls that completed, and the calls that had not.
+
+    Args:
+        reply: Claude's reply.
+        results: The ``tool_result`` blocks the history shows for its calls, by ``tool_use_id``.
+        agents: The results of its agent calls' child runs, by ``tool_use_id``.
+    """
     done: list[dict[str, Any]] = []
     unfinished: list[dict[str, str]] = []
     for block in reply.get("content") or []:
         if not isinstance(block, dict) or block.get("type") != "tool_use":
             continue
         tool_use_id, name = str(block.get("id")), str(block.get("name"))
-        if tool_use_id in reading.results:
-            done.append(reading.results[tool_use_id])
-        elif tool_use_id in reading.agents:
-            content, is_error = agent_answer(name, reading.agents[tool_use_id])
+        if tool_use_id in results:
+            done.append(results[tool_use_id])
+        elif tool_use_id in agents:
+            content, is_error = agent_answer(name, agents[tool_use_id])
             done.append(ToolResult(content=content, is_error=is_error).block(tool_use_id))
         else:
             unfinished.append({"tool_use_id": tool_use_id, "name": name})
     return done, unfinished
+
+
+def _log(reading: _Reading, iteration: int, message: dict[str, Any], attempt: int, replied_at: str) -> None:
+    """Log turn ``iteration``'s reply; its tools' results are those the history shows until the next model call."""
+    if reading.log and reading.log[-1].iteration == iteration:
+        reading.log.pop()  # the turn called the model again (a refusal's fallback, a retry): the last reply stands
+    waited = [str(call.get("id")) for call in _calls(message) if _waits(reading, str(call.get("name")))]
+    logged = _Turn(iteration, message, attempt, reading.results, reading.agents, waited, replied_at, reading.step)
+    reading.log.append(logged)
+
+
+def _waits(reading: _Reading, name: str) -> bool:
+    """Whether a call of tool ``name`` waits for approval, as ``workflows/approvals.py`` decides (``needed``).
+
+    A registered tool's call does, by its own rule or the run's policy; an agent, the built-in sleep or a tool the
+    run does not have never waits.
+    """
+    spec = reading.specs.get(name)
+    if spec is None or spec.get("agent") is not None:
+        return False
+    return bool(spec.get("requires_approval")) or reading.approval == "all" or name in reading.approval
+
+
+@dataclass(frozen=True)
+class EndedTurn:
+    """One turn of an ended run: Claude's reply, and the results of its tool calls that completed."""
+
+    iteration: int
+    """The turn's number in the run (across its continue-as-new chain), 1 for the first."""
+    reply: dict[str, Any] | None
+    """The reply, in the Messages API's wire shape, stored content put back; ``None`` for a model call that got none
+    (under way when the run ended, or failed for good): only what it streamed is known."""
+    results: list[dict[str, Any]]
+    """The ``tool_result`` block of each of the reply's tool calls that completed, in the reply's order."""
+    streamed: tuple[RunEvent, ...] = ()
+    """What the turn's model call streamed, attempt by attempt, as its live log holds it; empty when the log does not
+    hold the reply whole (swept after the store's retention, or a store that keeps none)."""
+    waited: tuple[PendingApproval, ...] = ()
+    """The reply's calls that waited for a person's approval, in its order (``requested_at``: when the reply was
+    recorded)."""
+    paused: bool = False
+    """Whether the run paused after the reply (step mode)."""
+
+    def events(self) -> list[RunEvent]:
+        """The turn's live events, as a watcher of the run from its start saw them (``Run.events``).
+
+        The streamed ones are the live log's (a cut-off attempt's text, then its ``retracted``), or else made from the
+        reply, block by block; then the reply, the step-mode pause after it, each call's start (and its wait for
+        approval), and the results. A step-mode run's pause before its tool results go out (``review_results``) is
+        not told.
+        """
+        turn = self.iteration
+        attempts = AttemptFilter()
+        events: list[RunEvent] = [out for event in self.streamed for out in attempts.feed(event)]
+        if self.reply is None:
+            return events
+        if not events:
+            events = self._blocks(self.reply)
+        events.append(ReplyReceived(iteration=turn, message=self.reply))
+        if self.paused:
+            events.append(StepWaiting(iteration=turn, status="waiting_for_step"))
+        names: dict[str, str] = {}
+        waits = {approval.tool_use_id: approval for approval in self.waited}
+        for call in _calls(self.reply):
+            names[call["id"]] = call["name"]
+            events.append(ToolStarted(iteration=turn, tool_use_id=call["id"], name=call["name"], input=call["input"]))
+            if call["id"] in waits:
+                events.append(ApprovalWaiting(iteration=turn, approval=waits[call["id"]]))
+        for result in self.results:
+            call_id = str(result["tool_use_id"])
+            events.append(ToolFinished(iteration=turn, tool_use_id=call_id, name=names[call_id], result=result))
+        return events
+
+    def _blocks(self, reply: dict[str, Any]) -> list[RunEvent]:
+        """The reply's blocks as one attempt streams them: text in a delta, every other block whole."""
+        turn = self.iteration
+        events: list[RunEvent] = [ModelCallStarted(iteration=turn, attempt=1)]
+        for index, block in enumerate(reply.get("content") or []):
+            if block.get("type") == "text":  # text streams; every other block is whole once it stops
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block={"type": "text", "text": ""}))
+                events.append(TextDelta(iteration=turn, attempt=1, index=index, text=str(block.get("text") or "")))
+            else:
+                events.append(BlockStart(iteration=turn, attempt=1, index=index, block=block))
+            events.append(BlockStop(iteration=turn, attempt=1, index=index))
+        return events
+
+
+def _streamed(live: list[RunEvent], iteration: int, attempt: int, reply: dict[str, Any] | None) -> tuple[RunEvent, ...]:
+    """The live log's events of turn ``iteration``'s model call up to ``attempt`` (the one that got ``reply``).
+
+    With a reply, only if they hold it whole: that attempt stopped every block of it (a log swept meanwhile, or
+    written in part, is not used). Without one (no reply came), all of them; ``attempt`` 0: up to the last.
+    """
+    turn = [e for e in live if isinstance(e, ModelCallEvent) and e.iteration == iteration]
+    attempt = attempt or max((e.attempt for e in turn), default=0)
+    streamed: list[RunEvent] = []
+    stopped: set[int] = set()
+    for event in live:
+        if isinstance(event, ModelCallEvent) and event.iteration == iteration and event.attempt <= attempt:
+            streamed.append(event)
+            if isinstance(event, BlockStop) and event.attempt == attempt:
+                stopped.add(event.index)
+    whole = reply is None or stopped >= set(range(len(reply.get("content") or [])))
+    return tuple(streamed) if streamed and whole else ()
+
+
+def _calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reply's calls of the run's own tools (``tool_use`` blocks: the server runs the others)."""
+    return [b for b in reply.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+async def _executions(runner: AgentRunner, run_id: str) -> list[_Reading]:
+    """The readings of the run's executions, the first one first: each one that continued as new, then the latest.
+
+    Read from the latest back, each execution's first event naming the one it continued; each turn's results that
+    came after its execution's last model call are then in the next one's first request.
+    """
+    readings: list[_Reading] = []
+    execution = runner.attach(run_id)
+    while True:
+        reading = _Reading()
+        async for event in execution.history_events():
+            await _read(runner.client.data_converter, event, reading)
+        readings.insert(0, reading)
+        if not reading.continued:
+            break
+        execution = Run(runner.client.get_workflow_handle(run_id, run_id=reading.continued), runner=runner)
+    for reading, following in zip(readings, readings[1:], strict=False):
+        if reading.log and reading.log[-1].after is None:
+            reading.log[-1].after = following.first_pending
+    return readings
+
+
+async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[EndedRun, list[EndedTurn]]:
+    """An ended run (``ended_run``) and its turns, from the histories of its executions and the content store.
+
+    A run that continued as new has its earlier turns in the histories of the executions before; each is read. A
+    tool call that no activity ran (a denial, the built-in sleep, a tool the run does not have) has its result in
+    the next request, or for the last turn in the run's conversation. A reply whose tool calls had not all
+    completed when the run ended lists the results of those that had.
+
+    Args:
+        runner: The client (its Temporal client and content store).
+        run_id: The run.
+        ended: How Temporal says it ended (``Run.ended``), for a run whose result does not say.
+
+    Raises:
+        AgentRunError: Temporal would not give a history.
+    """
+    readings = await _executions(runner, run_id)
+    reading = readings[-1]
+    log = [logged for each in readings for logged in each.log]
+    run = await _ended(runner, reading, ended)
+    try:
+        live = await read_live_log(runner.content.store, run_id)
+    except StoreError:
+        live = []  # previews are best effort, as for a watcher: each reply is then made into its blocks
+    last = max((i for i, m in enumerate(run.messages) if m.get("role") == "assistant"), default=len(run.messages))
+    tail = run.messages[last + 1 :]  # what followed Claude's last reply in the run's conversation
+    held: list[list[Any]] = []  # each turn's [reply, results], as JSON
+    for number, logged in enumerate(log):
+        done = {b["tool_use_id"]: b for b in _tool_results(logged.reply, logged.results, logged.agents)[0]}
+        after = logged.after if logged.after is not None else tail if number == len(log) - 1 else []
+        for message in after:  # the calls no activity ran, answered in the messages that followed
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    done.setdefault(str(block.get("tool_use_id")), block)
+        held.append([logged.reply, [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]])
+    resolved = await runner.content.resolve(held)  # stored content put back, in as few reads as it takes
+    turns: list[EndedTurn] = []
+    for logged, (reply, results) in zip(log, resolved, strict=True):
+        streamed = _streamed(live, logged.iteration, logged.attempt, reply)
+        waited = tuple(
+            PendingApproval(
+                tool_use_id=call["id"],
+                name=call["name"],
+                input=call.get("input"),
+                iteration=logged.iteration,
+                requested_at=logged.replied_at,
+            )
+            for call in _calls(reply)
+            if call["id"] in logged.waited
+        )
+        turns.append(EndedTurn(logged.iteration, reply, results, streamed, waited, logged.paused))
+    turn = reading.under_way_iteration
+    if reading.result is None and reading.under_way is not None and (not log or log[-1].iteration != turn):
+        # Its last model call got no reply: what it streamed before the run ended is all there is of that turn.
+        turns.append(EndedTurn(turn, None, [], _streamed(live, turn, 0, None)))
+    return run, turns
 
 
 async def ended_status(runner: AgentRunner, run_id: str, ended: str) -> RunStatus:
