@@ -183,6 +183,18 @@ def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
     )
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""The marker Temporal's SDKs record a local activity's outcome in: its ``data`` names the activity, ``result`` holds
+what it returned."""
+
+
+def _described(reading: _Reading, output: Any) -> None:
+    """Take the tools a ``describe_tools`` lookup answered with, by name."""
+    for spec in output.get("tools") or [] if isinstance(output, dict) else []:
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            reading.specs[spec["name"]] = spec
+
+
 async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading) -> None:
     if event.HasField("workflow_execution_started_event_attributes"):
         started = event.workflow_execution_started_event_attributes
@@ -252,16 +264,20 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
             if block is not None:
                 reading.results[tool_use_id] = block
         elif scheduled_id in reading.describes:
-            output = await _payload(converter, completed.result)
-            for spec in output.get("tools") or [] if isinstance(output, dict) else []:
-                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-                    reading.specs[spec["name"]] = spec
+            _described(reading, await _payload(converter, completed.result))
         elif scheduled_id in reading.hooks:
             # The hooks' results are the ones the run keeps, in place of the tools' own.
             output = await _payload(converter, completed.result)
             for block in output.get("results") or [] if isinstance(output, dict) else []:
                 if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
                     reading.results[block["tool_use_id"]] = block
+    elif event.HasField("marker_recorded_event_attributes"):
+        marker = event.marker_recorded_event_attributes
+        # Runs begun since the umbrella patch look their tools up in a local activity (``workflows/tool_lookup.py``).
+        if marker.marker_name == LOCAL_ACTIVITY_MARKER and "result" in marker.details:
+            data = await _payload(converter, marker.details["data"]) if "data" in marker.details else None
+            if isinstance(data, dict) and data.get("activity_type") == DESCRIBE_TOOLS_ACTIVITY:
+                _described(reading, await _payload(converter, marker.details["result"]))
     elif event.HasField("child_workflow_execution_completed_event_attributes"):
         child = event.child_workflow_execution_completed_event_attributes
         outcome = await _payload(converter, child.result)
