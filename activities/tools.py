@@ -594,20 +594,21 @@ def own_run(call: RunToolInput) -> RunToolInput:
     return call if call.run_id else call.model_copy(update={"run_id": activity.info().workflow_id or ""})
 
 
-async def offloaded(content: Content, name: str, result: ToolResult) -> ToolResult:
-    """``result`` with big content stored apart, tried ``STORE_ATTEMPTS`` times with backoff.
+async def offloaded(content: Content, name: str, result: ToolResult, *, kind: str = "Tool") -> ToolResult:
+    """``result`` with big content stored apart, tried ``STORE_ATTEMPTS`` times with backoff, heartbeating between.
 
-    Never raises, since the tool has run: when every try fails, Claude is told the result was lost.
+    Never raises, since the tool (or a toolset's action: ``kind="Action"``) has run: when every try fails, Claude is
+    told the result was lost.
     """
     delay = 0.5
     for attempt in range(1, STORE_ATTEMPTS + 1):
         try:
             return result.model_copy(update={"content": await content.offload(result.content)})
         except Exception as e:
-            logger.warning("Storing the result of tool %s failed (try %d): %s", name, attempt, e)
+            logger.warning("Storing the result of %s %s failed (try %d): %s", kind.lower(), name, attempt, e)
             if attempt == STORE_ATTEMPTS:
                 return ToolResult(
-                    content=f"Error: Tool '{name}' ran, but its result could not be stored "
+                    content=f"Error: {kind} '{name}' ran, but its result could not be stored "
                     f"({_error_text(e)}). It was not run again.",
                     is_error=True,
                 )

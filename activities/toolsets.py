@@ -253,18 +253,9 @@ class ToolsetActivities:
         Never raises: the action has run, and must not run again because its result could not be stored.
         """
         # Imported here: activities/tools.py imports this module for the registry.
-        from agent_runner.activities.tools import _within_payload_limit
+        from agent_runner.activities.tools import _within_payload_limit, offloaded
 
         checked = _within_payload_limit(
             name, ToolResult(content=result.get("content"), is_error=bool(result.get("is_error")))
         )
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                return checked.model_copy(update={"content": await self._content.offload(checked.content)})
-            except Exception as e:
-                logger.warning("Storing the result of action %s failed (try %d): %s", name, attempt, e)
-                await asyncio.sleep(0.5 * attempt)
-        return ToolResult(
-            content=f"Error: Action '{name}' ran, but its result could not be stored. It was not run again.",
-            is_error=True,
-        )
+        return await offloaded(self._content, name, checked, kind="Action")

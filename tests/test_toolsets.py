@@ -30,6 +30,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_us
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_durability import wait_for, worker_process
+from tests.test_tool_effects import FailingBigPuts
 from tests.tools_for_tests import get_time
 
 BASE: dict[str, Any] = {
@@ -338,6 +339,32 @@ async def test_a_big_screenshot_is_stored_apart_and_sent_whole(
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ScreenshotComputer.image}}
     assert results_sent(fake_api) == [result("toolu_1", "computer", [image])]
     assert ScreenshotComputer.image not in history.to_json()  # the history carries a reference, not the image
+
+
+class CountingScreenshotComputer(ScreenshotComputer):
+    """Counts its screenshots: an action whose result cannot be stored must not be run again."""
+
+    taken = 0
+
+    async def call(
+        self, context: BetaToolsetCallContext, name: str, input: Mapping[str, object]
+    ) -> str | BetaToolsetContent:
+        CountingScreenshotComputer.taken += 1
+        return await super().call(context, name, input)
+
+
+async def test_an_action_whose_result_the_store_cannot_take_is_an_error_result_and_ran_once(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As for a tool (``activities/tools.py`` ``offloaded``): five tries in the one attempt, then Claude is told."""
+    store, CountingScreenshotComputer.taken = FailingBigPuts(), 0
+    fake_api.script(Reply([action("toolu_1", "computer", "screenshot")], "tool_use"), end_turn("It is lost."))
+    async with worker(CountingScreenshotComputer(), store=store):
+        run = await runner.start(**BASE, tools=["computer"])
+        assert (await run.result()).status == "completed"
+    assert (CountingScreenshotComputer.taken, store.puts) == (1, 5)
+    lost = "Error: Action 'computer/screenshot' ran, but its result could not be stored (OSError('disk full')). It "
+    assert results_sent(fake_api) == [result("toolu_1", "computer", lost + "was not run again.", error=True)]
 
 
 def test_a_tools_module_registers_the_toolsets_it_defines(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
