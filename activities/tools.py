@@ -72,6 +72,7 @@ from agent_runner.contract.types import (
     ToolEffects,
     ToolResult,
     ToolSpec,
+    idempotency_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -590,8 +591,16 @@ class ToolActivities:
 
 
 def own_run(call: RunToolInput) -> RunToolInput:
-    """``call`` naming its run: runs since issue 14 leave their own id out (``workflows/history_size.py``)."""
-    return call if call.run_id else call.model_copy(update={"run_id": activity.info().workflow_id or ""})
+    """``call`` naming its run and its idempotency key, where the run left them out (``workflows/history_size.py``).
+
+    Runs since issue 14 leave out what the activity knows: the run's id is its workflow id, and in a run's first
+    execution the key's first run id is the activity's own ``workflow_run_id``.
+    """
+    if call.run_id:
+        return call  # recorded before: it names its run, and its key (or none) is as it was sent
+    info = activity.info()
+    key = call.idempotency_key or idempotency_key(info.workflow_run_id or "", call.tool_use_id)
+    return call.model_copy(update={"run_id": info.workflow_id or "", "idempotency_key": key})
 
 
 async def offloaded(content: Content, name: str, result: ToolResult, *, kind: str = "Tool") -> ToolResult:

@@ -12,6 +12,9 @@ workers, against the same fake:
 * ``sdk``: the Anthropic SDK's ``tool_runner`` in-process (over a message thread, its default): nothing durable.
   Below it, ``floor + sdk`` adds the two (wall time and worker CPU): the floor makes no request, so this is the least
   any durable runner doing the same turns could cost here.
+* ``sdk-stream``: the same runner with ``stream=True`` (each turn read as an SSE stream, the SDK's ``MessageStream``:
+  what agent-runner's model call does), and ``floor + sdk-stream`` below it: the least a durable runner that streams
+  its replies could cost.
 * ``agent-runner``: ``AgentRunner.start(...)`` + ``run.result()`` (message thread, the default), a fresh SQLite
   content store for the whole benchmark; ``agent-runner-full``: the same with ``thread=False`` (the full
   conversation on the wire every turn, as the peer sends it).
@@ -95,7 +98,7 @@ SIZES: dict[str, int] = {"1KB": 1_000, "10KB": 10_000, "100KB": 100_000, "10KB+3
 DEFAULT_SIZES = ("1KB", "10KB", "100KB")
 REPLY_TEXT: dict[str, int] = {"10KB+3KB-replies": 3_000}
 """Sizes whose ``tool_use`` replies open with this many bytes of text (a reply that streams at length)."""
-TASK_QUEUE = "bench-peer-agent-runner"
+TASK_QUEUE = "bench-peer-runner"  # as long as the floor's, give or take one: both are in every event
 FLOOR_TASK_QUEUE = "bench-peer-floor"
 PEER_TASK_QUEUE = "bench-peer-pydantic-ai"
 FAKE_THREAD_NAME = "fake-messages-api"  # the thread FakeMessagesAPI.start() serves from
@@ -243,6 +246,22 @@ class Bench:
         self.check_requests()
         return None
 
+    async def sdk_stream(self) -> WorkflowHandle[Any, Any] | None:
+        self.fresh_fake()
+        runner = self.sdk_client.beta.messages.tool_runner(
+            model=MODEL,
+            max_tokens=MAX_TOKENS,
+            messages=[{"role": "user", "content": PROMPT}],
+            tools=[ping],
+            max_iterations=self.iterations + 1,
+            stream=True,
+        )
+        async for stream in runner:  # the runner reads each stream's final message after this body
+            async for _event in stream:
+                pass
+        self.check_requests()
+        return None
+
     async def agent_runner(self, *, thread: bool) -> WorkflowHandle[Any, Any] | None:
         self.fresh_fake()
         run = await self.runner.start(
@@ -280,6 +299,7 @@ def modes(bench: Bench) -> dict[str, Callable[[], Awaitable[WorkflowHandle[Any, 
     return {
         "floor": bench.floor,
         "sdk": bench.sdk,
+        "sdk-stream": bench.sdk_stream,
         "agent-runner": lambda: bench.agent_runner(thread=True),
         "agent-runner-full": lambda: bench.agent_runner(thread=False),
         "pydantic-ai": bench.pydantic_ai,
@@ -445,7 +465,7 @@ def report(
             per_run = [x * 1000 / iterations for x in s.seconds]
             n = len(s.seconds) * iterations
             ms, cpu, srv = statistics.median(per_run), s.worker_cpu * 1000 / n, s.server_cpu * 1000 / n
-            durable = name != "sdk"
+            durable = not name.startswith("sdk")
             events = s.events / iterations if durable else float("nan")
             kb = s.proto_bytes / 1000 / iterations if durable else float("nan")
             print(
@@ -453,19 +473,21 @@ def report(
                 f"| {cpu:.2f} | {ratio(cpu, floor_cpu)} | {cell(srv)} | {ratio(srv, floor_server)} "
                 f"| {cell(events, '.1f')} | {ratio(events, floor_events)} | {cell(kb)} | {ratio(kb, floor_kb)} |"
             )
-            if name == "sdk" and s.seconds:
+            if name.startswith("sdk") and s.seconds:
                 # What no durable runner can go below: Temporal's floor plus the SDK's own work for the same turns.
                 ms, cpu = floor_ms + ms, floor_cpu + cpu
                 print(
-                    f"| {size} | floor + sdk | {ms:.2f} | – | – | {ratio(ms, floor_ms)} | {cpu:.2f} "
+                    f"| {size} | floor + {name} | {ms:.2f} | – | – | {ratio(ms, floor_ms)} | {cpu:.2f} "
                     f"| {ratio(cpu, floor_cpu)} | – | –× | – | –× | – | –× |"
                 )
     print()
     print(
-        "sdk: in-process, no Temporal (server CPU is the idle server's). floor + sdk: the two added, the least a "
-        "durable run of the same turns could cost (the floor makes no request). The floor carries no payload; "
-        "agent-runner also looks its tools up once per run (describe_tools, a local activity). pydantic-ai's history "
-        "per iteration grows with N (the whole conversation is each model activity's input)."
+        "sdk: in-process, no Temporal (server CPU is the idle server's); sdk-stream: the same, each reply streamed. "
+        "floor + sdk: the two added, the least a durable run of the same turns could cost (the floor makes no "
+        "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does. The "
+        "floor carries no payload; agent-runner also looks its tools up once per run (describe_tools, a local "
+        "activity). pydantic-ai's history per iteration grows with N (the whole conversation is each model "
+        "activity's input)."
     )
     print(f"total wall {wall:.0f} s")
 

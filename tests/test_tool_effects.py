@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 from collections.abc import Mapping
 from datetime import timedelta
@@ -21,7 +22,7 @@ from agent_runner.activities.tools import ToolCall, current_tool_call, tool_opti
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.events import ToolOutcomeUnknown
-from agent_runner.contract.types import RunResult
+from agent_runner.contract.types import RUN_TOOL_ACTIVITY, RunResult
 from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -391,27 +392,44 @@ async def test_the_idempotency_key_is_stable_per_tool_use_across_continue_as_new
     fake_api.script(
         call("whose_key", "toolu_1", note="a"),
         call("whose_key", "toolu_2", note="b"),
+        call("whose_key", "toolu_3", note="c"),
         end_turn("Keys."),
         # the fork, from iteration 2: it asks again for toolu_2
         call("whose_key", "toolu_2", note="b"),
         end_turn("Keys again."),
     )
     async with worker(whose_key):
-        # Continue as new after every event budget: each turn starts on a fresh history.
+        # Continue as new after every event budget: the third call runs in a continuation.
         run = await runner.start(
             **BASE, messages=[USER], tools=[whose_key], thread=False, continue_as_new={"events": 20}
         )
         await run.until_done()
-        status = await run.status()
         fork = await run.fork(2)
         await fork.until_done()
     bodies = fake_api.bodies()
-    first, second = (results_sent(fake_api, i)[0]["content"] for i in (1, 2))
-    forked = bodies[4]["messages"][-1]["content"][0]["content"]
-    assert status.continuations >= 1
-    assert len({first, second, forked}) == 3 and all(len(k) == 32 for k in (first, second, forked))
+    keys = [results_sent(fake_api, i)[0]["content"] for i in (1, 2, 3)]
+    forked = bodies[5]["messages"][-1]["content"][0]["content"]
     first_run_id = (await run.handle.describe()).raw_description.workflow_execution_info.first_run_id
-    assert second == hashlib.sha256(f"{first_run_id}/toolu_2".encode()).hexdigest()[:32]
+    assert keys == [hashlib.sha256(f"{first_run_id}/toolu_{n}".encode()).hexdigest()[:32] for n in (1, 2, 3)]
+    assert forked not in keys and len(forked) == 32
+    # The run's first execution leaves the key out of the tool's input (the activity derives it from its own run
+    # id); a continuation, whose run id is another, sends it.
+    sent: list[tuple[int, str, str | None]] = []
+    for execution, run_id in enumerate(await execution_run_ids(runner, run.id)):
+        history = await runner.client.get_workflow_handle(run.id, run_id=run_id).fetch_history()
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                scheduled = event.activity_task_scheduled_event_attributes
+                if scheduled.activity_type.name == RUN_TOOL_ACTIVITY:
+                    tool_input = json.loads(scheduled.input.payloads[0].data)
+                    sent.append((execution, tool_input["tool_use_id"], tool_input.get("idempotency_key")))
+    assert sent == [(0, "toolu_1", None), (0, "toolu_2", None), (1, "toolu_3", keys[2])]
+
+
+async def execution_run_ids(runner: AgentRunner, run_id: str) -> list[str]:
+    """The run ids of a run's executions (continue-as-new makes one each), oldest first."""
+    executions = [e async for e in runner.client.list_workflows(f"WorkflowId = '{run_id}'")]
+    return [e.run_id for e in sorted(executions, key=lambda e: e.start_time)]
 
 
 async def test_the_idempotency_key_is_the_same_on_every_attempt(

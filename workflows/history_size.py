@@ -23,7 +23,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.lean import full_output
     from agent_runner.contract.transcript import Transcript, canonical, ref_for
-    from agent_runner.contract.types import CreateMessageOutput, ModelTurn
+    from agent_runner.contract.types import CreateMessageOutput, ModelTurn, idempotency_key
 
 from agent_runner.workflows.patches import since
 
@@ -35,6 +35,19 @@ reads its own)."""
 def input_run_id() -> str:
     """The ``run_id`` of a model or tool call's input: empty (the activity reads its own), unless recorded with it."""
     return "" if since(INPUTS_WITHOUT_RUN_ID_PATCH) else workflow.info().workflow_id
+
+
+def input_idempotency_key(tool_use_id: str) -> str:
+    """The ``idempotency_key`` of a tool call's input: empty where the activity derives the same key itself.
+
+    The key hashes the run chain's first run id (``idempotency_key``): in a run's first execution that is the
+    activity's own ``workflow_run_id``, so only a continuation sends it. (No patch: the key is the same either way,
+    and a run recorded with its run id in its inputs sends its key, as its activities read it.)
+    """
+    info = workflow.info()
+    if input_run_id() == "" and info.run_id == info.first_execution_run_id:
+        return ""
+    return idempotency_key(info.first_execution_run_id, tool_use_id)
 
 
 LEAN_HISTORY_PATCH = "lean-iteration-history"

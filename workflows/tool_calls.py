@@ -9,7 +9,6 @@ unknown becomes what its ``on_unknown`` says. Result hooks then see the reply's 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
-    from agent_runner.workflows.history_size import input_run_id
+    from agent_runner.workflows.history_size import input_idempotency_key, input_run_id
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
     from agent_runner.workflows.sleep import Sleeps
@@ -190,7 +189,7 @@ class ToolCalls:
             input=tool_input,
             run_id=input_run_id(),
             iteration=iteration,
-            idempotency_key=_idempotency_key(str(block.get("id"))),
+            idempotency_key=input_idempotency_key(str(block.get("id"))),
         )
         if spec.effects != "at_most_once":
             try:
@@ -336,12 +335,6 @@ class ToolCalls:
             summary=summary + (" · reconcile" if reconciling else ""),
         )
         return result
-
-
-def _idempotency_key(tool_use_id: str) -> str:
-    """Stable for one ``tool_use`` of one run: the chain's first run id survives continue-as-new; a fork has its own."""
-    seed = f"{workflow.info().first_execution_run_id}/{tool_use_id}"
-    return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
 def _unknown_text(name: str, cause: str) -> str:

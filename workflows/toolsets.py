@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY, ToolsetActionInput, toolset_family
     from agent_runner.contract.types import TOOL_TIMEOUT_GRACE, RunToolInput, ToolResult, ToolSpec
     from agent_runner.workflows.failures import retry_policy
-    from agent_runner.workflows.history_size import input_run_id
+    from agent_runner.workflows.history_size import input_idempotency_key, input_run_id
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -121,7 +121,7 @@ class Toolsets:
         self, spec: ToolSpec, family: str, block: dict[str, Any], tool_input: Any, iteration: int
     ) -> ToolResult:
         # Imported here: tool_calls imports this module.
-        from agent_runner.workflows.tool_calls import _idempotency_key, _tool_failure
+        from agent_runner.workflows.tool_calls import _tool_failure
 
         call = RunToolInput(
             name=str(block.get("name")),
@@ -129,7 +129,7 @@ class Toolsets:
             input=tool_input,
             run_id=input_run_id(),
             iteration=iteration,
-            idempotency_key=_idempotency_key(str(block.get("id"))),
+            idempotency_key=input_idempotency_key(str(block.get("id"))),
         )
         if spec.effects == "at_most_once":  # run, and settled when lost, as an at-most-once tool is
             return await self._run.tool_calls.at_most_once(spec, block, call, iteration, toolset=family)

@@ -9,6 +9,7 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -204,14 +205,15 @@ class DescribeToolsInput(BaseModel):
 class DescribeToolsOutput(BaseModel):
     """The registered tools, in the order asked, and the names no worker registered."""
 
+    # Left out of the JSON at their defaults (the answer is in every run's history).
     tools: list[ToolSpec]
-    missing: list[str] = []
-    missing_hooks: list[str] = []
+    missing: list[str] = Field(default=[], exclude_if=lambda missing: not missing)
+    missing_hooks: list[str] = Field(default=[], exclude_if=lambda missing: not missing)
     registered: list[str] | None = None
     """Every tool the answering worker registered, so edits naming others are refused up front."""
-    model_task_queue: str | None = None
+    model_task_queue: str | None = Field(default=None, exclude_if=lambda queue: queue is None)
     """The task queue the fleet runs model calls on, when the workers route them to a queue of their own."""
-    search_attributes: bool = False
+    search_attributes: bool = Field(default=False, exclude_if=lambda registered: not registered)
     """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
 
@@ -323,8 +325,18 @@ class RunToolInput(BaseModel):
     run_id: str = Field(default="", exclude_if=lambda run_id: not run_id)
     """The run's workflow id; when empty (runs since issue 14 leave it out), the activity's own workflow id."""
     iteration: int = 0
-    idempotency_key: str = ""
-    """Stable for one ``tool_use`` of one run: the same across retries and continue-as-new, new in a fork."""
+    idempotency_key: str = Field(default="", exclude_if=lambda key: not key)
+    """Stable for one ``tool_use`` of one run: the same across retries and continue-as-new, new in a fork
+    (``idempotency_key``). Empty (left out of the JSON) when the activity derives it: a run's first execution."""
+
+
+def idempotency_key(first_run_id: str, tool_use_id: str) -> str:
+    """The idempotency key of the call ``tool_use_id`` in the run chain that began with ``first_run_id``.
+
+    Continue-as-new keeps a chain's first run id, so the key is the same on every attempt and in every continuation;
+    a fork is a new chain, so its calls get new keys.
+    """
+    return hashlib.sha256(f"{first_run_id}/{tool_use_id}".encode()).hexdigest()[:32]
 
 
 class ProcessResultsInput(BaseModel):
