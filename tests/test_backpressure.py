@@ -197,6 +197,7 @@ def model_requests(fake: FakeMessagesAPI) -> set[str]:
     return {first_text(b) for b in fake.bodies()} - {"hog", ""}  # "": the hog run's tool result
 
 
+@pytest.mark.slow  # a worker whose loop is blocked on purpose steps every run slowly: a minute or two each
 @pytest.mark.parametrize("backpressure", [True, False], ids=["backpressure", "fixed-slots"])
 async def test_a_busy_event_loop_holds_new_model_calls_in_the_activity_queue(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, backpressure: bool
