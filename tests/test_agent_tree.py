@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,15 +34,25 @@ from tests.subagent_support import (
 from tests.tools_for_tests import get_weather
 
 
+async def start_research(
+    runner: AgentRunner,
+    fake_api: FakeMessagesAPI,
+    child: Callable[[dict[str, Any]], ScriptItem],
+    researcher: dict[str, Any],
+    **start: Any,
+) -> Run:
+    """A parent that asks its researcher (``RESEARCHER`` and ``researcher``) to "Go." (``toolu_P1``) and ends "Done.";
+    ``child`` answers the researcher's requests."""
+    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
+    return await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, **researcher}], **start)
+
+
 async def start_tree(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
     """A parent whose researcher has a scout: three levels of runs, five replies of 10 input and 5 output tokens.
 
     The parent asks the researcher to "Go." (``toolu_P1``) and ends "Done."; the researcher asks its scout once.
     """
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
-    return await runner.start(
-        **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": [], "agents": [SCOUT]}]
-    )
+    return await start_research(runner, fake_api, scouting_child, {"tools": [], "agents": [SCOUT]})
 
 
 PARENT_AFTER_THE_CALL = [
@@ -210,14 +221,9 @@ async def test_what_a_child_spent_counts_against_the_parents_budget(
             return Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use")
         return end_turn("Sunny.")
 
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
     async with worker(get_weather):
-        run = await runner.start(
-            **BASE,
-            messages=[USER],
-            thread=False,
-            budget={"max_output_tokens": 12},
-            agents=[{**RESEARCHER, "tools": ["get_weather"]}],
+        run = await start_research(
+            runner, fake_api, child, {"tools": ["get_weather"]}, budget={"max_output_tokens": 12}
         )
         result = await run.result()
         child_result = await run.child("toolu_P1").result()
