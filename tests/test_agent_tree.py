@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,30 +20,14 @@ from agent_runner.contract.types import RunStatus, Usage
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, tool_use
 from tests.conftest import WorkerFactory
 from tests.subagent_support import (
-    BASE,
-    RESEARCHER,
     SCOUT,
-    USER,
     ChildAskingApproval,
-    by_system,
     parent_bodies,
     research,
     scouting_child,
+    start_research,
 )
 from tests.tools_for_tests import get_weather
-
-
-async def start_research(
-    runner: AgentRunner,
-    fake_api: FakeMessagesAPI,
-    child: Callable[[dict[str, Any]], ScriptItem],
-    researcher: dict[str, Any],
-    **start: Any,
-) -> Run:
-    """A parent that asks its researcher (``RESEARCHER`` and ``researcher``) to "Go." (``toolu_P1``) and ends "Done.";
-    ``child`` answers the researcher's requests."""
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
-    return await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, **researcher}], **start)
 
 
 async def start_tree(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
