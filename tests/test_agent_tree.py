@@ -38,6 +38,23 @@ async def start_tree(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
     return await start_research(runner, fake_api, scouting_child, {"tools": [], "agents": [SCOUT]})
 
 
+Shape = tuple[tuple[str, ...], str, int, int | None]
+"""An event as ``shape`` sums it up: its run's path of agent calls, type, iteration and offset."""
+
+
+def call_opening(path: tuple[str, ...]) -> list[Shape]:
+    """The ``shape`` of the first events of the run at ``path`` (``()``: the parent), to its first call's start."""
+    return [
+        (path, "iteration_started", 1, 0),
+        (path, "model_call_started", 1, 0),
+        (path, "block_start", 1, 0),
+        (path, "tool_input", 1, 0),
+        (path, "block_stop", 1, 0),
+        (path, "reply", 1, 2),
+        (path, "tool_started", 1, 3),
+    ]
+
+
 PARENT_AFTER_THE_CALL = [
     ((), "tool_finished", 1, 5),
     ((), "iteration_started", 2, 6),
@@ -60,7 +77,7 @@ def tree_lines(child_id: str) -> list[str]:
     ]
 
 
-def shape(events: list[RunEvent]) -> list[tuple[tuple[str, ...], str, int, int | None]]:
+def shape(events: list[RunEvent]) -> list[Shape]:
     return [(e.path, e.type, e.iteration, e.offset) for e in events]
 
 
@@ -82,21 +99,9 @@ async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
     # A child's events come after the parent's `agent_started` for it and before the parent's `tool_finished` of the
     # call, each with its offset in its own run's stream; the grandchild's likewise inside the child's.
     assert shape(events) == [
-        ((), "iteration_started", 1, 0),
-        ((), "model_call_started", 1, 0),
-        ((), "block_start", 1, 0),
-        ((), "tool_input", 1, 0),
-        ((), "block_stop", 1, 0),
-        ((), "reply", 1, 2),
-        ((), "tool_started", 1, 3),
+        *call_opening(()),
         ((), "agent_started", 1, 4),
-        (p, "iteration_started", 1, 0),
-        (p, "model_call_started", 1, 0),
-        (p, "block_start", 1, 0),
-        (p, "tool_input", 1, 0),
-        (p, "block_stop", 1, 0),
-        (p, "reply", 1, 2),
-        (p, "tool_started", 1, 3),
+        *call_opening(p),
         (p, "agent_started", 1, 4),
         (s, "iteration_started", 1, 0),
         (s, "model_call_started", 1, 0),
@@ -303,13 +308,7 @@ async def test_resuming_after_a_childs_agent_started_still_brings_that_childs_ev
     # Resumed after the `agent_started`: the child's every event, then the parent's from offset 5.
     assert resumed == everything[started + 1 :]
     assert shape(resumed) == [
-        (p, "iteration_started", 1, 0),
-        (p, "model_call_started", 1, 0),
-        (p, "block_start", 1, 0),
-        (p, "tool_input", 1, 0),
-        (p, "block_stop", 1, 0),
-        (p, "reply", 1, 2),
-        (p, "tool_started", 1, 3),
+        *call_opening(p),
         (p, "approval_waiting", 1, 4),
         (p, "approval_decided", 1, 5),
         (p, "tool_finished", 1, 6),
