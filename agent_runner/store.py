@@ -1558,20 +1558,34 @@ class _StoreCipher:
         Raises:
             StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
         """
+        found = self._key_of(
+            sealed,
+            lambda key_id: (
+                f"the store at {url} holds {what} encrypted with key {key_id!r}, which {KEYS_ENV} does not "
+                "hold: add that key back (after the current one)"
+            ),
+        )
+        if found is None:
+            return None
+        key_id, nonce, body = found
+        try:
+            return self._ciphers[key_id].decrypt(nonce, body, aad)
+        except InvalidTag:
+            return None
+
+    def _key_of(self, sealed: bytes, missing: Callable[[str], str]) -> tuple[str, bytes, bytes] | None:
+        """The id of the key ``sealed`` names, its nonce and the rest; ``None`` if it is not a sealed value.
+
+        Raises:
+            StoreError: It names a key we do not hold; ``missing(key_id)`` is its message (each caller says what).
+        """
         parsed = sealed_key_id(sealed)
         if parsed is None:
             return None
         key_id, end = parsed
-        cipher = self._ciphers.get(key_id)
-        if cipher is None:
-            raise StoreError(
-                f"the store at {url} holds {what} encrypted with key {key_id!r}, which {KEYS_ENV} does not hold: add "
-                "that key back (after the current one)"
-            )
-        try:
-            return cipher.decrypt(sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :], aad)
-        except InvalidTag:
-            return None
+        if key_id not in self._keys:
+            raise StoreError(missing(key_id))
+        return key_id, sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :]
 
     def seal_node(self, message: str) -> str:
         """A chain node's message reference, sealed as the ``message`` column holds it."""
@@ -1598,17 +1612,15 @@ class _StoreCipher:
         Raises:
             StoreError: It names a key ``AGENT_RUNNER_ENCRYPTION_KEYS`` does not hold.
         """
-        parsed = sealed_key_id(sealed)
-        if parsed is None:
+        found = self._key_of(
+            sealed, lambda key_id: f"a blob is encrypted with key {key_id!r}, which {KEYS_ENV} does not hold"
+        )
+        if found is None:
             return None
-        key_id, end = parsed
-        key = self._keys.get(key_id)
-        if key is None:
-            raise StoreError(f"a blob is encrypted with key {key_id!r}, which {KEYS_ENV} does not hold")
-        nonce, body = sealed[end : end + _NONCE_BYTES], sealed[end + _NONCE_BYTES :]
+        key_id, nonce, body = found
         if len(nonce) != _NONCE_BYTES or len(body) < _TAG_BYTES:
             return None
-        decryptor = Cipher(algorithms.AES(key), modes.CTR(nonce + (2).to_bytes(4, "big"))).decryptor()
+        decryptor = Cipher(algorithms.AES(self._keys[key_id]), modes.CTR(nonce + (2).to_bytes(4, "big"))).decryptor()
         candidate = decryptor.update(body[:-_TAG_BYTES]) + decryptor.finalize()
         for short in (False, True):
             ref = ref_for(candidate, short)

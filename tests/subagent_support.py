@@ -74,6 +74,23 @@ def scouting_child(body: dict[str, Any]) -> ScriptItem:
     return end_turn("Scout saw it.")
 
 
+async def start_research(
+    runner: AgentRunner,
+    fake: FakeMessagesAPI,
+    child: Callable[[dict[str, Any]], ScriptItem],
+    researcher: dict[str, Any],
+    parent: list[ScriptItem] | None = None,
+    **start: Any,
+) -> Run:
+    """Start a parent (with ``start``) whose one agent is ``RESEARCHER`` updated with ``researcher``.
+
+    Claude answers the parent with ``parent`` (by default: the researcher's call ``toolu_P1`` to "Go.", then "Done."),
+    and the researcher's requests (and its own children's) with ``child(body)``.
+    """
+    fake.responder = by_system(parent or [research("toolu_P1", "Go."), end_turn("Done.")], child)
+    return await runner.start(**BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, **researcher}], **start)
+
+
 WEATHER_TASK = "Find the weather in Paris."
 
 
@@ -195,11 +212,9 @@ async def child_asking_approval(
             return Reply(content=[tool_use("toolu_C1", "launch", {"target": "moon"})], stop_reason="tool_use")
         return then if then is not None else end_turn("Launched.")
 
-    fake.responder = by_system(parent or [research("toolu_P1", "Launch."), end_turn("Done.")], child)
+    parent = parent or [research("toolu_P1", "Launch."), end_turn("Done.")]
     async with worker(launch):
-        run = await runner.start(
-            **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["launch"]}], **options
-        )
+        run = await start_research(runner, fake, child, {"tools": ["launch"]}, parent, **options)
         child_run = run.child("toolu_P1")
 
         async def child_waits() -> bool:

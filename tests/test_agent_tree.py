@@ -20,15 +20,12 @@ from agent_runner.contract.types import RunStatus, Usage
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, tool_use
 from tests.conftest import WorkerFactory
 from tests.subagent_support import (
-    BASE,
-    RESEARCHER,
     SCOUT,
-    USER,
     ChildAskingApproval,
-    by_system,
     parent_bodies,
     research,
     scouting_child,
+    start_research,
 )
 from tests.tools_for_tests import get_weather
 
@@ -38,10 +35,24 @@ async def start_tree(runner: AgentRunner, fake_api: FakeMessagesAPI) -> Run:
 
     The parent asks the researcher to "Go." (``toolu_P1``) and ends "Done."; the researcher asks its scout once.
     """
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
-    return await runner.start(
-        **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": [], "agents": [SCOUT]}]
-    )
+    return await start_research(runner, fake_api, scouting_child, {"tools": [], "agents": [SCOUT]})
+
+
+Shape = tuple[tuple[str, ...], str, int, int | None]
+"""An event as ``shape`` sums it up: its run's path of agent calls, type, iteration and offset."""
+
+
+def call_opening(path: tuple[str, ...]) -> list[Shape]:
+    """The ``shape`` of the first events of the run at ``path`` (``()``: the parent), to its first call's start."""
+    return [
+        (path, "iteration_started", 1, 0),
+        (path, "model_call_started", 1, 0),
+        (path, "block_start", 1, 0),
+        (path, "tool_input", 1, 0),
+        (path, "block_stop", 1, 0),
+        (path, "reply", 1, 2),
+        (path, "tool_started", 1, 3),
+    ]
 
 
 PARENT_AFTER_THE_CALL = [
@@ -66,7 +77,7 @@ def tree_lines(child_id: str) -> list[str]:
     ]
 
 
-def shape(events: list[RunEvent]) -> list[tuple[tuple[str, ...], str, int, int | None]]:
+def shape(events: list[RunEvent]) -> list[Shape]:
     return [(e.path, e.type, e.iteration, e.offset) for e in events]
 
 
@@ -88,21 +99,9 @@ async def test_the_parents_events_include_its_childrens_tagged_by_their_path(
     # A child's events come after the parent's `agent_started` for it and before the parent's `tool_finished` of the
     # call, each with its offset in its own run's stream; the grandchild's likewise inside the child's.
     assert shape(events) == [
-        ((), "iteration_started", 1, 0),
-        ((), "model_call_started", 1, 0),
-        ((), "block_start", 1, 0),
-        ((), "tool_input", 1, 0),
-        ((), "block_stop", 1, 0),
-        ((), "reply", 1, 2),
-        ((), "tool_started", 1, 3),
+        *call_opening(()),
         ((), "agent_started", 1, 4),
-        (p, "iteration_started", 1, 0),
-        (p, "model_call_started", 1, 0),
-        (p, "block_start", 1, 0),
-        (p, "tool_input", 1, 0),
-        (p, "block_stop", 1, 0),
-        (p, "reply", 1, 2),
-        (p, "tool_started", 1, 3),
+        *call_opening(p),
         (p, "agent_started", 1, 4),
         (s, "iteration_started", 1, 0),
         (s, "model_call_started", 1, 0),
@@ -210,14 +209,9 @@ async def test_what_a_child_spent_counts_against_the_parents_budget(
             return Reply(content=[tool_use("toolu_C1", "get_weather", {"city": "Paris"})], stop_reason="tool_use")
         return end_turn("Sunny.")
 
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], child)
     async with worker(get_weather):
-        run = await runner.start(
-            **BASE,
-            messages=[USER],
-            thread=False,
-            budget={"max_output_tokens": 12},
-            agents=[{**RESEARCHER, "tools": ["get_weather"]}],
+        run = await start_research(
+            runner, fake_api, child, {"tools": ["get_weather"]}, budget={"max_output_tokens": 12}
         )
         result = await run.result()
         child_result = await run.child("toolu_P1").result()
@@ -314,13 +308,7 @@ async def test_resuming_after_a_childs_agent_started_still_brings_that_childs_ev
     # Resumed after the `agent_started`: the child's every event, then the parent's from offset 5.
     assert resumed == everything[started + 1 :]
     assert shape(resumed) == [
-        (p, "iteration_started", 1, 0),
-        (p, "model_call_started", 1, 0),
-        (p, "block_start", 1, 0),
-        (p, "tool_input", 1, 0),
-        (p, "block_stop", 1, 0),
-        (p, "reply", 1, 2),
-        (p, "tool_started", 1, 3),
+        *call_opening(p),
         (p, "approval_waiting", 1, 4),
         (p, "approval_decided", 1, 5),
         (p, "tool_finished", 1, 6),

@@ -19,7 +19,7 @@ import pytest
 from anthropic import beta_async_tool
 
 from agent_runner import cli
-from agent_runner.client import AgentRunner
+from agent_runner.client import AgentRunner, Run
 from agent_runner.testing import (
     DropMidStream,
     ErrorMidStream,
@@ -107,7 +107,29 @@ async def follow_ended(run_id: str, capsys: pytest.CaptureFixture[str]) -> tuple
     return code, captured.out, captured.err
 
 
-async def open_gate() -> None:
+async def follow_twice(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    capsys: pytest.CaptureFixture[str],
+    tools: list[Any],
+    then: Callable[[Run], Awaitable[None]],
+    **start: Any,
+) -> tuple[Run, tuple[int, str, str]]:
+    """Start a run, follow it live to its end (``then(run)`` lets it end), stop the worker, and follow it again.
+
+    Returns:
+        The run, and what the second follow printed: exactly what the first did.
+    """
+    async with worker(*tools):
+        run = await runner.start(**BASE, tools=tools, **start)
+        live = await follow_live(run.id, capsys, lambda: then(run))
+        GATE.set()  # a `gated` call a cancelled run left waiting ends, so the worker stops at once
+    ended = await follow_ended(run.id, capsys)
+    assert ended == live
+    return run, ended
+
+
+async def open_gate(_: Run) -> None:
     GATE.set()
 
 
@@ -115,11 +137,7 @@ async def test_follow_of_a_completed_run_prints_what_following_it_live_did_witho
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_api.script(FIRST_TURN, end_turn("Sunny, 21C."))
-    async with worker(*TOOLS):
-        run = await runner.start(**BASE, tools=TOOLS)
-        live = await follow_live(run.id, capsys, open_gate)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    run, ended = await follow_twice(runner, worker, capsys, TOOLS, open_gate)
     code, out, err = ended
     assert (code, err) == (0, "")  # no "note: waiting for a worker"
     assert out.splitlines() == [
@@ -142,7 +160,7 @@ async def test_follow_of_a_completed_run_prints_what_following_it_live_did_witho
     store = os.environ["AGENT_RUNNER_STORE"].removeprefix("sqlite:///")
     with contextlib.closing(sqlite3.connect(store)) as db, db:
         assert db.execute("DELETE FROM live WHERE run_id = ?", (run.id,)).rowcount > 0
-    assert await follow_ended(run.id, capsys) == live
+    assert await follow_ended(run.id, capsys) == ended
 
     # From a later turn, as a live follow from it prints.
     assert await cli.amain(["follow", run.id, "--from-iteration", "2"]) == 0
@@ -159,11 +177,7 @@ async def test_follow_of_an_ended_run_marks_a_cut_off_attempt_as_following_it_li
     calls = [text("Checking the weather in Paris now."), tool_use("toolu_G", "gated", {"city": "Paris"})]
     reply = Reply(calls, "tool_use")
     fake_api.script(DropMidStream(reply, 5), reply, end_turn("Sunny."))  # the first attempt's stream is cut off
-    async with worker(gated):
-        run = await runner.start(**BASE, tools=[gated], model_activity=FAST_RETRY)
-        live = await follow_live(run.id, capsys, open_gate)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    _, ended = await follow_twice(runner, worker, capsys, [gated], open_gate, model_activity=FAST_RETRY)
     assert ended == (
         0,
         "── turn 1 ──\n"
@@ -189,15 +203,13 @@ async def test_follow_of_an_ended_run_shows_the_calls_that_waited_for_approval_a
     ]
     fake_api.script(Reply(calls, "tool_use"), end_turn("Done."))
 
-    async def approve() -> None:
+    async def approve(run: Run) -> None:
         await wait_status(run, "waiting_for_approval")
         await run.approve("toolu_D")
 
-    async with worker(delete_file, get_weather):
-        run = await runner.start(**BASE, tools=[delete_file, get_weather], approval={"tools": ["delete_file"]})
-        live = await follow_live(run.id, capsys, approve)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    run, ended = await follow_twice(
+        runner, worker, capsys, [delete_file, get_weather], approve, approval={"tools": ["delete_file"]}
+    )
     assert ended == (
         0,
         "── turn 1 ──\n"
@@ -223,16 +235,12 @@ async def test_follow_of_an_ended_step_mode_run_shows_its_pauses_as_following_it
         end_turn("Sunny."),
     )
 
-    async def advance_to_the_end() -> None:
+    async def advance_to_the_end(run: Run) -> None:
         for turn in (1, 2):
             await wait_status(run, "waiting_for_step", turn)
             await run.advance(iteration=turn)
 
-    async with worker(get_weather):
-        run = await runner.start(**BASE, tools=[get_weather], step=True)
-        live = await follow_live(run.id, capsys, advance_to_the_end)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    run, ended = await follow_twice(runner, worker, capsys, [get_weather], advance_to_the_end, step=True)
     assert ended == (
         0,
         "── turn 1 ──\n"
@@ -252,11 +260,7 @@ async def test_follow_of_a_failed_run_prints_its_error_without_a_worker(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_api.script(FIRST_TURN, bad_request("messages: too long"))
-    async with worker(*TOOLS):
-        run = await runner.start(**BASE, tools=TOOLS)
-        live = await follow_live(run.id, capsys, open_gate)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    _, ended = await follow_twice(runner, worker, capsys, TOOLS, open_gate)
     code, out, err = ended
     assert code == 1
     assert out.splitlines()[: len(FIRST_TURN_LINES)] == FIRST_TURN_LINES
@@ -273,11 +277,7 @@ async def test_follow_of_a_run_whose_model_call_failed_mid_stream_prints_what_it
         Reply([text("The gate first."), tool_use("toolu_G", "gated", {"city": "Paris"})], "tool_use"),
         ErrorMidStream(reply, 5, error_type="invalid_request_error", message="prompt is too long"),
     )
-    async with worker(gated):
-        run = await runner.start(**BASE, tools=[gated])
-        live = await follow_live(run.id, capsys, open_gate)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    _, ended = await follow_twice(runner, worker, capsys, [gated], open_gate)
     assert ended == (
         1,
         "── turn 1 ──\n"
@@ -295,12 +295,7 @@ async def test_follow_of_a_cancelled_run_prints_the_turn_it_had_without_a_worker
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_api.script(FIRST_TURN)
-    async with worker(*TOOLS):
-        run = await runner.start(**BASE, tools=TOOLS)
-        live = await follow_live(run.id, capsys, run.cancel)  # while the gated tool runs
-        GATE.set()  # let the tool's activity end, so the worker stops at once
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    run, ended = await follow_twice(runner, worker, capsys, TOOLS, Run.cancel)  # while the gated tool runs
     # The gated call never finished: the turn's results, printed once all are in, are not.
     assert ended == (1, "\n".join(FIRST_TURN_LINES) + "\n", f"error: Run {run.id} was cancelled.\n")
 
@@ -321,11 +316,7 @@ async def test_follow_of_an_ended_run_prints_an_agent_calls_answer_as_following_
         return end_turn("Sunny, then.") if answered else Reply(calls, "tool_use")
 
     fake_api.responder = respond
-    async with worker(gated):
-        run = await runner.start(**BASE, tools=[gated], agents=[researcher])
-        live = await follow_live(run.id, capsys, open_gate)
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
+    _, ended = await follow_twice(runner, worker, capsys, [gated], open_gate, agents=[researcher])
     assert ended == (
         0,
         "── turn 1 ──\n"
@@ -352,13 +343,11 @@ async def test_follow_of_a_run_that_continued_as_new_prints_every_turn_of_its_ch
         ),
         end_turn("All done."),
     )
-    async with worker(gated, get_weather):
-        run = await runner.start(**BASE, tools=[gated, get_weather], continue_as_new={"events": 40})
-        live = await follow_live(run.id, capsys, open_gate)
+    run, ended = await follow_twice(
+        runner, worker, capsys, [gated, get_weather], open_gate, continue_as_new={"events": 40}
+    )
     first_event = await anext(run.history_events())
     assert first_event.workflow_execution_started_event_attributes.continued_execution_run_id  # a chain
-    ended = await follow_ended(run.id, capsys)
-    assert ended == live
     code, out, err = ended
     assert (code, err) == (0, "")
     assert out.splitlines() == [

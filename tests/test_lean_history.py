@@ -20,7 +20,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from agent_runner.client import AgentRunner
 from agent_runner.contract.lean import full_output, full_output_json, lean_output
 from agent_runner.contract.transcript import canonical, ref_for, stored
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, CreateMessageOutput
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, TASK_QUEUE, CreateMessageOutput
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.test_history_size import payloads
@@ -35,11 +35,15 @@ HISTORY_PER_ITERATION = 2100
 short references, 5.6 KB (the 3 KB text was carried inline, and six references of 71 characters)."""
 
 
+def queue_as_long_as_the_default(prefix: str) -> str:
+    """A queue named as long as the default one (``agent-runner``), for a test that measures history: Temporal writes
+    its name in four events an iteration, so the conftest's longer names would count against the run."""
+    return prefix + uuid.uuid4().hex[: len(TASK_QUEUE) - len(prefix)]
+
+
 @pytest.fixture
 def task_queue() -> str:
-    """A queue named as long as the default one (``agent-runner``): Temporal writes its name in four events an
-    iteration, so the conftest's longer names would count against the run."""
-    return f"lean-{uuid.uuid4().hex[:7]}"
+    return queue_as_long_as_the_default("lean-")
 
 
 @beta_async_tool

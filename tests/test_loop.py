@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
@@ -408,6 +409,21 @@ async def test_retryable_statuses_are_retried_by_temporal_honouring_retry_after(
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake_api.requests)
 
 
+async def gives_up(runner: AgentRunner, worker: WorkerFactory, model_activity: dict[str, Any]) -> str:
+    """What the error says of a run (its retries quick) whose model call spends its ``model_activity`` attempts."""
+    async with worker():
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            model_activity={**model_activity, "initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"},
+        )
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+        ended = await run.ended()
+    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
+    return str(e.value)
+
+
 async def test_a_model_call_that_keeps_failing_is_sent_only_maximum_attempts_times_then_fails_the_run(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -415,17 +431,7 @@ async def test_a_model_call_that_keeps_failing_is_sent_only_maximum_attempts_tim
     from agent_runner.testing import overloaded
 
     fake_api.script(overloaded(), overloaded(), overloaded(), end_turn("never sent"))
-    async with worker():
-        run = await runner.start(
-            **BASE,
-            messages=[USER],
-            model_activity={"maximum_attempts": 3, "initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"},
-        )
-        with pytest.raises(AgentRunnerError) as e:
-            await run.until_done()
-        ended = await run.ended()
-    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
-    assert str(e.value) == (
+    assert await gives_up(runner, worker, {"maximum_attempts": 3}) == (
         "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed "
         "(OverloadedError: Claude's API answered 529 (overloaded_error: Overloaded)). Try again later, or give it "
         "more attempts or time (the run's `model_activity`)."
@@ -439,22 +445,7 @@ async def test_a_model_call_past_its_timeout_is_sent_only_maximum_attempts_times
     """A call that never answers within ``start_to_close_timeout`` is not re-sent without limit."""
     slow = Reply(content=[text("too late")], delay=3.0)
     fake_api.script(slow, slow, end_turn("never sent"))
-    async with worker():
-        run = await runner.start(
-            **BASE,
-            messages=[USER],
-            model_activity={
-                "maximum_attempts": 2,
-                "start_to_close_timeout": "PT1S",
-                "initial_interval": "PT0.05S",
-                "maximum_interval": "PT0.1S",
-            },
-        )
-        with pytest.raises(AgentRunnerError) as e:
-            await run.until_done()
-        ended = await run.ended()
-    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
-    assert str(e.value) == (
+    assert await gives_up(runner, worker, {"maximum_attempts": 2, "start_to_close_timeout": "PT1S"}) == (
         "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed (it "
         "passed its start_to_close timeout). Try again later, or give it more attempts or time (the run's "
         "`model_activity`)."

@@ -17,12 +17,9 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from agent_runner.activities.claude import ClaudeActivities
-from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.codec import KEYS_ENV, new_key
+from agent_runner.codec import KEYS_ENV
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import BlobCorrupted
 from agent_runner.contract.transcript import canonical, message_ref, next_head
@@ -38,34 +35,16 @@ from agent_runner.store import (
     ref_for,
 )
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.worker import build_worker
-from tests.conftest import anthropic_client_factory
+from tests.store_support import K1, K2, K3, empty_store_url, keys, worker_with_store
 from tests.tools_for_tests import get_weather
 
-K1, K2, K3 = new_key(), new_key(), new_key()
 SECRET = "The vault code is 7-4-1-9, Reykjavik branch."
-
-
-def keys(value: str) -> dict[str, str]:
-    return {KEYS_ENV: value}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty store's URL: a SQLite file, or a database of its own on the session's PostgreSQL server."""
-    if request.param == "sqlite":
-        yield f"sqlite://{tmp_path}/store.db"
-        return
-    yield from _fresh_database(request.getfixturevalue("postgres_url"))
-
-
-def _fresh_database(server_url: str) -> Iterator[str]:
-    name = f"crypto_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield server_url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    yield from empty_store_url(request, tmp_path, "crypto")
 
 
 def at_rest(url: str) -> bytes:
@@ -80,17 +59,6 @@ def at_rest(url: str) -> bytes:
             *conn.execute("SELECT name, value, '' FROM meta"),
         ]
     return b"\n".join(bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode() for row in rows for v in row)
-
-
-def worker_with_store(client: Client, fake: FakeMessagesAPI, queue: str, store: ContentStore) -> Worker:
-    """A worker whose Claude is the fake API and whose store is ``store``, with ``get_weather``."""
-    return build_worker(
-        client,
-        registry=ToolRegistry([get_weather]),
-        task_queue=queue,
-        claude=ClaudeActivities(anthropic_client_factory(fake)),
-        store=store,
-    )
 
 
 def refs_in(data: bytes) -> set[str]:

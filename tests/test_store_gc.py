@@ -36,17 +36,9 @@ from agent_runner.store import ChainNode, ContentStore, Swept, open_store, ref_f
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
+from tests.store_support import fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _fresh_database(server_url: str) -> Iterator[str]:
-    name = f"gc_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield server_url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", "postgresql-encrypted"])
@@ -55,7 +47,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
     if request.param == "sqlite":
         yield f"sqlite://{tmp_path}/store.db", {}
         return
-    for url in _fresh_database(request.getfixturevalue("postgres_url")):
+    for url in fresh_database(request.getfixturevalue("postgres_url"), "gc"):
         yield url, {KEYS_ENV: f"k1:{new_key()}"}
 
 
@@ -282,7 +274,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     elif request.param == "memory":
         yield "memory:"
     else:
-        yield from _fresh_database(request.getfixturevalue("postgres_url"))
+        yield from fresh_database(request.getfixturevalue("postgres_url"), "gc")
 
 
 async def test_putting_content_again_keeps_it_from_a_sweep_that_started_before(url: str) -> None:
@@ -327,7 +319,7 @@ async def test_a_store_made_before_write_times_gets_them_and_its_rows_outlive_on
                 conn.execute(statement.format(p="?"), values)
         await _sweep_twice(url, data)
         return
-    for url in _fresh_database(request.getfixturevalue("postgres_url")):
+    for url in fresh_database(request.getfixturevalue("postgres_url"), "gc"):
         with psycopg.connect(url) as pg:
             for statement in schema:
                 pg.execute(statement)

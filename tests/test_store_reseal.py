@@ -15,21 +15,16 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from agent_runner.activities.claude import ClaudeActivities
-from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.codec import KEYS_ENV, new_key
+from agent_runner.codec import KEYS_ENV
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.transcript import canonical
 from agent_runner.reseal import KeyUse, Resealed, reseal
 from agent_runner.store import ContentStore, StoreError, open_store, ref_for
 from agent_runner.testing import FakeMessagesAPI, end_turn
-from agent_runner.worker import build_worker
-from tests.conftest import anthropic_client_factory
-from tests.tools_for_tests import get_weather
+from tests.store_support import K1, K2, empty_store_url, keys, worker_with_store
 
-K1, K2, K3 = new_key(), new_key(), new_key()
 OLD = f"k1:{K1}"
 ROTATED = f"k2:{K2},k1:{K1}"
 NEW = f"k2:{K2}"
@@ -39,23 +34,10 @@ REMOVABLE = (
 )
 
 
-def keys(value: str) -> dict[str, str]:
-    return {KEYS_ENV: value}
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty store's URL: a SQLite file, or a database of its own on the session's PostgreSQL server."""
-    if request.param == "sqlite":
-        yield f"sqlite://{tmp_path}/store.db"
-        return
-    name = f"reseal_{uuid.uuid4().hex[:12]}"
-    server_url = request.getfixturevalue("postgres_url")
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield server_url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    yield from empty_store_url(request, tmp_path, "reseal")
 
 
 def meta_names(url: str) -> set[str]:
@@ -191,18 +173,21 @@ async def test_reseal_without_a_rotation_is_a_no_op_that_says_so(url: str) -> No
 # ----------------------------------------------------------------------------------------------- bad keys
 
 
+async def refused(url: str, environ: dict[str, str]) -> str:
+    """The one-line error a reseal with ``environ`` is refused with."""
+    with pytest.raises(StoreError) as raised:
+        await reseal(url, environ=environ)
+    return str(raised.value)
+
+
 async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> None:
     heads = await write_old_content(url)
-    with pytest.raises(StoreError) as raised:
-        await reseal(url, environ={})
-    assert str(raised.value) == (
+    assert await refused(url, {}) == (
         f"set {KEYS_ENV} to the workers' keys, the current key first and the older ones after it, to reseal the store "
         "under the current key"
     )
     # The new key alone, before any process opened the store with it: the store's existing refusal.
-    with pytest.raises(StoreError) as raised:
-        await reseal(url, environ=keys(NEW))
-    assert str(raised.value) == (
+    assert await refused(url, keys(NEW)) == (
         f"the store at {url} is encrypted with key 'k1', and {KEYS_ENV} holds none that opens it: set {KEYS_ENV} to "
         "the keys it was written with (the workers' keys)"
     )
@@ -217,9 +202,7 @@ async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> 
         "that key back (after the current one)"
     )
     # Now it opens with k2 alone, but k1 sealed what it holds.
-    with pytest.raises(StoreError) as raised:
-        await reseal(url, environ=keys(NEW))
-    assert str(raised.value) == (
+    assert await refused(url, keys(NEW)) == (
         f"the store at {url} holds 7 blobs and 5 nodes encrypted with key(s) 'k1', which {KEYS_ENV} does not hold: "
         "list them after the current key and run it again (nothing was resealed)"
     )
@@ -228,9 +211,7 @@ async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> 
         f"previews) under other keys than 'k2'. Add key(s) 'k1' after the current key in {KEYS_ENV} to reseal them"
     )
     # The keys in the wrong order: k2 has been the current key since k1.
-    with pytest.raises(StoreError) as raised:
-        await reseal(url, environ=keys(f"k1:{K1},k2:{K2}"))
-    assert str(raised.value) == (
+    assert await refused(url, keys(f"k1:{K1},k2:{K2}")) == (
         f"the first key of {KEYS_ENV}, 'k1', is not the current key of the store at {url}: processes opened it with "
         "'k2' first since. List the workers' current key first ('k2', then the older ones), or, to go back to 'k1', "
         "make a new key instead (`python -m agent_runner.codec new-key`) and list it first"
@@ -298,14 +279,7 @@ async def test_a_runs_transcript_reads_back_whole_with_the_new_key_alone(
     queue = f"store-reseal-{uuid.uuid4()}"
     fake_api.script(end_turn("The vault is in Reykjavik; " + "it is fine. " * 300))
     async with open_store(url, environ=keys(OLD)) as store:
-        worker = build_worker(
-            client,
-            registry=ToolRegistry([get_weather]),
-            task_queue=queue,
-            claude=ClaudeActivities(anthropic_client_factory(fake_api)),
-            store=store,
-        )
-        async with worker:
+        async with worker_with_store(client, fake_api, queue, store):
             run = await AgentRunner(client, task_queue=queue, store=store).start(
                 model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "Where is the vault?"}]
             )

@@ -41,6 +41,7 @@ from tests.subagent_support import (
     parent_bodies,
     research,
     scouting_child,
+    start_research,
     two_step_tree,
     wait_for,
     weather_child_bodies,
@@ -267,15 +268,15 @@ async def test_a_child_is_bounded_by_what_its_parent_has_left_and_can_have_agent
 ) -> None:
     """A grandchild runs too; the child's ``max_iterations`` and budget are what the parent had left."""
     scout = {**SCOUT, "model": "claude-fake-2"}
-    fake_api.responder = by_system([research("toolu_P1", "Go."), end_turn("Done.")], scouting_child)
+    researcher = {"tools": [], "agents": [scout], "max_iterations": 20}
     async with worker() as w:
-        run = await runner.start(
-            **BASE,
-            messages=[USER],
-            thread=False,
+        run = await start_research(
+            runner,
+            fake_api,
+            scouting_child,
+            researcher,
             max_iterations=10,
             budget={"max_input_tokens": 1000, "max_output_tokens": 100},
-            agents=[{**RESEARCHER, "tools": [], "agents": [scout], "max_iterations": 20}],
         )
         await run.until_done()
         child_id, grandchild_id = f"{run.id}/toolu_P1", f"{run.id}/toolu_P1/toolu_S1"

@@ -10,7 +10,6 @@ patches and its regular ``describe_tools`` activity when the fleet is upgraded u
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from agent_runner.workflows import history_size, live, patches, result_transcrip
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.test_history_size import payloads
-from tests.test_lean_history import iteration_sizes
+from tests.test_lean_history import iteration_sizes, queue_as_long_as_the_default
 from tests.test_replay import load, strict_replayer
 from tests.test_versioning import wait_status
 
@@ -48,9 +47,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 @pytest.fixture
 def task_queue() -> str:
-    """A queue named as long as the default one (``agent-runner``): Temporal writes its name in four events an
-    iteration, so the conftest's longer names would count against the run."""
-    return f"umb-{uuid.uuid4().hex[:8]}"
+    return queue_as_long_as_the_default("umb-")
 
 
 @beta_async_tool
