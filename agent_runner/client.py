@@ -50,7 +50,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import (
     ActivityError,
@@ -61,6 +61,7 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_runner import priority as run_priority
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
@@ -231,6 +232,7 @@ class AgentRunner:
         thread: bool = True,
         id: str | None = None,
         output_format: type[Any] | None = None,
+        priority: Priority | None = None,
         **params: Any,
     ) -> Run:
         """Start a run.
@@ -249,6 +251,9 @@ class AgentRunner:
                 ``output_format``: its JSON schema goes to Claude as ``output_config.format``, and the replies this
                 handle returns are ``ParsedBetaMessage`` with ``parsed_output``. ``attach`` a handle with the same
                 type to parse elsewhere.
+            priority: The run's place in its task queues (``temporalio.common.Priority``): a ``priority_key`` (1
+                first to 5 last) and a tenant's ``fairness_key`` (and ``fairness_weight``). Its model calls, tools,
+                sub-agents and continuations carry it (``agent_runner/priority.py``).
             **params: Any other Messages API parameter (``system``, ``tool_choice``, ``thinking``, ``metadata``,
                 ``model_activity`` for the model call's timeouts, ...), passed through unchanged.
 
@@ -258,8 +263,9 @@ class AgentRunner:
         Raises:
             RunAlreadyExists: A run with this id exists, running or ended.
             InvalidRunInput: Both ``output_format`` and ``output_config.format`` were given, or ``output_format`` has
-                no JSON schema.
+                no JSON schema, or ``priority`` is out of the server's range.
         """
+        priority = Priority.default if priority is None else run_priority.checked(priority)
         if output_format is not None:
             params["output_config"] = _with_output_format(params.get("output_config"), output_format)
         await _store_big_params(self.content, params)
@@ -286,6 +292,7 @@ class AgentRunner:
                 task_queue=self.task_queue,
                 # A run's id names its transcript and history for good: an ended run's id is not given to a new one.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                priority=priority,
             )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(

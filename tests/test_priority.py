@@ -1,0 +1,180 @@
+"""Priority and fairness keys: a run started with a ``Priority`` carries it everywhere it queues work.
+
+Each test runs a real worker against the real dev server and the fake Messages API. What Temporal recorded is read
+from the run's history: the priority on the run's start event, on a continuation's start and on a sub-agent child's
+start. A model or tool call's scheduled event sets no priority of its own (an empty one: it inherits its run's when
+the server queues it, and the worker's ``activity.info().priority`` shows only the call's own, empty one), so what a
+call was queued under is read from the server's task-queue stats by priority key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.common import Priority
+from temporalio.testing import WorkflowEnvironment
+
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.client import AgentRunner
+from agent_runner.connection import data_converter
+from agent_runner.testing import FakeMessagesAPI, end_turn
+from agent_runner.worker import WorkerTuning, build_worker
+from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN, anthropic_client_factory, fake_claude_worker
+from tests.subagent_support import BASE, RESEARCHER, USER, weather_research
+from tests.test_long_runs import BASE as LONG_BASE
+from tests.test_long_runs import script
+from tests.tools_for_tests import get_weather
+
+TENANT = Priority(priority_key=2, fairness_key="tenant-42", fairness_weight=2.5)
+NONE = Priority.default
+
+
+async def recorded(client: Client, workflow_id: str, run_id: str | None = None) -> list[tuple[str, Priority]]:
+    """The priority each start, activity scheduling and child start of one execution recorded, in history order."""
+    out: list[tuple[str, Priority]] = []
+    async for e in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            out.append(("start", Priority._from_proto(e.workflow_execution_started_event_attributes.priority)))
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled = e.activity_task_scheduled_event_attributes
+            out.append((scheduled.activity_type.name, Priority._from_proto(scheduled.priority)))
+        elif e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            child = e.start_child_workflow_execution_initiated_event_attributes
+            out.append(("child", Priority._from_proto(child.priority)))
+    return out
+
+
+async def test_a_runs_priority_reaches_its_model_and_tool_calls_and_its_sub_agent(
+    client: Client, task_queue: str, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = weather_research()
+    runner = AgentRunner(client, task_queue=task_queue)
+    async with fake_claude_worker(client, fake_api, task_queue, get_weather):
+        run = await runner.start(**BASE, messages=[USER], thread=False, agents=[RESEARCHER], priority=TENANT)
+        await run.until_done()
+    child_id = f"{run.id}/toolu_P1"
+
+    # The run's start event has its priority; its calls and its child's start set none (they inherit it).
+    assert await recorded(client, run.id) == [
+        ("start", TENANT),
+        ("agent_runner.create_message", NONE),
+        ("child", NONE),
+        ("agent_runner.create_message", NONE),
+    ]
+    # Temporal started the child with its parent's priority, and the child's calls inherit it in turn.
+    assert await recorded(client, child_id) == [
+        ("start", TENANT),
+        ("agent_runner.create_message", NONE),
+        ("agent_runner.run_tool", NONE),
+        ("agent_runner.create_message", NONE),
+    ]
+
+
+async def test_a_runs_priority_goes_on_through_continue_as_new(
+    client: Client, task_queue: str, fake_api: FakeMessagesAPI
+) -> None:
+    script(fake_api)  # eight tool turns, then the end: with a 40-event limit, several executions
+    runner = AgentRunner(client, task_queue=task_queue)
+    async with fake_claude_worker(client, fake_api, task_queue, get_weather):
+        run = await runner.start(**LONG_BASE, tools=[get_weather], continue_as_new={"events": 40}, priority=TENANT)
+        result = await run.result()
+        status = await run.status()
+    assert result.status == "completed" and result.iterations == 9
+    assert status.continuations >= 2
+
+    executions = [run.handle.first_execution_run_id]
+    while True:
+        description = await client.get_workflow_handle(run.id, run_id=executions[-1]).describe()
+        assert run_priority_of(description) == TENANT
+        history = await client.get_workflow_handle(run.id, run_id=executions[-1]).fetch_history()
+        ended = history.events[-1]
+        if ended.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            break
+        executions.append(ended.workflow_execution_continued_as_new_event_attributes.new_execution_run_id)
+    assert len(executions) == status.continuations + 1
+    for execution in executions:
+        events = await recorded(client, run.id, execution)
+        assert events[0] == ("start", TENANT)  # each continuation's start: the server carried it over
+        assert {priority for _, priority in events[1:]} == {NONE}
+
+
+def run_priority_of(description: Any) -> Priority:
+    return Priority._from_proto(description.raw_description.workflow_execution_info.priority)
+
+
+BACKLOG = 10
+"""Tenant A's runs queued ahead of tenant B's one."""
+
+
+async def model_call_scheduled(client: Client, run_id: str) -> None:
+    """Wait until the run's first model call is scheduled (in its task queue's backlog)."""
+    handle = client.get_workflow_handle(run_id)
+    async with asyncio.timeout(30):
+        while not (await handle.describe()).raw_description.pending_activities:
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("fairness", "b", "place"),
+    [
+        (True, Priority(fairness_key="B"), 1),
+        (False, Priority(fairness_key="B"), BACKLOG),
+        (True, Priority(priority_key=1, fairness_key="B"), 0),
+    ],
+    ids=["fairness_on", "fairness_off", "fairness_on_and_first_priority"],
+)
+async def test_with_fairness_on_one_tenants_backlog_does_not_starve_anothers_run(
+    task_queue: str, fake_api: FakeMessagesAPI, fairness: bool, b: Priority, place: int
+) -> None:
+    """On a server with ``matching.enableFairness``, a worker with one model-call slot serves tenant B's one run
+    second, before tenant A's backlog of ten, queued first, drains (first, with a higher priority key); with fairness
+    off, B waits for all ten."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=TEMPORAL_BIN,
+        dev_server_extra_args=[
+            *FAST_SERVER_ARGS,
+            *("--dynamic-config-value", f"matching.enableFairness={str(fairness).lower()}"),
+            # One partition per queue: a backlog is one ordered queue, not four served in turn.
+            *("--dynamic-config-value", "matching.numTaskqueueReadPartitions=1"),
+            *("--dynamic-config-value", "matching.numTaskqueueWritePartitions=1"),
+        ],
+        data_converter=data_converter({}),
+    )
+    fake_api.responder = lambda _body: end_turn("ok")
+    model_queue = f"{task_queue}-model"
+    try:
+        client = env.client
+        runner = AgentRunner(client, task_queue=task_queue)
+        async with build_worker(client, task_queue=task_queue, serve=("workflows",), model_task_queue=model_queue):
+            # Nothing serves model calls yet: A's ten, then B's one, wait in the model queue's backlog, in order.
+            runs = []
+            for i in range(BACKLOG):
+                runs.append(
+                    await runner.start(
+                        **BASE, messages=[{"role": "user", "content": f"A{i}"}], priority=Priority(fairness_key="A")
+                    )
+                )
+                await model_call_scheduled(client, runs[-1].id)
+            runs.append(await runner.start(**BASE, messages=[{"role": "user", "content": "B"}], priority=b))
+            await model_call_scheduled(client, runs[-1].id)
+            one_slot = build_worker(
+                client,
+                task_queue=model_queue,
+                serve=("model",),
+                claude=ClaudeActivities(anthropic_client_factory(fake_api)),
+                tuning=WorkerTuning(max_concurrent_activities=1),
+            )
+            async with one_slot:
+                for run in runs:
+                    await run.until_done()
+    finally:
+        await env.shutdown()
+    served = [body["messages"][0]["content"] for body in fake_api.bodies()]
+    backlog = [f"A{i}" for i in range(BACKLOG)]
+    # By fairness B's key, which had no turn yet, goes next to A's, which had one; first in first out, B goes last;
+    # a higher priority (a lower key) goes before any fairness.
+    assert served == [*backlog[:place], "B", *backlog[place:]]
