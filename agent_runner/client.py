@@ -852,22 +852,35 @@ class Run:
                     )
             await backoff.wait()
 
-    async def fork(self, from_iteration: int, *, id: str | None = None, task_queue: str | None = None) -> Run:
+    async def fork(
+        self,
+        from_iteration: int,
+        *,
+        id: str | None = None,
+        task_queue: str | None = None,
+        priority: Priority | None = None,
+    ) -> Run:
         """Start a new run whose first request is this run's request for ``from_iteration``.
 
         The new run has the same parameters, tools and options, and the history up to that point, on the same task
-        queue unless ``task_queue`` names another; this run is left as it is. Use it to resume a failed or stopped
-        run from a chosen turn, or to try a turn again.
+        queue unless ``task_queue`` names another, with this run's priority unless ``priority`` is given; this run is
+        left as it is. Use it to resume a failed or stopped run from a chosen turn, or to try a turn again.
         """
         point = await self._query(FORK_POINT_QUERY, from_iteration)
         messages = await self._content.resolve(await self._content.messages(point["head"]))
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
             task_queue = await self.task_queue()  # where the original runs, by default
-        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+        priority = priority or await self.priority()
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id, priority=priority)
 
     async def send(
-        self, content: str | list[dict[str, Any]], *, id: str | None = None, task_queue: str | None = None
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        id: str | None = None,
+        task_queue: str | None = None,
+        priority: Priority | None = None,
     ) -> Run:
         """Go on with this ended run's conversation: a new run that starts with ``content`` as the user's next message.
 
@@ -880,6 +893,7 @@ class Run:
             content: The user's message: text, or content blocks.
             id: The new run's workflow id; a new ``agent-<uuid>`` by default.
             task_queue: Where the new run goes; this run's task queue by default.
+            priority: The new run's priority and fairness key; this run's by default.
 
         Returns:
             A handle on the new run.
@@ -896,7 +910,8 @@ class Run:
         }
         if task_queue is None:
             task_queue = await self.task_queue()
-        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+        priority = priority or await self.priority()
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id, priority=priority)
 
     async def terminate(self, reason: str) -> None:
         """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``)."""
@@ -931,6 +946,10 @@ class Run:
             raise _rpc_error(self.id, e) from e
         self._task_queue = description.task_queue
         return description
+
+    async def priority(self) -> Priority | None:
+        """The run's priority and fairness key, as it was started with them; ``None`` if it has none."""
+        return run_priority.from_proto((await self._describe()).raw_description.workflow_execution_info.priority)
 
     async def task_queue(self) -> str:
         """The task queue the run's workflow tasks go to (where its workers must poll)."""

@@ -10,20 +10,23 @@ call was queued under is read from the server's task-queue stats by priority key
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import Priority
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
 from agent_runner.connection import data_converter
+from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import WorkerTuning, build_worker
-from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN, anthropic_client_factory, fake_claude_worker
+from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN, WorkerFactory, anthropic_client_factory, fake_claude_worker
 from tests.subagent_support import BASE, RESEARCHER, USER, weather_research
 from tests.test_long_runs import BASE as LONG_BASE
 from tests.test_long_runs import script
@@ -178,3 +181,60 @@ async def test_with_fairness_on_one_tenants_backlog_does_not_starve_anothers_run
     # By fairness B's key, which had no turn yet, goes next to A's, which had one; first in first out, B goes last;
     # a higher priority (a lower key) goes before any fairness.
     assert served == [*backlog[:place], "B", *backlog[place:]]
+
+
+async def test_a_fork_and_a_send_keep_the_runs_priority_unless_given_their_own(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.responder = lambda _body: end_turn("ok")
+    other = Priority(priority_key=4, fairness_key="tenant-7")
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], priority=TENANT)
+        await run.until_done()
+        sent = await run.send("And tomorrow?")
+        forked = await run.fork(1, priority=other)
+        plain = await runner.start(**BASE, messages=[USER])
+        for new in (sent, forked, plain):
+            await new.until_done()
+    assert await run.priority() == await sent.priority() == TENANT
+    assert await forked.priority() == other
+    assert await plain.priority() is None
+    assert (await recorded(client, sent.id))[0] == ("start", TENANT)
+    assert (await recorded(client, forked.id))[0] == ("start", other)
+    assert (await recorded(client, plain.id))[0] == ("start", NONE)
+
+
+@pytest.mark.parametrize(
+    ("priority", "message"),
+    [
+        (
+            Priority(priority_key=6),
+            "The run was not started: the priority key must be an integer from 1 (first) to 5 (last), got 6.",
+        ),
+        (
+            Priority(fairness_key="é" * 33),
+            "The run was not started: the fairness key must be at most 64 bytes (UTF-8), got 66: use a shorter "
+            "tenant id, or a hash of it.",
+        ),
+        (
+            Priority(fairness_key="tenant-1", fairness_weight=0.0005),
+            "The run was not started: the fairness weight must be from 0.001 to 1000, got 0.0005.",
+        ),
+        (
+            Priority(priority_key=9, fairness_weight=1001.0),
+            "The run was not started: the priority key must be an integer from 1 (first) to 5 (last), got 9; the "
+            "fairness weight must be from 0.001 to 1000, got 1001.0.",
+        ),
+    ],
+    ids=["priority_key", "fairness_key", "fairness_weight", "two"],
+)
+async def test_a_priority_out_of_the_servers_range_is_refused_before_anything_starts(
+    runner: AgentRunner, client: Client, priority: Priority, message: str
+) -> None:
+    run_id = f"never-{uuid.uuid4()}"
+    with pytest.raises(InvalidRunInput) as refused:
+        await runner.start(**BASE, messages=[USER], id=run_id, priority=priority)
+    assert str(refused.value) == message
+    with pytest.raises(RPCError) as missing:
+        await client.get_workflow_handle(run_id).describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND
