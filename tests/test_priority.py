@@ -20,6 +20,7 @@ from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
+from agent_runner import cli
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
 from agent_runner.connection import data_converter
@@ -238,3 +239,61 @@ async def test_a_priority_out_of_the_servers_range_is_refused_before_anything_st
     with pytest.raises(RPCError) as missing:
         await client.get_workflow_handle(run_id).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_command_line_starts_a_run_with_a_priority_and_forks_and_sends_it_on(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.responder = lambda _body: end_turn("ok")
+    flags = ["--priority-key", "2", "--fairness-key", "tenant-42", "--fairness-weight", "2.5"]
+    queue = ["--task-queue", task_queue, "--detach"]
+    async with worker():
+        assert await cli.amain(["run", "Hi", *flags, *queue]) == 0
+        run = runner.attach(capsys.readouterr().out.strip())
+        await run.until_done()
+        # A fork keeps the original's priority but for the flags given; a send keeps it whole.
+        assert await cli.amain(["fork", run.id, "--from-iteration", "1", "--fairness-key", "tenant-7", *queue]) == 0
+        forked = runner.attach(capsys.readouterr().out.strip())
+        assert await cli.amain(["send", run.id, "And tomorrow?", *queue]) == 0
+        sent = runner.attach(capsys.readouterr().out.strip())
+        await forked.until_done()
+        await sent.until_done()
+    assert await run.priority() == await sent.priority() == TENANT
+    assert await forked.priority() == Priority(priority_key=2, fairness_key="tenant-7", fairness_weight=2.5)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--priority-key", "6"],
+            "argument --priority-key: the priority key must be an integer from 1 (first) to 5 (last), got 6",
+        ),
+        (["--priority-key", "high"], "argument --priority-key: expected an integer from 1 to 5, got 'high'"),
+        (
+            ["--fairness-key", "t" * 65],
+            "argument --fairness-key: the fairness key must be at most 64 bytes (UTF-8), got 65: use a shorter "
+            "tenant id, or a hash of it",
+        ),
+        (
+            ["--fairness-key", " "],
+            "argument --fairness-key: the fairness key must not be empty: give the tenant's id, e.g. 'tenant-42'",
+        ),
+        (
+            ["--fairness-weight", "0"],
+            "argument --fairness-weight: the fairness weight must be from 0.001 to 1000, got 0.0",
+        ),
+        (["--fairness-weight", "x"], "argument --fairness-weight: expected a number from 0.001 to 1000, got 'x'"),
+    ],
+    ids=["key_range", "key_not_int", "fairness_key_long", "fairness_key_empty", "weight_range", "weight_not_number"],
+)
+async def test_the_command_line_refuses_a_bad_priority_with_what_to_do(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await cli.amain(["run", "Hi", *flags]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"agent-runner run: error: {message}"
