@@ -10,7 +10,9 @@ call was queued under is read from the server's task-queue stats by priority key
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.schedules import delete_schedule, describe_schedule
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import WorkerTuning, build_worker
 from tests.conftest import FAST_SERVER_ARGS, TEMPORAL_BIN, WorkerFactory, anthropic_client_factory, fake_claude_worker
@@ -297,3 +300,32 @@ async def test_the_command_line_refuses_a_bad_priority_with_what_to_do(
 ) -> None:
     assert await cli.amain(["run", "Hi", *flags]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"agent-runner run: error: {message}"
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_a_schedules_runs_start_with_its_priority(
+    runner: AgentRunner,
+    client: Client,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    task_queue: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_api.responder = lambda _body: end_turn("ok")
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**BASE, "messages": [USER]}))
+    schedule_id = f"tenant-{uuid.uuid4().hex[:8]}"
+    flags = ["--priority-key", "2", "--fairness-key", "tenant-42", "--fairness-weight", "2.5"]
+    async with worker():
+        argv = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(path), "--every", "1h"]
+        assert await cli.amain([*argv, "--now", *flags]) == 0
+        capsys.readouterr()
+        async with asyncio.timeout(20):
+            while not (fired := await describe_schedule(runner, schedule_id)).recent_runs:
+                await asyncio.sleep(0.2)
+        await delete_schedule(runner, schedule_id)
+        [first] = fired.recent_runs
+        await runner.attach(first).until_done()
+    assert (await recorded(client, first))[0] == ("start", TENANT)
+    assert await runner.attach(first).priority() == TENANT

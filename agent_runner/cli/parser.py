@@ -392,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--now", action="store_true", help="also start one run now")
+    _priority_flags(create)
     create.set_defaults(handler=("schedules", "cmd_schedule_create"))
     schedule_list = schedule_commands.add_parser("list", help="List schedules of runs.", description="List them.")
     schedule_list.set_defaults(handler=("schedules", "cmd_schedule_list"))

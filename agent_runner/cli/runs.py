@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from temporalio.common import Priority
@@ -20,6 +20,7 @@ from agent_runner.cli.common import (
     err,
     load_json,
     out,
+    priority_flags,
     use_color,
 )
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
@@ -64,16 +65,6 @@ def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
         data["thread"] = False
     check_run_input(data)
     return data
-
-
-def priority_flags(args: argparse.Namespace, base: Priority | None = None) -> Priority | None:
-    """``--priority-key``, ``--fairness-key`` and ``--fairness-weight`` over ``base``; ``base`` if none is given."""
-    given = {
-        field: getattr(args, field)
-        for field in ("priority_key", "fairness_key", "fairness_weight")
-        if getattr(args, field) is not None
-    }
-    return replace(base or Priority(), **given) if given else base
 
 
 async def start_run(
