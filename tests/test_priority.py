@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -329,3 +331,30 @@ async def test_a_schedules_runs_start_with_its_priority(
         await runner.attach(first).until_done()
     assert (await recorded(client, first))[0] == ("start", TENANT)
     assert await runner.attach(first).priority() == TENANT
+
+
+def readme_stock_start() -> str:
+    """The README's ``temporal workflow start --fairness-key ...`` command (in the block that shows the flags)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```$", readme, re.S | re.M)
+    [block] = [b for b in blocks if "temporal workflow start" in b and "--fairness-key tenant-42" in b]
+    return block[block.index("temporal workflow start") :].strip()
+
+
+async def test_the_readmes_stock_cli_start_with_a_fairness_key_runs_with_it(
+    client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
+) -> None:
+    fake_api.responder = lambda _body: end_turn("ok")
+    run_id = f"stock-{uuid.uuid4()}"
+    command = readme_stock_start().replace("--task-queue agent-runner", f"--task-queue {task_queue}")
+    address = client.service_client.config.target_host
+    async with worker():
+        done = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            f"{command} --workflow-id {run_id} --address {address}",
+            env={**os.environ, "PATH": f"{Path(TEMPORAL_BIN).parent}:{os.environ['PATH']}"},
+        )
+        assert await done.wait() == 0
+        await AgentRunner(client, task_queue=task_queue).attach(run_id).until_done()
+    assert (await recorded(client, run_id))[0] == ("start", Priority(priority_key=2, fairness_key="tenant-42"))
