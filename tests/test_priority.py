@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
@@ -120,10 +122,24 @@ BACKLOG = 10
 
 
 async def model_call_scheduled(client: Client, run_id: str) -> None:
-    """Wait until the run's first model call is scheduled (in its task queue's backlog)."""
+    """Wait until the run's first model call is scheduled."""
     handle = client.get_workflow_handle(run_id)
     async with asyncio.timeout(30):
         while not (await handle.describe()).raw_description.pending_activities:
+            await asyncio.sleep(0.1)
+
+
+async def backlog_reaches(client: Client, task_queue: str, count: int) -> None:
+    """Wait until ``count`` activity tasks wait in ``task_queue``'s backlog (the server's count, refreshed every few
+    seconds)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        report_stats=True,
+    )
+    async with asyncio.timeout(30):
+        while (await client.workflow_service.describe_task_queue(request)).stats.approximate_backlog_count < count:
             await asyncio.sleep(0.1)
 
 
@@ -167,9 +183,10 @@ async def test_with_fairness_on_one_tenants_backlog_does_not_starve_anothers_run
                         **BASE, messages=[{"role": "user", "content": f"A{i}"}], priority=Priority(fairness_key="A")
                     )
                 )
-                await model_call_scheduled(client, runs[-1].id)
+                await model_call_scheduled(client, runs[-1].id)  # each in turn: the backlog's order is ours
             runs.append(await runner.start(**BASE, messages=[{"role": "user", "content": "B"}], priority=b))
             await model_call_scheduled(client, runs[-1].id)
+            await backlog_reaches(client, model_queue, BACKLOG + 1)  # all in the queue before a worker polls it
             one_slot = build_worker(
                 client,
                 task_queue=model_queue,
