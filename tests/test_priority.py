@@ -1,10 +1,12 @@
 """Priority and fairness keys: a run started with a ``Priority`` carries it everywhere it queues work.
 
-Each test runs a real worker against the real dev server and the fake Messages API. What Temporal recorded is read
-from the run's history: the priority on the run's start event, on a continuation's start and on a sub-agent child's
-start. A model or tool call's scheduled event sets no priority of its own (an empty one: it inherits its run's when
-the server queues it, and the worker's ``activity.info().priority`` shows only the call's own, empty one), so what a
-call was queued under is read from the server's task-queue stats by priority key.
+Each test runs a real worker against a real dev server and the fake Messages API. What Temporal recorded is read from
+the run's history: the priority on the run's start event, on each continuation's start (the server carries it over
+continue-as-new) and on a sub-agent child's start (the server gives the child its parent's). A model or tool call's
+scheduled event sets no priority of its own: an empty one, which the server fills with its run's when it queues the
+call (the worker's ``activity.info().priority`` shows only the empty one). That the calls are queued under their
+run's keys is shown by behaviour, on a server the fairness test starts with ``matching.enableFairness``: one tenant's
+backlog of model calls does not starve another's, and a lower priority key goes first.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ async def recorded(client: Client, workflow_id: str, run_id: str | None = None) 
     return out
 
 
-async def test_a_runs_priority_reaches_its_model_and_tool_calls_and_its_sub_agent(
+async def test_a_runs_priority_is_on_its_start_and_its_sub_agents_and_its_calls_inherit_it(
     client: Client, task_queue: str, fake_api: FakeMessagesAPI
 ) -> None:
     fake_api.responder = weather_research()
