@@ -62,25 +62,25 @@ def _checked(convert: Callable[[str], Any], problem: Callable[[Any], str | None]
 
 def _priority_flags(sub: argparse.ArgumentParser, *, inherited: bool = False) -> None:
     """``--priority-key``, ``--fairness-key`` and ``--fairness-weight``: the run's ``temporalio.common.Priority``."""
-    default = "the run's" if inherited else "none"
+    original = "the run's"  # fork and send: the flags given change the original run's
     sub.add_argument(
         "--priority-key",
         type=_checked(int, priority_key_problem, "an integer from 1 to 5"),
         metavar="N",
-        help=f"the run's priority in its task queues, 1 (first) to 5 (last); unset counts as 3 (default {default})",
+        help=f"the run's priority in its task queues, 1 (first) to 5 (last) (default {original if inherited else 3})",
     )
     sub.add_argument(
         "--fairness-key",
         type=_checked(str, fairness_key_problem, "a tenant's id"),
         metavar="KEY",
-        help="the tenant the run's work is shared out by (at most 64 bytes), on a server with fairness on "
-        f"(default {default})",
+        help="the tenant its queued work is shared out by, on a server with fairness on; at most 64 bytes "
+        f"(default {original if inherited else 'none'})",
     )
     sub.add_argument(
         "--fairness-weight",
         type=_checked(float, fairness_weight_problem, "a number from 0.001 to 1000"),
         metavar="W",
-        help=f"the fairness key's share against other keys, 0.001 to 1000 (default {default}: 1.0)",
+        help=f"the fairness key's share against other keys, 0.001 to 1000 (default {original if inherited else 1.0})",
     )
 
 
