@@ -1,8 +1,9 @@
 """A run's place in its task queues: Temporal's priority key and fairness key (``temporalio.common.Priority``).
 
-A run started with a ``Priority`` carries it on its workflow; Temporal gives it to every activity and child workflow
-the run starts (they set none of their own), and the run passes it on to its continue-as-new executions itself
-(``workflows/priority.py``). A fleet serving many tenants starts each tenant's runs with its own ``fairness_key``:
+A run started with a ``Priority`` carries it on its workflow, and Temporal does the rest, so no workflow code sets
+one: the server queues every activity the run schedules (model and tool calls, which set none of their own) under
+the run's, starts its sub-agents' child runs with it and carries it over continue-as-new (``tests/test_priority.py``
+checks each on the dev server). A fleet serving many tenants starts each tenant's runs with its own ``fairness_key``:
 with fairness on in the server's dynamic config (``matching.enableFairness``), a queue's backlog is dispatched
 across keys in proportion to their weights, so one tenant's thousand runs do not starve another's one.
 
