@@ -50,7 +50,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import (
     ActivityError,
@@ -61,6 +61,7 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_runner import priority as run_priority
 from agent_runner.agent_tree import follow_tree, status_tree
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
@@ -231,6 +232,7 @@ class AgentRunner:
         thread: bool = True,
         id: str | None = None,
         output_format: type[Any] | None = None,
+        priority: Priority | None = None,
         **params: Any,
     ) -> Run:
         """Start a run.
@@ -249,6 +251,9 @@ class AgentRunner:
                 ``output_format``: its JSON schema goes to Claude as ``output_config.format``, and the replies this
                 handle returns are ``ParsedBetaMessage`` with ``parsed_output``. ``attach`` a handle with the same
                 type to parse elsewhere.
+            priority: The run's place in its task queues (``temporalio.common.Priority``): a ``priority_key`` (1
+                first to 5 last) and a tenant's ``fairness_key`` (and ``fairness_weight``). Its model calls, tools,
+                sub-agents and continuations carry it (``agent_runner/priority.py``).
             **params: Any other Messages API parameter (``system``, ``tool_choice``, ``thinking``, ``metadata``,
                 ``model_activity`` for the model call's timeouts, ...), passed through unchanged.
 
@@ -258,8 +263,9 @@ class AgentRunner:
         Raises:
             RunAlreadyExists: A run with this id exists, running or ended.
             InvalidRunInput: Both ``output_format`` and ``output_config.format`` were given, or ``output_format`` has
-                no JSON schema.
+                no JSON schema, or ``priority`` is out of the server's range.
         """
+        priority = Priority.default if priority is None else run_priority.checked(priority)
         if output_format is not None:
             params["output_config"] = _with_output_format(params.get("output_config"), output_format)
         await _store_big_params(self.content, params)
@@ -286,6 +292,7 @@ class AgentRunner:
                 task_queue=self.task_queue,
                 # A run's id names its transcript and history for good: an ended run's id is not given to a new one.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                priority=priority,
             )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(
@@ -845,22 +852,35 @@ class Run:
                     )
             await backoff.wait()
 
-    async def fork(self, from_iteration: int, *, id: str | None = None, task_queue: str | None = None) -> Run:
+    async def fork(
+        self,
+        from_iteration: int,
+        *,
+        id: str | None = None,
+        task_queue: str | None = None,
+        priority: Priority | None = None,
+    ) -> Run:
         """Start a new run whose first request is this run's request for ``from_iteration``.
 
         The new run has the same parameters, tools and options, and the history up to that point, on the same task
-        queue unless ``task_queue`` names another; this run is left as it is. Use it to resume a failed or stopped
-        run from a chosen turn, or to try a turn again.
+        queue unless ``task_queue`` names another, with this run's priority unless ``priority`` is given; this run is
+        left as it is. Use it to resume a failed or stopped run from a chosen turn, or to try a turn again.
         """
         point = await self._query(FORK_POINT_QUERY, from_iteration)
         messages = await self._content.resolve(await self._content.messages(point["head"]))
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
             task_queue = await self.task_queue()  # where the original runs, by default
-        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+        priority = priority or await self.priority()
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id, priority=priority)
 
     async def send(
-        self, content: str | list[dict[str, Any]], *, id: str | None = None, task_queue: str | None = None
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        id: str | None = None,
+        task_queue: str | None = None,
+        priority: Priority | None = None,
     ) -> Run:
         """Go on with this ended run's conversation: a new run that starts with ``content`` as the user's next message.
 
@@ -873,6 +893,7 @@ class Run:
             content: The user's message: text, or content blocks.
             id: The new run's workflow id; a new ``agent-<uuid>`` by default.
             task_queue: Where the new run goes; this run's task queue by default.
+            priority: The new run's priority and fairness key; this run's by default.
 
         Returns:
             A handle on the new run.
@@ -889,7 +910,8 @@ class Run:
         }
         if task_queue is None:
             task_queue = await self.task_queue()
-        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id)
+        priority = priority or await self.priority()
+        return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id, priority=priority)
 
     async def terminate(self, reason: str) -> None:
         """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``)."""
@@ -924,6 +946,10 @@ class Run:
             raise _rpc_error(self.id, e) from e
         self._task_queue = description.task_queue
         return description
+
+    async def priority(self) -> Priority | None:
+        """The run's priority and fairness key, as it was started with them; ``None`` if it has none."""
+        return run_priority.from_proto((await self._describe()).raw_description.workflow_execution_info.priority)
 
     async def task_queue(self) -> str:
         """The task queue the run's workflow tasks go to (where its workers must poll)."""

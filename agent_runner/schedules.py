@@ -33,8 +33,10 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
+from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_runner import priority as run_priority
 from agent_runner.client import AgentRunner, check_run_input
 from agent_runner.contract.errors import ConfigurationError, InvalidRunInput, ScheduleAlreadyExists, ScheduleNotFound
 from agent_runner.contract.types import WORKFLOW_TYPE
@@ -90,6 +92,7 @@ async def create_schedule(
     paused: bool = False,
     note: str | None = None,
     start_now: bool = False,
+    priority: Priority | None = None,
 ) -> ScheduledRun:
     """Create a schedule that starts a run with ``run_input`` on a cron expression or at an interval.
 
@@ -103,6 +106,7 @@ async def create_schedule(
         paused: Create it paused.
         note: A note shown with the schedule's state.
         start_now: Also start one run now.
+        priority: The runs' priority and tenant fairness key, as ``AgentRunner.start`` takes it.
 
     Returns:
         The schedule as created.
@@ -110,7 +114,7 @@ async def create_schedule(
     Raises:
         ConfigurationError: Neither or both of ``cron`` and ``every``, an interval under a second, or an unknown
             ``overlap``.
-        InvalidRunInput: ``run_input`` would fail the run's input check.
+        InvalidRunInput: ``run_input`` would fail the run's input check, or ``priority`` is out of range.
         ScheduleAlreadyExists: A schedule with this id exists.
     """
     if (cron is None) == (every is None):
@@ -120,9 +124,12 @@ async def create_schedule(
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"Unknown overlap policy {overlap!r}: use one of {', '.join(OVERLAP_POLICIES)}.")
     check_run_input(run_input)  # raises InvalidRunInput naming every problem
+    priority = Priority.default if priority is None else run_priority.checked(priority)
     held = held_input(run_input)
     schedule = Schedule(
-        action=ScheduleActionStartWorkflow(WORKFLOW_TYPE, held, id=schedule_id, task_queue=runner.task_queue),
+        action=ScheduleActionStartWorkflow(
+            WORKFLOW_TYPE, held, id=schedule_id, task_queue=runner.task_queue, priority=priority
+        ),
         spec=ScheduleSpec(
             cron_expressions=[cron] if cron is not None else [],
             intervals=[ScheduleIntervalSpec(every=every)] if every is not None else [],

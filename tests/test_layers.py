@@ -47,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/live.py",
         "agent_runner/temporal_server.py",
         "agent_runner/process_exit.py",
+        "agent_runner/priority.py",
     ),
     "worker": (
         "agent_runner/plugin.py",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -9,8 +10,11 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
+
+from temporalio.common import Priority
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ConfigurationError
@@ -168,3 +172,13 @@ def load_json_list(path: str, what: str, example: str) -> list[dict[str, Any]]:
             f"{what[:1].upper()}{what[1:]} {path} must be a JSON list of objects, such as {example}."
         )
     return data
+
+
+def priority_flags(args: argparse.Namespace, base: Priority | None = None) -> Priority | None:
+    """``--priority-key``, ``--fairness-key`` and ``--fairness-weight`` over ``base``; ``base`` if none is given."""
+    given = {
+        field: getattr(args, field)
+        for field in ("priority_key", "fairness_key", "fairness_weight")
+        if getattr(args, field) is not None
+    }
+    return replace(base or Priority(), **given) if given else base

@@ -24,6 +24,7 @@ from agent_runner.cli.common import (
 from agent_runner.codec import KEYS_ENV
 from agent_runner.contract.types import TASK_QUEUE
 from agent_runner.gc import DEFAULT_GRACE
+from agent_runner.priority import fairness_key_problem, fairness_weight_problem, priority_key_problem
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -41,6 +42,46 @@ def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 _positive_int = _int_at_least(1, "a positive integer")
 _version = _int_at_least(0, "a transcript version (0 or more)")
+
+
+def _checked(convert: Callable[[str], Any], problem: Callable[[Any], str | None], what: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert(value)``, refused with ``problem``'s words (``agent_runner.priority``)."""
+
+    def parse(value: str) -> Any:
+        try:
+            converted = convert(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}") from None
+        said = problem(converted)
+        if said is not None:
+            raise argparse.ArgumentTypeError(said)
+        return converted
+
+    return parse
+
+
+def _priority_flags(sub: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--priority-key``, ``--fairness-key`` and ``--fairness-weight``: the run's ``temporalio.common.Priority``."""
+    original = "the run's"  # fork and send: the flags given change the original run's
+    sub.add_argument(
+        "--priority-key",
+        type=_checked(int, priority_key_problem, "an integer from 1 to 5"),
+        metavar="N",
+        help=f"the run's priority in its task queues, 1 (first) to 5 (last) (default {original if inherited else 3})",
+    )
+    sub.add_argument(
+        "--fairness-key",
+        type=_checked(str, fairness_key_problem, "a tenant's id"),
+        metavar="KEY",
+        help="the tenant its queued work is shared out by, on a server with fairness on; at most 64 bytes "
+        f"(default {original if inherited else 'none'})",
+    )
+    sub.add_argument(
+        "--fairness-weight",
+        type=_checked(float, fairness_weight_problem, "a number from 0.001 to 1000"),
+        metavar="W",
+        help=f"the fairness key's share against other keys, 0.001 to 1000 (default {original if inherited else 1.0})",
+    )
 
 
 def _duration(value: str) -> timedelta:
@@ -187,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--id", help="the run's id (default agent-<uuid>)")
     run.add_argument("--follow", dest="follow", action="store_true", default=True, help="follow the run (default)")
     run.add_argument("--detach", dest="follow", action="store_false", help="print the run's id and exit")
+    _priority_flags(run)
     run.set_defaults(handler=("runs", "cmd_run"))
 
     follow = command("follow", "Print a run's replies and tool results as they come.")
@@ -227,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--from-iteration", type=_positive_int, required=True, metavar="N")
     fork.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
     fork.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
+    _priority_flags(fork, inherited=True)
     fork.set_defaults(handler=("runs", "cmd_fork"), follow=True)
 
     send = command("send", "Go on with an ended run's conversation: a new run that starts with your message.")
@@ -234,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("text", metavar="TEXT", help="the user's next message")
     send.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
     send.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
+    _priority_flags(send, inherited=True)
     send.set_defaults(handler=("runs", "cmd_send"), follow=True)
 
     terminate = command("terminate", "End a run at once (a last resort: prefer stop or cancel).")
@@ -348,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--now", action="store_true", help="also start one run now")
+    _priority_flags(create)
     create.set_defaults(handler=("schedules", "cmd_schedule_create"))
     schedule_list = schedule_commands.add_parser("list", help="List schedules of runs.", description="List them.")
     schedule_list.set_defaults(handler=("schedules", "cmd_schedule_list"))

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from temporalio.common import Priority
+
 from agent_runner.cli.common import (
     DEFAULT_MAX_TOKENS,
     EXIT_OK,
@@ -18,6 +20,7 @@ from agent_runner.cli.common import (
     err,
     load_json,
     out,
+    priority_flags,
     use_color,
 )
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
@@ -64,8 +67,10 @@ def build_run_input(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: str | None = None) -> Run:
-    """Start a run from its JSON input (as ``temporal workflow start --input`` takes it).
+async def start_run(
+    runner: AgentRunner, run_input: Mapping[str, Any], run_id: str | None = None, priority: Priority | None = None
+) -> Run:
+    """Start a run from its JSON input (as ``temporal workflow start --input`` takes it), with ``priority``.
 
     Raises:
         RunAlreadyExists: A run with this id exists, running or ended.
@@ -81,6 +86,7 @@ async def start_run(runner: AgentRunner, run_input: Mapping[str, Any], run_id: s
             max_iterations=params.pop("max_iterations", None),
             thread=params.pop("thread", True),
             id=run_id,
+            priority=priority,
             **params,
         )
     except RunAlreadyExists as e:
@@ -95,7 +101,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     """``run``: start a run, print its id, then follow it unless ``--detach``."""
     run_input = build_run_input(args)
     async with connected(args.task_queue, keep_server=True) as runner:
-        run = await start_run(runner, run_input, args.id)
+        run = await start_run(runner, run_input, args.id, priority_flags(args))
         return await announce_and_follow(run, follow=args.follow)
 
 
@@ -229,14 +235,18 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 async def cmd_fork(args: argparse.Namespace) -> int:
     """``fork``: a new run from a chosen iteration of an existing one; prints its id, then follows it."""
     async with connected(args.task_queue) as runner:
-        fork = await runner.attach(args.run_id).fork(args.from_iteration, id=args.id)
+        original = runner.attach(args.run_id)
+        priority = priority_flags(args, await original.priority())  # the flags given change the original's
+        fork = await original.fork(args.from_iteration, id=args.id, priority=priority)
         return await announce_and_follow(fork, follow=args.follow)
 
 
 async def cmd_send(args: argparse.Namespace) -> int:
     """``send``: a new run that goes on with an ended run's conversation; prints its id, then follows it."""
     async with connected(args.task_queue) as runner:
-        run = await runner.attach(args.run_id).send(args.text, id=args.id)
+        original = runner.attach(args.run_id)
+        priority = priority_flags(args, await original.priority())  # the flags given change the original's
+        run = await original.send(args.text, id=args.id, priority=priority)
         return await announce_and_follow(run, follow=args.follow)
 
 

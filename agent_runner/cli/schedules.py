@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent_runner.cli.common import EXIT_OK, connected, load_json, out
+from agent_runner.cli.common import EXIT_OK, connected, load_json, out, priority_flags
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.schedules import ScheduledRun, create_schedule, delete_schedule, list_schedules
 
@@ -25,6 +25,7 @@ async def cmd_schedule_create(args: argparse.Namespace) -> int:
             overlap=args.overlap,
             paused=args.paused,
             start_now=args.now,
+            priority=priority_flags(args),
         )
     out([f"created schedule {created.id}", *_describe(created)])
     return EXIT_OK
