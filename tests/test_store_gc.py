@@ -213,6 +213,48 @@ async def test_gc_removes_a_closed_runs_content_and_keeps_an_open_runs_and_fresh
     ]
 
 
+async def test_gc_keeps_a_run_closed_within_the_retention_though_its_writes_are_older(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """A run that closed within the retention still counts, whenever its content was written; past it, it does not."""
+    url = f"sqlite://{tmp_path}/store.db"
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host, data_converter=data_converter({})
+    )
+    queue = f"gc-{uuid.uuid4()}"
+    fake_api.script(end_turn("A recent answer."))
+    store = open_store(url, environ={})
+    async with store:
+        async with worker_with_store(client, fake_api, queue, store):
+            run = await AgentRunner(client, task_queue=queue, store=store).start(
+                model="claude-fake-recent", max_tokens=64, messages=[{"role": "user", "content": "A recent question."}]
+            )
+            await run.until_done()
+        blobs, heads = rows(url)
+        assert blobs and heads
+        age(url, 3 * 3600)  # written three hours ago (past the grace), closed seconds ago
+
+        kept = gc_cli(client, url, {}, "--retention", "2h")
+        assert (kept.returncode, kept.stderr) == (0, "")
+        assert kept.stdout.startswith(
+            f"removed 0 blobs (0 bytes) and 0 chain nodes; kept {len(blobs)} blobs and {len(heads)} chain nodes "
+            "referenced by "
+        )
+        assert rows(url) == (blobs, heads)
+        async with worker_with_store(client, fake_api, queue, open_store(url, environ={})):  # a fresh cache
+            reader = AgentRunner(client, task_queue=queue, store=open_store(url, environ={}))
+            transcript = await reader.attach(run.id).transcript()
+        assert [m["content"] for m in transcript] == [
+            "A recent question.",
+            [{"type": "text", "text": "A recent answer."}],
+        ]
+
+        gone = gc_cli(client, url, {}, "--retention", "0s")  # the run closed before this retention: it counts no more
+        assert (gone.returncode, gone.stderr) == (0, "")
+        assert gone.stdout.startswith(f"removed {len(blobs)} blobs ({sum(blobs.values())} bytes) and {len(heads)} ")
+        assert rows(url) == ({}, set())
+
+
 async def test_a_run_that_continued_as_new_keeps_its_whole_transcript_through_gc(
     temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path, left_open: list[str]
 ) -> None:
