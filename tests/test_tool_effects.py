@@ -410,6 +410,45 @@ async def test_at_most_once_reconcile_that_finds_nothing_runs_the_call_again_onc
     assert results_sent(fake_api) == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sent to cy"}]
 
 
+def _found_nothing(call: ToolCall) -> None:
+    """Reconcile: the call never takes effect, so it may run again."""
+    JOURNAL.append(f"reconcile {call.name}")
+
+
+@tool_options(effects="at_most_once", start_to_close_timeout=timedelta(seconds=1), reconcile=_found_nothing)
+@beta_async_tool
+async def never_finishes(job: str) -> str:
+    """An at-most-once tool that never finishes within its timeout.
+
+    Args:
+        job: The job.
+    """
+    JOURNAL.append(f"never_finishes start {job}")
+    await asyncio.sleep(30)
+    return "never"
+
+
+async def test_at_most_once_reconcile_that_never_finds_the_effect_gives_up_after_a_bounded_number_of_runs(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("never_finishes", job="j1"), end_turn("It never finished."))
+    async with worker(never_finishes):
+        run = await runner.start(**BASE, messages=[USER], tools=[never_finishes], thread=False)
+        async with asyncio.timeout(60):
+            await run.until_done()
+    assert JOURNAL == ["never_finishes start j1", "reconcile never_finishes"] * 3
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: The outcome of this call of 'never_finishes' is unknown: Tool 'never_finishes' did not "
+            "finish within 1 s; it was cancelled.; it was run 3 times without an outcome. It may or may not have taken "
+            "effect, and it was not run again. Check before calling it again.",
+        }
+    ]
+
+
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
 async def test_at_most_once_ask_puts_the_unknown_call_to_a_person(
     approve: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
