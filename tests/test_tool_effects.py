@@ -313,7 +313,8 @@ async def test_a_sync_tool_past_its_timeout_is_reported_once_and_never_runs_besi
     try:
         async with worker(stuck_sync):
             run = await runner.start(**BASE, messages=[USER], tools=[stuck_sync], thread=False)
-            await run.until_done()
+            async with asyncio.timeout(15):  # a retried timeout would take minutes of backoff before the run failed
+                await run.until_done()
             assert JOURNAL == ["stuck_sync start j1"]  # no second copy was started while the first still ran
     finally:
         _RELEASE.set()
