@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import anthropic
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.claude import ClaudeActivities, with_worker_credentials
@@ -19,19 +19,11 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, error_body, text
 from agent_runner.worker import build_worker
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, history_text
 from tests.test_durability import worker_process
 
 BASE = {"model": "claude-fake-1", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi."}]}
 SERVER = {"type": "url", "url": "https://mcp.example.test/sse", "name": "linear-prod"}
-
-
-def history_text(history: WorkflowHistory) -> str:
-    """Every event of ``history`` as protobuf text, where a payload's bytes (JSON here) read as they are.
-
-    Not ``to_json_dict()``: JSON gives payloads in base64, where no secret a payload held could ever be found.
-    """
-    return "\n".join(str(event) for event in history.events)
 
 
 def test_a_token_in_the_run_input_is_refused_with_where_to_put_it() -> None:
