@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 import pytest
 import pytest_asyncio
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -192,6 +192,15 @@ def stock_temporal(client: Client, *args: str) -> str:
         check=True,
     )
     return done.stdout
+
+
+def history_text(history: WorkflowHistory) -> str:
+    """Every event of ``history`` as protobuf text, where a payload's bytes (JSON here) read as they are.
+
+    Search it for what history must not hold. Not ``to_json()``: JSON gives payloads in base64, where no secret a
+    payload held could ever be found.
+    """
+    return "\n".join(str(event) for event in history.events)
 
 
 def stock_start(client: Client, task_queue: str, workflow_id: str, run_input: Any = None) -> str:

@@ -10,7 +10,6 @@ conversation it carries, so a retried request gets the same reply an uninterrupt
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -29,6 +28,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.types import RunResult
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
+from tests.conftest import history_text
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted: the slow tier, after the default one
 
@@ -184,7 +184,7 @@ async def test_worker_killed_during_a_model_call_resumes_on_a_new_worker(
         with worker_process(temporal.address, runner.task_queue, fake_api, marks, log):
             result = RunResult.model_validate(await run.handle.result())
             transcript = await run.transcript()
-            history = json.dumps((await run.handle.fetch_history()).to_json_dict())
+            history = history_text(await run.handle.fetch_history())
     assert result.status == "completed" and result.iterations == 3
     assert transcript == expected
     turns = [r.body.get("thread", {}).get("previous_message_id") for r in fake_api.requests]

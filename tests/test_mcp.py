@@ -29,7 +29,7 @@ from agent_runner.contract.run_input import parse_run_input
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, history_text
 from tests.test_durability import wait_for, worker_process
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
@@ -131,9 +131,9 @@ async def test_a_servers_tools_are_offered_and_called_with_the_sdks_results(
     ]
     assert calls(tmp_path) == ["lookup Paris", "fail disk full"]
     # The server got its token from the worker's configuration; the run's history never holds it.
-    history = await client.get_workflow_handle(run.id).fetch_history()
-    assert SECRET not in history.to_json()
-    assert "MCP_TEST_TOKEN" not in history.to_json()
+    history = history_text(await client.get_workflow_handle(run.id).fetch_history())
+    assert SECRET not in history
+    assert "MCP_TEST_TOKEN" not in history
 
 
 async def test_the_list_a_run_sees_is_pinned_when_it_starts(
@@ -209,7 +209,7 @@ async def test_a_streamable_http_server_gets_its_token_as_a_header_from_the_work
         result("toolu_1", [{"type": "text", "text": "Oslo: 21C"}]),
         result("toolu_2", [{"type": "text", "text": "authorized"}]),
     ]
-    history = (await client.get_workflow_handle(run.id).fetch_history()).to_json()
+    history = history_text(await client.get_workflow_handle(run.id).fetch_history())
     assert SECRET not in history
 
 

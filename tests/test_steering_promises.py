@@ -185,3 +185,52 @@ async def test_an_advance_waiting_for_a_pause_gives_up_when_the_run_continues_as
     )
     assert status.continuations >= 1
     assert (result.status, result.iterations) == ("completed", 2)
+
+
+async def test_an_edit_made_against_a_version_a_queued_edit_changes_is_refused_at_the_boundary(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Both edits are accepted against the same version; the first changes it, so the second changes nothing."""
+    fake_api.script(end_turn("Sunny."), end_turn("Short answer."))
+    trimmed = [{"role": "user", "content": "Just say hi."}]
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        version = (await run.versioned_transcript()).version
+        await run.replace_history(trimmed, expected_version=version, wait=False)
+        late = asyncio.create_task(
+            run.replace_history([{"role": "user", "content": "Say bye."}], expected_version=version, wait=True)
+        )
+        await asyncio.sleep(0.5)  # accepted too: no edit has applied yet
+        await run.advance()
+        async with asyncio.timeout(15):
+            with pytest.raises(EditRejected) as refused:
+                await late
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+    assert str(refused.value) == (
+        f"replace_history could not apply: The transcript changed since version {version} (it is now at "
+        f"{version + 1}); nothing was changed. Read the transcript again and resend the edit with its version."
+    )
+    assert fake_api.bodies()[1]["messages"] == trimmed
+
+
+async def test_an_edit_still_queued_when_the_run_stops_is_answered_with_the_reason(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        waiting = asyncio.create_task(run.inject("And tomorrow?", wait=True))
+        await asyncio.sleep(0.5)  # accepted, and queued for the next boundary
+        await run.stop("enough")
+        async with asyncio.timeout(15):
+            with pytest.raises(EditRejected) as refused:
+                await waiting
+    assert str(refused.value) == (
+        "inject_message could not apply: The run ended (stopped) before this edit could apply; nothing was changed. "
+        "Start a new run from its transcript to go on."
+    )
+    assert len(fake_api.requests) == 1

@@ -33,6 +33,7 @@ from agent_runner.content import Content
 from agent_runner.contract.errors import BlobMissing
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.store import ChainNode, ContentStore, Swept, open_store, ref_for
+from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
@@ -203,6 +204,64 @@ async def test_gc_removes_a_closed_runs_content_and_keeps_an_open_runs_and_fresh
         [{"type": "text", "text": "Go on."}],
         [{"type": "text", "text": "The last answer."}],
     ]
+
+
+async def test_gc_keeps_a_run_closed_within_the_retention_though_its_writes_are_older(
+    fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """A run that closed within the retention still counts, whenever its content was written; past it, it does not.
+
+    On a Temporal server of its own: the session's runs closed within the retention would count too (some of them
+    with histories encrypted under keys this test does not have).
+    """
+    url = f"sqlite://{tmp_path}/store.db"
+    temporal = EmbeddedTemporal(tmp_path / "temporal.db")
+    await temporal.astart()
+    try:
+        client = await Client.connect(temporal.address, data_converter=data_converter({}))
+        await _closed_within_the_retention(client, fake_api, url)
+    finally:
+        await temporal.astop()
+
+
+async def _closed_within_the_retention(client: Client, fake_api: FakeMessagesAPI, url: str) -> None:
+    queue = f"gc-{uuid.uuid4()}"
+    fake_api.script(end_turn("A recent answer."))
+    store = open_store(url, environ={})
+    async with store:
+        async with worker_with_store(client, fake_api, queue, store):
+            run = await AgentRunner(client, task_queue=queue, store=store).start(
+                model="claude-fake-recent", max_tokens=64, messages=[{"role": "user", "content": "A recent question."}]
+            )
+            await run.until_done()
+        blobs, heads = rows(url)
+        assert blobs and heads
+        age(url, 3 * 3600)  # written three hours ago (past the grace), closed seconds ago
+
+        kept = gc_cli(client, url, {}, "--retention", "2h")
+        assert (kept.returncode, kept.stderr, kept.stdout) == (
+            0,
+            "",
+            f"removed 0 blobs (0 bytes) and 0 chain nodes; kept {len(blobs)} blobs and {len(heads)} chain nodes "
+            "referenced by 1 runs, and what was written within the retention\n",
+        )
+        assert rows(url) == (blobs, heads)
+        async with worker_with_store(client, fake_api, queue, open_store(url, environ={})):  # a fresh cache
+            reader = AgentRunner(client, task_queue=queue, store=open_store(url, environ={}))
+            transcript = await reader.attach(run.id).transcript()
+        assert [m["content"] for m in transcript] == [
+            "A recent question.",
+            [{"type": "text", "text": "A recent answer."}],
+        ]
+
+        gone = gc_cli(client, url, {}, "--retention", "0s")  # the run closed before this retention: it counts no more
+        assert (gone.returncode, gone.stderr, gone.stdout) == (
+            0,
+            "",
+            f"removed {len(blobs)} blobs ({sum(blobs.values())} bytes) and {len(heads)} chain nodes; kept 0 blobs and "
+            "0 chain nodes referenced by 0 runs, and what was written within the retention\n",
+        )
+        assert rows(url) == ({}, set())
 
 
 async def test_a_run_that_continued_as_new_keeps_its_whole_transcript_through_gc(

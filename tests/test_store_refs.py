@@ -47,7 +47,7 @@ from agent_runner.contract.transcript import (
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, stock_start
 from tests.steering_support import wait_status
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
@@ -204,6 +204,35 @@ async def test_a_runs_input_with_reference_shaped_objects_reaches_claude_as_data
     assert transcript == [*messages, {"role": "assistant", "content": [text("Noted.")]}]
     assert [r["content"] for r in replies] == [[text("Noted.")]]
     assert fake_api.bodies()[1] == {**BASE, "messages": messages, "stream": True}  # the fork's first turn
+
+
+async def test_a_plain_json_run_input_with_reference_shaped_objects_reaches_claude_as_data(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    existing_ref: str,
+    client: Client,
+    task_queue: str,
+) -> None:
+    """Case 1 from the stock `temporal` CLI: unmarked (plain JSON) input is escaped by the run itself, so a ref to
+    another run's content is sent as the data it is, never looked up."""
+    data = forged(existing_ref)
+    messages = [
+        {"role": "user", "content": "Look it up."},
+        {"role": "assistant", "content": [tool_use("toolu_IN", "lookup", data)]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_IN", "content": "done"}]},
+    ]
+    fake_api.script(end_turn("Noted."))
+    run_id = f"plain-{task_queue}"
+    async with worker():
+        run_input = {**BASE, "messages": messages, "thread": False}
+        await asyncio.to_thread(stock_start, client, task_queue, run_id, run_input)
+        async with asyncio.timeout(30):
+            result = await client.get_workflow_handle(run_id).result()
+            transcript = await runner.attach(run_id).transcript()
+    assert result["status"] == "completed"
+    assert fake_api.bodies()[0] == {**BASE, "messages": messages, "stream": True}
+    assert transcript == [*messages, {"role": "assistant", "content": [text("Noted.")]}]
 
 
 @pytest.mark.parametrize("eager_tools", [False, True], ids=["tools_after_reply", "eager_tools"])

@@ -17,14 +17,16 @@ from typing import Any
 
 import pytest
 from anthropic import beta_async_tool, beta_tool
+from temporalio.client import Client
 
-from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
+from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.events import ToolOutcomeUnknown
 from agent_runner.contract.types import RUN_TOOL_ACTIVITY, RunResult
 from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
@@ -246,6 +248,64 @@ async def test_a_result_the_store_cannot_take_is_an_error_result_and_the_tool_ra
     ]
 
 
+class StallingFirstBigPut(FailingBigPuts):
+    """A store whose first write of a big blob stalls past the tool's heartbeat timeout, then succeeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url = "stalling-first-big-put:"
+        self.stalls = 0
+
+    async def put(self, blobs: Mapping[str, bytes]) -> int:
+        if self.stalls == 0 and any(len(blob) > 8_000 for blob in blobs.values()):
+            self.stalls += 1
+            await asyncio.sleep(4)  # no heartbeat meanwhile: Temporal gives the call to another attempt
+        return await self._inner.put(blobs)
+
+
+@tool_options(heartbeat_timeout=timedelta(seconds=1), maximum_attempts=3, initial_interval=timedelta(seconds=0.1))
+@beta_tool
+def long_report(title: str) -> str:
+    """Write a long report; an idempotent tool with a short heartbeat timeout.
+
+    Args:
+        title: The report's title.
+    """
+    JOURNAL.append(f"long_report {title}")
+    return title + " " + "y" * 10_000
+
+
+async def test_an_attempt_after_the_tool_returned_reuses_its_outcome_and_does_not_run_it_again(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The tool returned, then storing its result stalled past the heartbeat timeout: Temporal starts another attempt,
+    which reaches the same worker and finds the outcome by the call's idempotency key."""
+    store = StallingFirstBigPut()
+    fake_api.script(call("long_report", title="Q4"), end_turn("Here it is."))
+    async with worker(long_report, store=store):
+        run = await runner.start(**BASE, messages=[USER], tools=[long_report], thread=False)
+        result = RunResult.model_validate(await run.handle.result())
+        history = await run.handle.fetch_history()
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == "agent_runner.run_tool"
+    ]
+    assert result.status == "completed"
+    assert attempts == [2]  # the second attempt gave the result: the first one's was too late
+    assert store.stalls == 1
+    assert JOURNAL == ["long_report Q4"]
+    assert results_sent(fake_api) == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Q4 " + "y" * 10_000}
+    ]
+
+
 async def test_a_sync_tool_past_its_timeout_is_reported_once_and_never_runs_beside_a_retry(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -254,7 +314,8 @@ async def test_a_sync_tool_past_its_timeout_is_reported_once_and_never_runs_besi
     try:
         async with worker(stuck_sync):
             run = await runner.start(**BASE, messages=[USER], tools=[stuck_sync], thread=False)
-            await run.until_done()
+            async with asyncio.timeout(15):  # a retried timeout would take minutes of backoff before the run failed
+                await run.until_done()
             assert JOURNAL == ["stuck_sync start j1"]  # no second copy was started while the first still ran
     finally:
         _RELEASE.set()
@@ -351,6 +412,45 @@ async def test_at_most_once_reconcile_that_finds_nothing_runs_the_call_again_onc
     assert results_sent(fake_api) == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sent to cy"}]
 
 
+def _found_nothing(call: ToolCall) -> None:
+    """Reconcile: the call never takes effect, so it may run again."""
+    JOURNAL.append(f"reconcile {call.name}")
+
+
+@tool_options(effects="at_most_once", start_to_close_timeout=timedelta(seconds=1), reconcile=_found_nothing)
+@beta_async_tool
+async def never_finishes(job: str) -> str:
+    """An at-most-once tool that never finishes within its timeout.
+
+    Args:
+        job: The job.
+    """
+    JOURNAL.append(f"never_finishes start {job}")
+    await asyncio.sleep(30)
+    return "never"
+
+
+async def test_at_most_once_reconcile_that_never_finds_the_effect_gives_up_after_a_bounded_number_of_runs(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call("never_finishes", job="j1"), end_turn("It never finished."))
+    async with worker(never_finishes):
+        run = await runner.start(**BASE, messages=[USER], tools=[never_finishes], thread=False)
+        async with asyncio.timeout(60):
+            await run.until_done()
+    assert JOURNAL == ["never_finishes start j1", "reconcile never_finishes"] * 3
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: The outcome of this call of 'never_finishes' is unknown: Tool 'never_finishes' did not "
+            "finish within 1 s; it was cancelled.; it was run 3 times without an outcome. It may or may not have taken "
+            "effect, and it was not run again. Check before calling it again.",
+        }
+    ]
+
+
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
 async def test_at_most_once_ask_puts_the_unknown_call_to_a_person(
     approve: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
@@ -442,6 +542,103 @@ async def test_the_idempotency_key_is_the_same_on_every_attempt(
         await run.until_done()
     key = results_sent(fake_api)[0]["content"]
     assert _KEYS_SEEN == [f"1 {key}", f"2 {key}"]
+
+
+class FlakyReads(ContentStore):
+    """The shared store (``AGENT_RUNNER_STORE``), whose first ``failing`` reads fail: a tool's stored input cannot be
+    read yet, so its tool has not started."""
+
+    def __init__(self, failing: int) -> None:
+        self._inner = open_store()
+        self.url = self._inner.url
+        self.failing = failing
+        self.failed = 0
+
+    async def put(self, blobs: Mapping[str, bytes]) -> int:
+        return await self._inner.put(blobs)
+
+    async def _read(self, refs: list[str]) -> dict[str, bytes]:
+        if self.failed < self.failing:
+            self.failed += 1
+            raise OSError("connection reset by peer")
+        return await self._inner.get(refs)
+
+    async def put_nodes(self, nodes: Any) -> None:
+        await self._inner.put_nodes(nodes)
+
+    async def chain(self, head: str) -> list[str]:
+        return await self._inner.chain(head)
+
+    async def stats(self) -> Any:
+        return await self._inner.stats()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _filing_tool(tools_queue: str) -> Any:
+    """An at-most-once tool on its own task queue, so it reads its (big, stored) input from the store."""
+
+    @tool_options(
+        effects="at_most_once", task_queue=tools_queue, maximum_attempts=3, initial_interval=timedelta(seconds=0.1)
+    )
+    @beta_async_tool
+    async def file_report(body: str) -> str:
+        """File a report.
+
+        Args:
+            body: The report.
+        """
+        JOURNAL.append(f"file_report {len(body)}")
+        return f"filed {len(body)} characters"
+
+    return file_report
+
+
+@pytest.mark.parametrize("failing", [2, 3], ids=["read-on-the-third-attempt", "never-read"])
+async def test_an_at_most_once_tool_whose_stored_input_cannot_be_read_is_tried_again_up_to_its_attempts(
+    failing: int,
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    client: Client,
+    task_queue: str,
+) -> None:
+    """ToolNotStarted: the tool did not start, so even an at-most-once call is tried again (never "unknown"), and
+    only ``maximum_attempts`` times."""
+    tools_queue = f"{task_queue}-tools"
+    file_report = _filing_tool(tools_queue)
+    body = "r" * 6000  # big: stored by the model worker, read back by the tool worker
+    fake_api.script(Reply([tool_use("toolu_1", "file_report", {"body": body})], "tool_use"), end_turn("Filed."))
+    store = FlakyReads(failing)
+    async with worker(file_report, serve=("workflows", "model")):
+        run = await runner.start(**BASE, messages=[USER], tools=["file_report"], thread=False)
+        tools_worker = build_worker(
+            client, registry=ToolRegistry([file_report]), task_queue=tools_queue, serve=["tools"], store=store
+        )
+        async with tools_worker:
+            async with asyncio.timeout(60):
+                if failing == 2:
+                    await run.until_done()
+                else:
+                    with pytest.raises(Exception) as failure:
+                        await run.handle.result()
+    assert store.failed == failing
+    if failing == 2:
+        assert JOURNAL == ["file_report 6000"]
+        assert results_sent(fake_api) == [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "filed 6000 characters"}
+        ]
+        return
+    assert JOURNAL == []
+    cause = failure.value.cause  # type: ignore[attr-defined]
+    assert (cause.type, cause.message) == (
+        "ToolNotStarted",
+        "Tool 'file_report' could not be run in 3 attempts: Could not read the stored input of tool 'file_report' "
+        "(OSError: connection reset by peer); the tool did not start. Check the workers that serve it (their logs "
+        "say why), then fork the run from its last turn to go on.",
+    )
+    assert len(fake_api.requests) == 1
 
 
 def test_effect_options_that_contradict_each_other_are_refused_at_registration() -> None:

@@ -61,6 +61,10 @@ TOOL_AVAILABILITY_PATCH = "tool-availability-follows-the-conversation"
 MAX_UNKNOWN_ROUNDS = 3
 """How often an at-most-once call may be found not to have happened and run again before Claude is told."""
 
+UNKNOWN_RUNS_COUNTED_PATCH = "unknown-outcome-runs-counted"
+"""``workflow.patched`` id of telling Claude how many times an at-most-once call ran without an outcome (runs recorded
+before said one more). Asked only where a call gives up so, so other runs carry no marker."""
+
 
 class ToolCalls:
     """The run's tool calls."""
@@ -250,8 +254,10 @@ class ToolCalls:
                     return ToolResult(content=abandoned, is_error=True)  # it did not happen, and must not now
                 reruns += 1  # it did not happen: run it again, a bounded number of times
                 if reruns >= MAX_UNKNOWN_ROUNDS:
+                    # `reruns` settlements found nothing after as many runs; runs recorded before said one more.
+                    runs = reruns if workflow.patched(UNKNOWN_RUNS_COUNTED_PATCH) else reruns + 1
                     return ToolResult(
-                        content=_unknown_text(spec.name, f"{cause}; it was run {reruns + 1} times without an outcome"),
+                        content=_unknown_text(spec.name, f"{cause}; it was run {runs} times without an outcome"),
                         is_error=True,
                     )
 
