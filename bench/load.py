@@ -17,8 +17,10 @@ Workers of each mode are started fresh, warmed up with one run, then the N runs 
 time from the first start to the last result; iterations per second; that ÷ the floor's with the same process
 count; workflow-task timeouts (``WorkflowTaskTimedOut`` events over every run's history: a task that waited on a
 busy worker's sticky queue longer than its timeout, or took too long); the longest and 99th-percentile wait of a
-workflow task (scheduled → started); activity timeouts (``ActivityTaskTimedOut`` events: a call whose heartbeat or
-start-to-close timeout passed, which Temporal then re-sends: a model call billed twice); worker CPU seconds (all the
+workflow task (scheduled → started); activity retries (attempts Temporal sent again: the sum over every call of its
+``ActivityTaskStarted`` event's ``attempt`` − 1, since a history records only a call's last attempt, plus calls that
+timed out for good; the fake never fails a request here, so each is a call whose heartbeat or start-to-close timeout
+passed on a busy worker: a model call billed twice); worker CPU seconds (all the
 worker's processes, from ``/proc``) and the Temporal server's. The header gives the machine's load average before
 and after.
 
@@ -182,7 +184,7 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 async def task_waits(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, list[float]]:
-    """Workflow-task and activity timeouts in the run's history, and each workflow task's wait, seconds."""
+    """Workflow-task timeouts and activity retries in the run's history, and each workflow task's wait, seconds."""
     timeouts, activity_timeouts, waits = 0, 0, []
     scheduled: float | None = None
     async for event in handle.fetch_history_events():
@@ -193,6 +195,9 @@ async def task_waits(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, list[f
             scheduled = None
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeouts += 1
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            # Only a call's last attempt is recorded: the ones before it were sent again.
+            activity_timeouts += event.activity_task_started_event_attributes.attempt - 1
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             activity_timeouts += 1
     return timeouts, activity_timeouts, waits
@@ -350,7 +355,7 @@ def report(
     )
     print()
     print(
-        "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | activity timeouts | max WFT wait s "
+        "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | activity retries | max WFT wait s "
         "| p99 WFT wait s | worker CPU s | server CPU s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
