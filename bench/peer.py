@@ -233,7 +233,7 @@ class Bench:
         await self.finish(handle)
         return handle
 
-    async def sdk(self) -> WorkflowHandle[Any, Any] | None:
+    async def sdk(self, *, stream: bool) -> WorkflowHandle[Any, Any] | None:
         self.fresh_fake()
         runner = self.sdk_client.beta.messages.tool_runner(
             model=MODEL,
@@ -241,24 +241,14 @@ class Bench:
             messages=[{"role": "user", "content": PROMPT}],
             tools=[ping],
             max_iterations=self.iterations + 1,
+            stream=stream,
         )
-        await runner.until_done()
-        self.check_requests()
-        return None
-
-    async def sdk_stream(self) -> WorkflowHandle[Any, Any] | None:
-        self.fresh_fake()
-        runner = self.sdk_client.beta.messages.tool_runner(
-            model=MODEL,
-            max_tokens=MAX_TOKENS,
-            messages=[{"role": "user", "content": PROMPT}],
-            tools=[ping],
-            max_iterations=self.iterations + 1,
-            stream=True,
-        )
-        async for stream in runner:  # the runner reads each stream's final message after this body
-            async for _event in stream:
-                pass
+        if stream:
+            async for message_stream in runner:  # the runner reads each stream's final message after this body
+                async for _event in message_stream:
+                    pass
+        else:
+            await runner.until_done()
         self.check_requests()
         return None
 
@@ -298,8 +288,8 @@ def modes(bench: Bench) -> dict[str, Callable[[], Awaitable[WorkflowHandle[Any, 
     """Every mode by name, in table order."""
     return {
         "floor": bench.floor,
-        "sdk": bench.sdk,
-        "sdk-stream": bench.sdk_stream,
+        "sdk": lambda: bench.sdk(stream=False),
+        "sdk-stream": lambda: bench.sdk(stream=True),
         "agent-runner": lambda: bench.agent_runner(thread=True),
         "agent-runner-full": lambda: bench.agent_runner(thread=False),
         "pydantic-ai": bench.pydantic_ai,

@@ -43,6 +43,8 @@ from tests.test_long_runs import script
 from tests.tools_for_tests import get_weather
 
 TENANT = Priority(priority_key=2, fairness_key="tenant-42", fairness_weight=2.5)
+TENANT_FLAGS = ["--priority-key", "2", "--fairness-key", "tenant-42", "--fairness-weight", "2.5"]
+"""``TENANT`` as the command line gives it."""
 NONE = Priority.default
 
 
@@ -274,10 +276,9 @@ async def test_the_command_line_starts_a_run_with_a_priority_and_forks_and_sends
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_api.responder = lambda _body: end_turn("ok")
-    flags = ["--priority-key", "2", "--fairness-key", "tenant-42", "--fairness-weight", "2.5"]
     queue = ["--task-queue", task_queue, "--detach"]
     async with worker():
-        assert await cli.amain(["run", "Hi", *flags, *queue]) == 0
+        assert await cli.amain(["run", "Hi", *TENANT_FLAGS, *queue]) == 0
         run = runner.attach(capsys.readouterr().out.strip())
         await run.until_done()
         # A fork keeps the original's priority but for the flags given; a send keeps it whole.
@@ -337,10 +338,9 @@ async def test_a_schedules_runs_start_with_its_priority(
     path = tmp_path / "run.json"
     path.write_text(json.dumps({**BASE, "messages": [USER]}))
     schedule_id = f"tenant-{uuid.uuid4().hex[:8]}"
-    flags = ["--priority-key", "2", "--fairness-key", "tenant-42", "--fairness-weight", "2.5"]
     async with worker():
         argv = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(path), "--every", "1h"]
-        assert await cli.amain([*argv, "--now", *flags]) == 0
+        assert await cli.amain([*argv, "--now", *TENANT_FLAGS]) == 0
         capsys.readouterr()
         async with asyncio.timeout(20):
             while not (fired := await describe_schedule(runner, schedule_id)).recent_runs:

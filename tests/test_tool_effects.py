@@ -196,18 +196,14 @@ async def test_a_result_that_cannot_be_serialized_is_an_error_result_and_the_too
     ]
 
 
-class FailingBigPuts(ContentStore):
-    """A store that fails every write of a big blob: a tool's big result cannot be stored."""
+class WrappedStore(ContentStore):
+    """A store that passes everything to ``inner``: the stores below change one of its operations."""
 
-    def __init__(self) -> None:
-        self._inner = open_store("memory:")
-        self.url = "failing-big-puts:"
-        self.puts = 0
+    def __init__(self, inner: ContentStore, url: str) -> None:
+        self._inner = inner
+        self.url = url
 
     async def put(self, blobs: Mapping[str, bytes]) -> int:
-        if any(len(blob) > 8_000 for blob in blobs.values()):
-            self.puts += 1
-            raise OSError("disk full")
         return await self._inner.put(blobs)
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
@@ -224,6 +220,20 @@ class FailingBigPuts(ContentStore):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+class FailingBigPuts(WrappedStore):
+    """A store that fails every write of a big blob: a tool's big result cannot be stored."""
+
+    def __init__(self) -> None:
+        super().__init__(open_store("memory:"), "failing-big-puts:")
+        self.puts = 0
+
+    async def put(self, blobs: Mapping[str, bytes]) -> int:
+        if any(len(blob) > 8_000 for blob in blobs.values()):
+            self.puts += 1
+            raise OSError("disk full")
+        return await super().put(blobs)
 
 
 async def test_a_result_the_store_cannot_take_is_an_error_result_and_the_tool_ran_once(
@@ -544,36 +554,21 @@ async def test_the_idempotency_key_is_the_same_on_every_attempt(
     assert _KEYS_SEEN == [f"1 {key}", f"2 {key}"]
 
 
-class FlakyReads(ContentStore):
+class FlakyReads(WrappedStore):
     """The shared store (``AGENT_RUNNER_STORE``), whose first ``failing`` reads fail: a tool's stored input cannot be
     read yet, so its tool has not started."""
 
     def __init__(self, failing: int) -> None:
-        self._inner = open_store()
-        self.url = self._inner.url
+        inner = open_store()
+        super().__init__(inner, inner.url)
         self.failing = failing
         self.failed = 0
-
-    async def put(self, blobs: Mapping[str, bytes]) -> int:
-        return await self._inner.put(blobs)
 
     async def _read(self, refs: list[str]) -> dict[str, bytes]:
         if self.failed < self.failing:
             self.failed += 1
             raise OSError("connection reset by peer")
-        return await self._inner.get(refs)
-
-    async def put_nodes(self, nodes: Any) -> None:
-        await self._inner.put_nodes(nodes)
-
-    async def chain(self, head: str) -> list[str]:
-        return await self._inner.chain(head)
-
-    async def stats(self) -> Any:
-        return await self._inner.stats()
-
-    async def close(self) -> None:
-        await self._inner.close()
+        return await super()._read(refs)
 
 
 def _filing_tool(tools_queue: str) -> Any:
