@@ -463,12 +463,14 @@ def _model(default_model: str) -> tuple[FakeMessagesAPI | None, Callable[[], Any
         )
     import anthropic
 
+    from agent_runner.activities.claude import default_client
+
     fake = FakeMessagesAPI().start()
     fake.responder = ScriptedClaude()
 
     def fake_claude() -> anthropic.AsyncAnthropic:
         # The fake accepts any key. It lives only in this worker's client, never in a run's input.
-        return anthropic.AsyncAnthropic(api_key="dev-key-for-the-fake-api", base_url=fake.url, max_retries=0)
+        return default_client(api_key="dev-key-for-the-fake-api", base_url=fake.url)
 
     return (
         fake,

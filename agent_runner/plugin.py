@@ -17,7 +17,9 @@ it adds the workflow and activities (the client must then use ``agent_runner.con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +142,7 @@ class AgentRunnerPlugin(SimplePlugin):
             data_converter=_converter,
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
-            run_context=mcp_activities.running if mcp_activities is not None else None,
+            run_context=functools.partial(_running, claude if "model" in serve else None, mcp_activities),
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
@@ -149,6 +151,17 @@ class AgentRunnerPlugin(SimplePlugin):
         given = config.get("max_heartbeat_throttle_interval")
         config["max_heartbeat_throttle_interval"] = min(given, HEARTBEAT_THROTTLE) if given else HEARTBEAT_THROTTLE
         return config
+
+
+@contextlib.asynccontextmanager
+async def _running(claude: ClaudeActivities | None, mcp: McpActivities | None) -> AsyncIterator[None]:
+    """While a worker runs; when it stops, the connections its activities opened close."""
+    async with contextlib.AsyncExitStack() as stack:
+        if claude is not None:
+            await stack.enter_async_context(claude.running())
+        if mcp is not None:
+            await stack.enter_async_context(mcp.running())
+        yield
 
 
 def _mcp_activities(config: McpConfig, content: Content) -> McpActivities:

@@ -77,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
     from temporalio.worker import Worker
 
-    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
     from agent_runner.content import Content
     from agent_runner.store import ContentStore, open_store
@@ -267,7 +267,7 @@ class TableBench:
     ) -> Sample:
         fake_url = self.fake.url
         claude = ClaudeActivities(
-            lambda: anthropic.AsyncAnthropic(base_url=fake_url, api_key="bench", max_retries=0),
+            lambda: default_client(base_url=fake_url, api_key="bench"),
             content=Content(store),
         )
         worker = build_worker(

@@ -59,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
     from agent_runner.temporal_server import EmbeddedTemporal
     from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, tool_use
@@ -251,7 +251,7 @@ async def measure(iterations: int, repeat: int) -> None:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
 
         def claude_client() -> anthropic.AsyncAnthropic:
-            return anthropic.AsyncAnthropic(base_url=fake.url, api_key="bench", max_retries=0)
+            return default_client(base_url=fake.url, api_key="bench")
 
         agent_worker = build_worker(
             client,

@@ -81,7 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
     from temporalio.worker import Worker
 
-    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedTemporal
@@ -325,7 +325,7 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
         peer_client = await Client.connect(server.address, plugins=[PydanticAIPlugin()], runtime=quiet)
 
         def claude_client() -> anthropic.AsyncAnthropic:
-            return anthropic.AsyncAnthropic(base_url=fake.url, api_key="bench", max_retries=0)
+            return default_client(base_url=fake.url, api_key="bench")
 
         workers = [
             build_worker(

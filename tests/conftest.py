@@ -28,7 +28,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.claude import ClaudeActivities, default_client
 from agent_runner.activities.hooks import ResultHook
 from agent_runner.activities.tools import Tool, ToolRegistry
 from agent_runner.client import AgentRunner
@@ -145,7 +145,7 @@ def runner(client: Client, task_queue: str) -> AgentRunner:
 
 
 def anthropic_client_factory(fake: FakeMessagesAPI) -> Callable[[], anthropic.AsyncAnthropic]:
-    return lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+    return lambda: default_client(base_url=fake.url, api_key="test-key")
 
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Worker]]

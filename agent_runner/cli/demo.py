@@ -93,7 +93,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: the example agent end to end, on an in-process worker and Claude or the scripted fake."""
     import anthropic
 
-    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.worker import build_registry, build_worker
 
     fake: FakeMessagesAPI | None = None
@@ -107,7 +107,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
         def fake_claude() -> anthropic.AsyncAnthropic:
             # The fake accepts any key. It lives only in this worker's client, never in a run's input.
-            return anthropic.AsyncAnthropic(api_key="demo-key-for-the-fake-api", max_retries=0)
+            return default_client(api_key="demo-key-for-the-fake-api")
 
         claude_factory = fake_claude
 
