@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import email.utils
 import json
 import logging
@@ -38,6 +39,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from agent_runner.activities.live_events import EventPublisher
+from agent_runner.activities.reply_stream import ReplyStream
 from agent_runner.content import Content
 from agent_runner.contract.big_params import big_values, resolve_params, resolve_tool, settings_refs
 from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR
@@ -69,9 +71,6 @@ _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_lim
 MID_RUN_STOP_REASONS = frozenset({"tool_use", "pause_turn"})
 """Stop reasons of a reply the run goes on from: its long text is stored apart in a lean result (the final reply,
 once per run and the run's result, is carried whole up to ``INLINE_LIMIT``)."""
-
-_DELTA_KEYS = frozenset({"stop_reason", "stop_sequence", "stop_details"})
-"""Message fields that ``message_start`` and ``message_delta`` carry only when the API sends them."""
 
 
 class ClaudeActivities:
@@ -299,59 +298,68 @@ class ClaudeActivities:
         the ``usage`` its ``message_start`` and ``message_delta`` carried into ``wire_usage`` (``opening``,
         ``closing``).
         """
-        set_on_wire: set[str] = set()
         eager = input.eager_tools and bool(input.eager_token)
         closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
         fallback = shift > 0  # a fallback hop's reply follows its seam block
         async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
+            # The SDK sends the request and turns an error status into its exception; the reply's events are read
+            # here as JSON, and put together by the SDK's rules without its per-event models (`reply_stream.py`).
+            response = stream.response
+            reply = ReplyStream(response.request.headers.get("anthropic-beta", ""))
             # No heartbeat per event: `_call` heartbeats (and writes live events) every `FLUSH_INTERVAL` while the
             # stream is read, which is as good a sign of life and costs nothing per token.
-            async for event in stream:
+            async for sse in anthropic.AsyncStream.raw_events(response):
+                if sse.event == "error":
+                    raise _sse_error(sse, response)
+                if sse.event in (None, "ping") or not sse.data:
+                    continue
+                event = sse.json()
+                kind = event.get("type")
                 # As the SDK's `EagerToolCalls.track`: a call is ready once the model moved on from it (the next block
                 # starts, or the reply stops with `tool_use`), not at its own `content_block_stop`, which a reply cut
                 # off by `max_tokens` also sends for a call whose input may be cut short. After a `fallback` block
                 # (a refusal handed the reply to another model) no call is ready before the reply ends.
-                moved_on = event.type == "content_block_start" or (
-                    event.type == "message_delta" and event.delta.stop_reason == "tool_use"
+                moved_on = kind == "content_block_start" or (
+                    kind == "message_delta" and (event.get("delta") or {}).get("stop_reason") == "tool_use"
                 )
-                if event.type == "content_block_start" and event.content_block.type == "fallback":
+                if kind == "content_block_start" and event["content_block"].get("type") == "fallback":
                     fallback, closed, moved_on = True, None, False
                 if moved_on and closed is not None:
                     await _tool_use_ready(input, closed)
                     closed = None
-                if event.type == "message_start":
-                    set_on_wire |= event.message.model_fields_set
+                reply.add(event)
+                if kind == "message_start":
                     if wire_usage is not None:
-                        usage = event.message.usage.model_dump(mode="json", exclude_unset=True, warnings=False)
-                        wire_usage["opening"] = usage
-                elif event.type == "message_delta":
-                    set_on_wire |= event.delta.model_fields_set
+                        wire_usage["opening"] = dict(event["message"].get("usage") or {})
+                elif kind == "message_delta":
                     if wire_usage is not None:
-                        wire_usage["closing"] = event.usage.model_dump(mode="json", exclude_unset=True, warnings=False)
-                elif event.type == "content_block_start":
-                    block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                    events.publish(BLOCK_START, index=event.index + shift, block=escape(block))  # clients resolve them
-                elif event.type == "content_block_delta":
-                    delta = event.delta
-                    if delta.type == "text_delta":
-                        events.delta(TEXT, event.index + shift, delta.text)
-                    elif delta.type == "thinking_delta":
-                        events.delta(THINKING, event.index + shift, delta.thinking)
-                    elif delta.type == "input_json_delta":
-                        events.delta(TOOL_INPUT, event.index + shift, delta.partial_json)
-                elif event.type == "content_block_stop":
-                    events.publish(BLOCK_STOP, index=event.index + shift)
-                    if eager and not fallback and event.content_block.type == "tool_use":
-                        block = event.content_block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-                        closed = escape(block)  # held, as the reply's own block
-            message = await stream.get_final_message()
-        # No serializer warnings: a malformed reply is refused right after, with the reason (`reply_problems`).
-        body = message.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)
-        # The SDK's accumulator assigns every field of `message_delta`, so a field the wire never carried (such as
-        # `stop_details`) would show up as null: keep the body the non-streaming response would have been.
-        for key in _DELTA_KEYS - set_on_wire:
-            body.pop(key, None)
-        return body
+                        wire_usage["closing"] = dict(event.get("usage") or {})
+                elif kind == "content_block_start":
+                    block = event["content_block"]
+                    events.publish(BLOCK_START, index=event["index"] + shift, block=escape(block))  # clients resolve
+                elif kind == "content_block_delta":
+                    delta, index = event["delta"], event["index"] + shift
+                    if delta.get("type") == "text_delta":
+                        events.delta(TEXT, index, delta["text"])
+                    elif delta.get("type") == "thinking_delta":
+                        events.delta(THINKING, index, delta["thinking"])
+                    elif delta.get("type") == "input_json_delta":
+                        events.delta(TOOL_INPUT, index, delta["partial_json"])
+                elif kind == "content_block_stop":
+                    events.publish(BLOCK_STOP, index=event["index"] + shift)
+                    block = reply.block(event["index"])
+                    if eager and not fallback and block.get("type") == "tool_use":
+                        closed = escape(copy.deepcopy(block))  # held, as the reply's own block
+        return reply.message()
+
+
+def _sse_error(sse: Any, response: Any) -> anthropic.APIStatusError:
+    """An ``error`` event mid-stream as the SDK's stream raises it (``api_status_error`` reads its type)."""
+    try:
+        body: object = sse.json()
+    except ValueError:
+        body = sse.data
+    return anthropic.APIStatusError(str(body) or f"Error code: {response.status_code}", response=response, body=body)
 
 
 def _publish_block(events: EventPublisher, index: int, block: dict[str, Any]) -> None:
