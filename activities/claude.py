@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -67,6 +67,17 @@ _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 """``error.type`` values of an SSE ``error`` event (sent after a 200) that another attempt may get past."""
+
+_WIRE_EVENTS = frozenset(
+    {
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+    }
+)
 
 MID_RUN_STOP_REASONS = frozenset({"tool_use", "pause_turn"})
 """Stop reasons of a reply the run goes on from: its long text is stored apart in a lean result (the final reply,
@@ -301,19 +312,14 @@ class ClaudeActivities:
         eager = input.eager_tools and bool(input.eager_token)
         closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
         fallback = shift > 0  # a fallback hop's reply follows its seam block
-        async with self.client.beta.messages.stream(**request, timeout=timeout) as stream:
-            # The SDK sends the request and turns an error status into its exception; the reply's events are read
-            # here as JSON, and put together by the SDK's rules without its per-event models (`reply_stream.py`).
-            response = stream.response
-            reply = ReplyStream(response.request.headers.get("anthropic-beta", ""))
+        reply = ReplyStream()
+        async with (
+            self.client.beta.messages.stream(**request, timeout=timeout) as stream,
+            contextlib.aclosing(_events(stream, reply)) as wire,
+        ):
             # No heartbeat per event: `_call` heartbeats (and writes live events) every `FLUSH_INTERVAL` while the
             # stream is read, which is as good a sign of life and costs nothing per token.
-            async for sse in anthropic.AsyncStream.raw_events(response):
-                if sse.event == "error":
-                    raise _sse_error(sse, response)
-                if sse.event in (None, "ping") or not sse.data:
-                    continue
-                event = sse.json()
+            async for event in wire:
                 kind = event.get("type")
                 # As the SDK's `EagerToolCalls.track`: a call is ready once the model moved on from it (the next block
                 # starts, or the reply stops with `tool_use`), not at its own `content_block_stop`, which a reply cut
@@ -351,6 +357,27 @@ class ClaudeActivities:
                     if eager and not fallback and block.get("type") == "tool_use":
                         closed = escape(copy.deepcopy(block))  # held, as the reply's own block
         return reply.message()
+
+
+async def _events(stream: Any, reply: ReplyStream) -> AsyncGenerator[dict[str, Any]]:
+    """The reply's events as JSON, each as the wire carried it (``reply`` learns the request's betas).
+
+    The SDK has sent the request and turned an error status into its exception. Its events are read from the bytes
+    and put together without the SDK's per-event models (``reply_stream.py``), unless the SDK traces the call
+    (OpenTelemetry is set up): its span records what the SDK's own stream reads, so then they come through that.
+    """
+    response = stream.response
+    reply.betas(response.request.headers.get("anthropic-beta", ""))
+    if getattr(response.stream, "stream_observer", None) is not None:
+        async for event in stream:
+            if event.type in _WIRE_EVENTS:  # the stream helper's own events (`text`, ...) repeat these
+                yield event.model_dump(mode="json", exclude_unset=True, by_alias=True, warnings=False)
+        return
+    async for sse in anthropic.AsyncStream.raw_events(response):
+        if sse.event == "error":
+            raise _sse_error(sse, response)
+        if sse.event not in (None, "ping") and sse.data:
+            yield sse.json()
 
 
 def _sse_error(sse: Any, response: Any) -> anthropic.APIStatusError:

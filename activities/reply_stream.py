@@ -4,7 +4,8 @@ The SDK's stream builds a pydantic model of each event and updates a pydantic sn
 (``accumulate_event``), re-parsing a tool call's whole input on each of its deltas. That was about a third of what a
 model call cost a worker. The model call needs only the events as they come (for live text and eager tools) and
 the final message as the wire carried it, so it reads the same response's events as JSON (the SDK's
-``AsyncStream.raw_events``) and applies ``accumulate_event``'s rules to plain dicts: the final body is the one
+``AsyncStream.raw_events``; through the SDK's stream only when the SDK traces the call, ``activities/claude.py``)
+and applies ``accumulate_event``'s rules to plain dicts: the final body is the one
 ``get_final_message().model_dump(mode="json", exclude_unset=True, by_alias=True)`` gave, except that fields the
 wire never carried stay out.
 """
@@ -45,12 +46,15 @@ class ReplyStream:
     """
 
     def __init__(self, betas: str = "") -> None:
-        self._partial_mode: Literal[True, "trailing-strings"] = (
-            "trailing-strings" if FINE_GRAINED_TOOL_STREAMING_BETA in betas else True
-        )
+        self._partial_mode: Literal[True, "trailing-strings"] = True
+        self.betas(betas)
         self._message: dict[str, Any] | None = None
         self._inputs: dict[int, bytes] = {}  # each tool call's input JSON so far, parsed when asked for
         self._parts: dict[tuple[int, str], list[str]] = {}  # text and thinking so far, joined when asked for
+
+    def betas(self, header: str) -> None:
+        """The request's ``anthropic-beta`` header, once it is known (before the first event)."""
+        self._partial_mode = "trailing-strings" if FINE_GRAINED_TOOL_STREAMING_BETA in header else True
 
     def add(self, event: dict[str, Any]) -> None:
         """Apply one event (its JSON) to the message.
