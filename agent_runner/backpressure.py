@@ -13,7 +13,9 @@ model takes and on how busy the machine and the server are.
   callbacks, heartbeats included);
 * the *step delay*: for each activity this process starts, how long after this process finished the run's previous
   activity Temporal scheduled it (``StepDelayInterceptor``). That gap is the run's workflow task: its wait on the
-  sticky queue plus its processing, the very wait that times out.
+  sticky queue plus its processing, the very wait that times out. A retry's gap (its backoff) is no step, nor is the
+  gap before a call the run started after a wait of its own, an approval or a sleep, which its workflow marks
+  (``agent_runner/after_wait.py``).
 
 A new activity slot is granted only while the lag is under its bound and fewer slots are held than a limit that
 slow steps lower and quick ones raise (additive increase, multiplicative decrease), so calls wait in the activity
@@ -46,6 +48,7 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
+from agent_runner.after_wait import AFTER_WAIT_HEADER
 from agent_runner.contract.errors import ConfigurationError
 
 __all__ = ["Backpressure", "ResponsiveSlotSupplier", "StepDelayInterceptor", "backpressure_options"]
@@ -249,11 +252,18 @@ class StepDelayInterceptor(Interceptor):
         """Wrap every activity of the worker."""
         return _StepDelayActivity(next, self)
 
-    def started(self, run_id: str, scheduled: float) -> None:
-        """An activity of ``run_id`` scheduled at ``scheduled`` (epoch seconds) starts."""
+    def started(self, run_id: str, scheduled: float, *, step: bool = True) -> None:
+        """An activity of ``run_id`` scheduled at ``scheduled`` (epoch seconds) starts.
+
+        Args:
+            run_id: The activity's run.
+            scheduled: When Temporal scheduled this attempt.
+            step: Whether the gap since the run's last activity is a step: not for a retry (the gap is its backoff)
+                nor for an activity the run started after a wait of its own (``agent_runner/after_wait.py``).
+        """
         with self._lock:
             ended = self.ended.pop(run_id, None)
-        if ended is not None:
+        if ended is not None and step:
             self.supplier.observe_step(scheduled - ended)
 
     def finished(self, run_id: str) -> None:
@@ -274,7 +284,8 @@ class _StepDelayActivity(ActivityInboundInterceptor):
         info = activity.info()
         run_id = info.workflow_run_id
         if run_id is not None:
-            self._steps.started(run_id, info.current_attempt_scheduled_time.timestamp())
+            step = info.attempt == 1 and AFTER_WAIT_HEADER not in input.headers
+            self._steps.started(run_id, info.current_attempt_scheduled_time.timestamp(), step=step)
         try:
             return await super().execute_activity(input)
         finally:

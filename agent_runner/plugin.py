@@ -32,6 +32,7 @@ from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.subagents import child_usage
 from agent_runner.activities.tools import Registrable, ToolActivities, ToolRegistry
 from agent_runner.activities.toolsets import ToolsetActivities
+from agent_runner.after_wait import AfterWaitInterceptor
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
@@ -143,6 +144,8 @@ class AgentRunnerPlugin(SimplePlugin):
             activities=activities,
             workflows=[AgentRun] if "workflows" in serve else [],
             run_context=functools.partial(_running, claude if "model" in serve else None, mcp_activities),
+            # Every workflow's activities that follow a wait of its own are marked, for backpressure to leave out.
+            interceptors=[AfterWaitInterceptor()] if "workflows" in serve else [],
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:

@@ -17,6 +17,7 @@ import pytest
 from anthropic import beta_async_tool
 from temporalio.worker import FixedSizeSlotSupplier, SlotReleaseContext, SlotReserveContext
 
+from agent_runner.after_wait import AFTER_WAIT_HEADER
 from agent_runner.backpressure import (
     STEP_SAMPLES_FRESH,
     Backpressure,
@@ -26,9 +27,10 @@ from agent_runner.backpressure import (
 )
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ConfigurationError
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, rate_limited, tool_use
 from agent_runner.worker import WorkerTuning
 from tests.conftest import WorkerFactory
+from tests.steering_support import delete_file, wait_status
 
 CTX = cast(SlotReserveContext, None)
 RELEASE = cast(SlotReleaseContext, None)
@@ -161,6 +163,67 @@ def test_the_tuner_throttles_activities_only_and_bad_settings_say_what_to_do() -
 # ------------------------------------------------------------------------------------------------------------------
 # Through a real worker
 # ------------------------------------------------------------------------------------------------------------------
+
+
+async def test_a_runs_own_waits_and_retries_are_not_steps(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call the run started after waiting for a person is marked, and its wait is not taken for a slow step."""
+    steps: list[float] = []
+    observe = ResponsiveSlotSupplier.observe_step
+
+    def recorded(supplier: ResponsiveSlotSupplier, delay: float) -> None:
+        steps.append(delay)
+        observe(supplier, delay)
+
+    monkeypatch.setattr(ResponsiveSlotSupplier, "observe_step", recorded)
+    fake_api.script(
+        Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/x"})], "tool_use"),
+        Reply([tool_use("toolu_E", "delete_file", {"path": "/tmp/y"})], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(delete_file, tuning=WorkerTuning(backpressure=Backpressure())):
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Clean up."}],
+            tools=[delete_file],
+            approval={"tools": "all"},
+        )
+        await wait_status(run, "waiting_for_approval")
+        await asyncio.sleep(2.5)  # a person takes their time: longer than the slowest step backpressure allows
+        await run.approve("toolu_D")
+        await wait_status(run, "waiting_for_approval", 2)
+        await run.approve("toolu_E")
+        await run.until_done()
+    history = await run.handle.fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert [(a.activity_type.name, AFTER_WAIT_HEADER in a.header.fields) for a in scheduled] == [
+        ("agent_runner.create_message", False),
+        ("agent_runner.run_tool", True),  # after the approval
+        ("agent_runner.create_message", False),  # after the tool's result
+        ("agent_runner.run_tool", True),
+        ("agent_runner.create_message", False),
+    ]
+    # The steps into each model call (the tools lookup's and the tools' results), none of the approvals' waits.
+    assert len(steps) == 3, steps
+    assert max(steps) < 2.0, steps
+
+    # A retried call's gap is its backoff (here the 2.5 s the API asked for), not a step either.
+    steps.clear()
+    fake_api.script(rate_limited(2.5), end_turn("Done."))
+    async with worker(tuning=WorkerTuning(backpressure=Backpressure())):
+        retried = await runner.start(
+            model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "Hello."}]
+        )
+        await retried.until_done()
+    assert len(steps) == 1, steps  # into the first attempt, from the tools lookup
+    assert max(steps) < 2.0, steps
+
 
 HOGGING = threading.Event()
 STOP_HOGGING = threading.Event()

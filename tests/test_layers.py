@@ -13,8 +13,8 @@ client      ``agent_runner/{client,connection,live,temporal_server,process_exit}
             and end a process. Imports the contract, the store and the connection; never activities nor workflows (a
             run's input is checked with the contract's ``parse_run_input``, so a bad input fails before a run
             starts).
-worker      ``agent_runner/{plugin,processes,worker,backpressure}.py``: puts workflows and activities on a Temporal
-            worker.
+worker      ``agent_runner/{plugin,processes,worker,backpressure,after_wait}.py``: puts workflows and activities on a
+            Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
 commands    ``agent_runner/cli/``, ``agent_runner/console/``, ``agent_runner/{dev,gc,schedules,example_tools}.py``:
@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/processes.py",
         "agent_runner/worker.py",
         "agent_runner/backpressure.py",
+        "agent_runner/after_wait.py",
     ),
     "testing": ("agent_runner/testing/",),
     "commands": (
