@@ -1,0 +1,41 @@
+"""Which request shape a run sends where anthropic 2.14.0's tool runner sends another than runs recorded before.
+
+Two fields differed (``tests/test_parity.py`` pins both against the SDK):
+
+- ``tools``: the SDK's runner always has a tool list, so a ``create`` (and every turn without a thread) sends
+  ``"tools": []`` when it is empty; a run without tools left the field out;
+- ``anthropic-beta``: the SDK appends the threads beta to the caller's ``betas`` and its refusal-fallback middleware
+  appends ``fallback-credit-2026-07-01`` after that unless the caller gave it; a run put the threads beta before that
+  beta wherever it was, so a caller's own ``fallback-credit`` beta came out after the threads beta.
+
+A run decides once, at the first turn that would differ (``Conversation.sends_otherwise_than_before``), and keeps the
+answer in ``Conversation.sdk_request_shape``. Asked only there, the patch marker is recorded only by runs that differ,
+and a run recorded before replays its ``False`` and goes on sending what it sent: the SDK user who started it saw the
+run's requests so far, and no SDK runner changes its request shape mid-way either. The body is built by the model
+call (``build_request``), from the settings the turn carries, so the choice must be the workflow's, not the
+activity's: an activity cannot tell an old run from a new one.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.conversation import Conversation
+
+SDK_REQUEST_SHAPE_PATCH = "request-shape-as-the-sdk"
+"""``workflow.patched`` id of sending ``tools: []`` and the threads beta right after the run's own ``betas``, as the
+SDK's tool runner does."""
+
+
+def take_sdk_request_shape(conversation: Conversation, compaction: bool = False) -> None:
+    """Decide, at the first turn whose request would differ, whether the run sends the SDK's request shape.
+
+    Args:
+        conversation: The run's conversation; its ``sdk_request_shape`` is set once and kept.
+        compaction: Whether the turn is a compaction request (a ``create`` with the whole history).
+    """
+    if conversation.sdk_request_shape is None and conversation.sends_otherwise_than_before(compaction):
+        conversation.sdk_request_shape = workflow.patched(SDK_REQUEST_SHAPE_PATCH)
