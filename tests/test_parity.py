@@ -191,10 +191,18 @@ Threads and requests
 SDK             Branch; the tests that pin it                                                           Durable run
 ==============  ======================================================================================  ================
 R:70-85         threaded unless thread=False. Pinned by: every case, in both wire modes.                same
-T:386-409       create sends the whole history, system and tools; continue only what is new, without    same
-                them. Pinned by: every case (thread).
-T:401-403,      the threads beta after the caller's betas. Pinned by: case[params_pass_through] (every  same
-457-468         case compares anthropic-beta).
+T:386-409       create sends the whole history, system and tools; continue only what is new, without    same (note 21)
+                them. tools is the runner's list, [] when it has none (a run without tools sends []
+                too). Pinned by: every case (thread); case[no_tools],
+                case[no_tools_replays_a_lost_thread], case[no_tools_goes_unthreaded],
+                case[no_tools_compaction], case[no_tools_until_add_tools].
+T:401-403,      the threads beta after the caller's betas, a fallback-credit beta of the caller's       same (note 21)
+457-468         included; the middleware's fallback-credit beta after it unless the caller gave it.
+                Pinned by: case[params_pass_through],
+                case[betas_with_the_fallback_credit_one_of_the_callers_own], case[betas_empty] (every
+                case compares anthropic-beta);
+                tests/test_refusal_splice.py::test_the_beta_header_is_the_middlewares_whatever_betas_
+                the_caller_gave.
 T:577-583       the threads beta added to a caller's anthropic-beta header. Pinned by: not pinned       n/a (note 17)
                 here.
 T:275-285;      thread_not_found, thread_already_continued, thread_continue_in_flight: the turn again,  same
@@ -283,6 +291,9 @@ Notes:
     while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
 20. The run refuses its input at start (``InvalidRunInput``, naming the fields it takes) where the SDK raises
     ``TypeError``; ``thread`` is the run's own option, true or false, as the SDK's ``tool_runner(thread=False)``.
+21. Since the ``request-shape-as-the-sdk`` patch (``workflows/request_shape.py``). A run recorded before it keeps
+    sending what it sent to its end: no ``tools`` field when it has no tools, and the threads beta ahead of a
+    fallback-credit beta of its own.
 """
 
 from __future__ import annotations
