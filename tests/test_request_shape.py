@@ -8,11 +8,12 @@ is kept in the conversation, which continue-as-new and ``Run.send`` carry.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_runner.activities.claude import ClaudeActivities
@@ -22,8 +23,9 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
-from agent_runner.workflows import model_calls
+from agent_runner.workflows import agent_run, model_calls
 from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.patches import UMBRELLA_PATCH
 from agent_runner.workflows.request_shape import SDK_REQUEST_SHAPE_PATCH
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.test_versioning import markers, wait_status
@@ -100,8 +102,26 @@ async def test_only_a_run_whose_request_differs_records_the_patch(
         without = await runner.start(**BASE, messages=HI)
         await without.result()
     assert markers(await with_tools.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 0
-    assert markers(await without.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 1
+    history = await without.handle.fetch_history()
+    assert markers(history, SDK_REQUEST_SHAPE_PATCH) == 1
+    # Asked before the tool lookup, a local activity, after which a replay would not know the marker yet.
+    assert marker_names(history)[:2] == [SDK_REQUEST_SHAPE_PATCH, "core_local_activity"]
     assert ["tools" in body for body in fake_api.bodies()] == [True, False, True]  # the with_tools run's continue
+
+
+def marker_names(history: WorkflowHistory) -> list[str]:
+    """The patch ids and other markers of ``history`` in order, less the umbrella patch every new run records."""
+    names = []
+    for event in history.events:
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_patch":
+                patch = json.loads(marker.details["patch-data"].payloads[0].data)["id"]
+                if patch != UMBRELLA_PATCH:
+                    names.append(patch)
+            else:
+                names.append(marker.marker_name)
+    return names
 
 
 def uncached_worker(client: Client, queue: str, claude: ClaudeActivities) -> Worker:
@@ -126,6 +146,7 @@ async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_
     fake_api.script(end_turn("before"), end_turn("after, the old run"), end_turn("a new run"))
     runner = AgentRunner(client, task_queue=queue)
     with monkeypatch.context() as before:  # the code before this one never asks
+        before.setattr(agent_run, "decide_before_the_first_turn", lambda _spec: None)
         before.setattr(model_calls, "take_sdk_request_shape", lambda *_args, **_kwargs: None)
         async with uncached_worker(client, queue, claude):
             old = await runner.start(**BASE, messages=HI, thread=False, step=True)

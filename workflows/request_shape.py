@@ -15,6 +15,12 @@ run's requests so far, and no SDK runner changes its request shape mid-way eithe
 call (``build_request``), from the settings the turn carries, so the choice must be the workflow's, not the
 activity's: an activity cannot tell an old run from a new one.
 
+A run whose first turn differs decides before its tools are looked up (``decide_before_the_first_turn``): that lookup
+is a local activity, and a patch asked right after one is not always known on replay. When the local activity outlives
+its workflow task, the code after it runs in the next task, which records the marker; a replay resolves the local
+activity from its marker, in the task before, and asks the patch before it was told of that marker: ``False``, and a
+non-determinism error.
+
 This module is imported by workflow code, so it holds no I/O.
 """
 
@@ -24,6 +30,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.conversation import Conversation
+    from agent_runner.contract.run_input import RunSpec
+    from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
 
 SDK_REQUEST_SHAPE_PATCH = "request-shape-as-the-sdk"
 """``workflow.patched`` id of sending ``tools: []`` and the threads beta right after the run's own ``betas``, as the
@@ -39,3 +47,22 @@ def take_sdk_request_shape(conversation: Conversation, compaction: bool = False)
     """
     if conversation.sdk_request_shape is None and conversation.sends_otherwise_than_before(compaction):
         conversation.sdk_request_shape = workflow.patched(SDK_REQUEST_SHAPE_PATCH)
+
+
+def decide_before_the_first_turn(spec: RunSpec) -> bool | None:
+    """The answer for a new run whose first turn differs, asked before anything else the run does; else ``None``.
+
+    A new run's first turn is a ``create`` (or a turn without a thread), with the tools its input names (an MCP
+    server's are listed by an activity later, so a run naming one decides at its first turn, which comes after that
+    activity). A ``send`` goes on from the ended run's conversation, and with its answer when it had one.
+    """
+    if spec.continue_from is not None:
+        carried = spec.continue_from.conversation
+        if carried.sdk_request_shape is not None or not carried.sends_otherwise_than_before():
+            return carried.sdk_request_shape
+        return workflow.patched(SDK_REQUEST_SHAPE_PATCH)
+    betas = spec.params.get("betas") or []
+    without_tools = not spec.tools and not spec.mcp
+    if without_tools or (spec.thread and FALLBACK_CREDIT_BETA in betas and MESSAGE_THREADS_BETA not in betas):
+        return workflow.patched(SDK_REQUEST_SHAPE_PATCH)
+    return None
