@@ -33,7 +33,7 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME last_status  # writes NAME.json (a result carrying the run's last status)
     python tests/histories/record.py NAME request_shape  # writes NAME.json (a run without tools, the fallback-credit
                                                          # beta its own: decided before its tool lookup) and
-                                                         # NAME_late.json (a run whose tools are all removed)
+                                                         # NAME_late.json (a run given that beta mid-way)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -836,7 +836,7 @@ async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
 async def request_shape(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``request_shape`` scenario (patch ``request-shape-as-the-sdk``): a stepped run without tools and
     with the fallback-credit beta of its own decides before its tool lookup, and takes an injected message; a run
-    whose only tool is removed decides at its first turn without tools."""
+    with tools decides at its first turn after an ``update_params`` gives it the fallback-credit beta."""
     fake.script(end_turn("Sunny."), end_turn("Cold."))
     run = await start(runner, "Paris?", betas=[FALLBACK_CREDIT_BETA], step=True)
     await wait(run, "waiting_for_step", 1)
@@ -846,14 +846,16 @@ async def request_shape(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -
     await run.advance()
     await finish(name, run)
     fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
-    run = await start(runner, "Paris?", tools=[get_weather], thread=False, step=True)
+    run = await start(runner, "Paris?", tools=[get_weather], step=True)
     await wait(run, "waiting_for_step", 1)
-    await run.remove_tools("get_weather")
+    await run.update_params(betas=[FALLBACK_CREDIT_BETA])
     await run.advance()
     await wait(run, "waiting_for_step", 2)
     await run.advance()
     await finish(f"{name}_late", run)
-    assert [body.get("tools") for body in fake.bodies()[2:]] == [[get_weather.to_dict()], []], fake.bodies()
+    threads = "message-threads-2026-08-12"
+    betas = [r.headers.get("anthropic-beta") for r in fake.requests]
+    assert betas == [f"{FALLBACK_CREDIT_BETA},{threads}"] * 2 + [threads, f"{FALLBACK_CREDIT_BETA},{threads}"], betas
 
 
 async def start(runner: AgentRunner, ask: str, **options: Any) -> Run:
