@@ -19,7 +19,13 @@ A run whose first turn differs decides before its tools are looked up (``decide_
 is a local activity, and a patch asked right after one is not always known on replay. When the local activity outlives
 its workflow task, the code after it runs in the next task, which records the marker; a replay resolves the local
 activity from its marker, in the task before, and asks the patch before it was told of that marker: ``False``, and a
-non-determinism error.
+non-determinism error. A later turn follows a model call or a tool (regular activities), so asking there is safe, but
+for one case: an edit boundary that looks up a tool ``add_tools`` names (the same local activity) and, in the same
+boundary, an ``update_params`` that gives a run with tools a fallback-credit beta of its own on a thread.
+
+Two known limits, both only for runs begun before this code: a run that continued as new before the upgrade carries
+no answer, so it decides at its next turn that differs (it sends the SDK's shape from there on), and a ``send`` of such
+a run decides as a new run does.
 
 This module is imported by workflow code, so it holds no I/O.
 """

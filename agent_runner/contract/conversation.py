@@ -173,8 +173,9 @@ class Conversation(BaseModel):
     """Whether each turn's settings carry two request fields as anthropic 2.14.0's tool runner sends them, which
     runs recorded before sent otherwise: ``tools: []`` on a ``create`` (and on every turn without a thread) when the
     run has no tools, and the threads beta after the run's own ``betas`` (``_params_as_the_sdk_sends``). ``None``
-    until a turn would differ; the run decides it there behind ``workflow.patched`` (``workflows/request_shape.py``)
-    and keeps the answer, carried across continue-as-new and into a ``send``, so a run never changes mid-way."""
+    until a turn would differ; the run decides behind ``workflow.patched`` when it starts, if its first turn differs,
+    else at that turn (``workflows/request_shape.py``), and keeps the answer, carried across continue-as-new and into
+    a ``send``, so a run never changes mid-way."""
 
     @classmethod
     def start(
