@@ -577,7 +577,14 @@ async def test_run_from_a_file_detached_with_overrides(
         assert run_id.startswith("agent-")
         await runner.attach(run_id).until_done()
     assert fake_api.bodies() == [
-        {"model": "claude-file", "max_tokens": 99, "system": "Be kind.", "messages": [USER], "stream": True}
+        {
+            "model": "claude-file",
+            "max_tokens": 99,
+            "system": "Be kind.",
+            "messages": [USER],
+            "tools": [],
+            "stream": True,
+        }
     ]
 
 

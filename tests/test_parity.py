@@ -191,10 +191,18 @@ Threads and requests
 SDK             Branch; the tests that pin it                                                           Durable run
 ==============  ======================================================================================  ================
 R:70-85         threaded unless thread=False. Pinned by: every case, in both wire modes.                same
-T:386-409       create sends the whole history, system and tools; continue only what is new, without    same
-                them. Pinned by: every case (thread).
-T:401-403,      the threads beta after the caller's betas. Pinned by: case[params_pass_through] (every  same
-457-468         case compares anthropic-beta).
+T:386-409       create sends the whole history, system and tools; continue only what is new, without    same (note 21)
+                them. tools is the runner's list, [] when it has none (a run without tools sends []
+                too). Pinned by: every case (thread); case[no_tools],
+                case[no_tools_replays_a_lost_thread], case[no_tools_goes_unthreaded],
+                case[no_tools_compaction], case[no_tools_until_add_tools].
+T:401-403,      the threads beta after the caller's betas, a fallback-credit beta of the caller's       same (note 21)
+457-468         included; the middleware's fallback-credit beta after it unless the caller gave it.
+                Pinned by: case[params_pass_through],
+                case[betas_with_the_fallback_credit_one_of_the_callers_own], case[betas_empty] (every
+                case compares anthropic-beta);
+                tests/test_refusal_splice.py::test_the_beta_header_is_the_middlewares_whatever_betas_
+                the_caller_gave.
 T:577-583       the threads beta added to a caller's anthropic-beta header. Pinned by: not pinned       n/a (note 17)
                 here.
 T:275-285;      thread_not_found, thread_already_continued, thread_continue_in_flight: the turn again,  same
@@ -283,6 +291,9 @@ Notes:
     while a compaction is queued, as the SDK's ``set_messages_params`` does; the run goes on unchanged.
 20. The run refuses its input at start (``InvalidRunInput``, naming the fields it takes) where the SDK raises
     ``TypeError``; ``thread`` is the run's own option, true or false, as the SDK's ``tool_runner(thread=False)``.
+21. Since the ``request-shape-as-the-sdk`` patch (``workflows/request_shape.py``). A run recorded before it keeps
+    sending what it sent to its end: no ``tools`` field when it has no tools, and the threads beta ahead of a
+    fallback-credit beta of its own.
 """
 
 from __future__ import annotations
@@ -307,6 +318,7 @@ from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.steering import INLINE_TOOLS_BETA
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA
 from agent_runner.testing import (
     FakeMessagesAPI,
     Fault,
@@ -524,13 +536,14 @@ def _reset(fake: FakeMessagesAPI, script: list[ScriptItem]) -> None:
     fake.script(*script)
 
 
-def _sdk_kwargs(options: dict[str, Any], thread: bool, flavour: str) -> dict[str, Any]:
+def _sdk_kwargs(options: dict[str, Any], thread: bool, flavour: str, function_tools: bool = True) -> dict[str, Any]:
     kwargs: dict[str, Any] = {**PARAMS, **options}
     # The SDK's 2.14.0 types no longer have the sampling parameters; a run takes them and sends them the same way.
     extra_body = {k: kwargs.pop(k) for k in ("temperature", "top_k", "top_p") if k in kwargs}
     if extra_body:
         kwargs["extra_body"] = extra_body
-    kwargs["tools"] = [*(ASYNC_TOOLS if flavour.startswith("async") else SYNC_TOOLS), *options.get("tools", [])]
+    own = (ASYNC_TOOLS if flavour.startswith("async") else SYNC_TOOLS) if function_tools else []
+    kwargs["tools"] = [*own, *options.get("tools", [])]
     if not thread:
         kwargs["thread"] = False
     kwargs["stream"] = flavour != "parse" and flavour != "async_parse"
@@ -547,12 +560,16 @@ def sdk_outcome(
     thread: bool,
     flavour: str = "stream",
     body: SdkBody | None = None,
+    function_tools: bool = True,
 ) -> Outcome:
-    """Run ``script`` through the SDK's synchronous tool runner (call it in a thread: it blocks)."""
+    """Run ``script`` through the SDK's synchronous tool runner (call it in a thread: it blocks).
+
+    Without ``function_tools``, the runner has only the tools ``options`` names (``tools=[]`` when it names none).
+    """
     assert not flavour.startswith("async")
     _reset(fake, script)
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0)
-    kwargs = _sdk_kwargs(options, thread, flavour)
+    kwargs = _sdk_kwargs(options, thread, flavour, function_tools)
     runner = client.beta.messages.tool_runner(**kwargs)
     for iteration, item in enumerate(runner, 1):
         reply = item.get_final_message() if kwargs["stream"] else item
@@ -569,11 +586,12 @@ async def async_sdk_outcome(
     thread: bool,
     flavour: str,
     body: SdkBody | None = None,
+    function_tools: bool = True,
 ) -> Outcome:
     """Run ``script`` through the SDK's asynchronous tool runner."""
     _reset(fake, script)
     client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
-    kwargs = _sdk_kwargs(options, thread, flavour)
+    kwargs = _sdk_kwargs(options, thread, flavour, function_tools)
     runner = client.beta.messages.tool_runner(**kwargs)
     iteration = 0
     async for item in runner:
@@ -594,10 +612,12 @@ async def any_sdk_outcome(
     thread: bool,
     flavour: str = "stream",
     body: SdkBody | None = None,
+    function_tools: bool = True,
 ) -> Outcome:
+    kwargs = {"thread": thread, "flavour": flavour, "body": body, "function_tools": function_tools}
     if flavour.startswith("async"):
-        return await async_sdk_outcome(fake, script, options, thread=thread, flavour=flavour, body=body)
-    return await asyncio.to_thread(sdk_outcome, fake, script, options, thread=thread, flavour=flavour, body=body)
+        return await async_sdk_outcome(fake, script, options, **kwargs)
+    return await asyncio.to_thread(sdk_outcome, fake, script, options, **kwargs)
 
 
 async def durable_outcome(
@@ -609,11 +629,12 @@ async def durable_outcome(
     thread: bool,
     body: DurableBody | None = None,
     eager: bool = False,
+    function_tools: bool = True,
 ) -> Outcome:
     """Run ``script`` through a durable run; with ``body``, in step mode, calling it for each reply."""
     _reset(fake, script)
     run_options = {k: v for k, v in options.items() if k != "tools"}
-    tools = [*SYNC_TOOLS, *options.get("tools", [])]
+    tools = [*(SYNC_TOOLS if function_tools else []), *options.get("tools", [])]
     extra: dict[str, Any] = {"eager_tools": True} if eager else {}
     run = await runner.start(**{**PARAMS, **run_options}, tools=tools, thread=thread, step=body is not None, **extra)
     try:
@@ -703,6 +724,8 @@ class Case:
     thread_only: bool = False
     xfail: dict[str, str] = field(default_factory=dict)
     """Wire mode (``thread`` / ``full_history``) -> the known difference, where the durable run differs."""
+    function_tools: bool = True
+    """Whether the runner has the module's function tools; without them, only the tools the options name."""
 
 
 def at(iteration: int, sdk: Callable[[Any], Any], durable: Callable[[Run], Awaitable[Any]]) -> Steer:
@@ -816,6 +839,35 @@ CASES: dict[str, Case] = {
             "thinking": {"type": "enabled", "budget_tokens": 512},
             "betas": ["some-beta-2026-01-01"],
         },
+    ),
+    "betas_with_the_fallback_credit_one_of_the_callers_own": Case(
+        [Reply([weather("toolu_Q2")], "tool_use"), end_turn("ok")],
+        {"betas": ["some-beta-2026-01-01", FALLBACK_CREDIT_BETA, "other-beta-2026-02-02"]},
+    ),
+    "betas_empty": Case([Reply([weather("toolu_Q3")], "tool_use"), end_turn("ok")], {"betas": []}),
+    # -- no tools: the SDK's runner always has a tool list, so a create (or a turn without a thread) sends `[]` --
+    "no_tools": Case([Reply([server_tool_use("srvtoolu_E1")], "pause_turn"), end_turn("Found.")], function_tools=False),
+    "no_tools_replays_a_lost_thread": Case(
+        [Reply([server_tool_use("srvtoolu_E2")], "pause_turn"), ThreadNotFound(), end_turn("Found.")],
+        thread_only=True,
+        function_tools=False,
+    ),
+    "no_tools_goes_unthreaded": Case(
+        [ThreadUnsupported(("fallbacks",)), Reply([server_tool_use("srvtoolu_E3")], "pause_turn"), end_turn("ok")],
+        thread_only=True,
+        function_tools=False,
+    ),
+    "no_tools_compaction": Case(
+        [end_turn("Sunny."), Reply([{"type": "compaction", "content": "Summary: sunny."}], "compaction")],
+        {"betas": [COMPACT_BETA]},
+        steer=COMPACT,
+        function_tools=False,
+    ),
+    "no_tools_until_add_tools": Case(
+        [Reply([tool_use("toolu_E4", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("ok")],
+        INLINE_TOOLS,
+        steer=at(1, lambda r: r.add_tools(get_time), lambda run: run.add_tools(get_time)),
+        function_tools=False,
     ),
     "container_given_without_id_gets_the_replys": Case(
         [
@@ -1065,9 +1117,18 @@ async def test_each_branch_sends_what_the_sdk_sends(
     if mode in case.xfail:
         request.applymarker(pytest.mark.xfail(strict=True, reason=case.xfail[mode]))
     steer = case.steer
-    expected = await any_sdk_outcome(fake_api, case.script, case.options, thread=thread, body=steer and steer.sdk)
+    tools = case.function_tools
+    expected = await any_sdk_outcome(
+        fake_api, case.script, case.options, thread=thread, body=steer and steer.sdk, function_tools=tools
+    )
     actual = await durable_outcome(
-        fake_api, parity_runner, case.script, case.options, thread=thread, body=steer and steer.durable
+        fake_api,
+        parity_runner,
+        case.script,
+        case.options,
+        thread=thread,
+        body=steer and steer.durable,
+        function_tools=tools,
     )
     assert_same(actual, expected)
 

@@ -252,6 +252,7 @@ async def test_the_readme_stock_cli_schedule_fires_a_run_that_finishes(
             "max_tokens": 1024,
             "messages": [{"role": "user", "content": "Summarize the day."}],
             "thread": {"type": "create"},
+            "tools": [],
             "stream": True,
         }
     ]

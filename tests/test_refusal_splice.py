@@ -20,6 +20,7 @@ from anthropic.lib.middleware import BetaFallbackState, BetaRefusalFallbackMiddl
 from agent_runner.cli.render import render_block
 from agent_runner.client import AgentRunner
 from agent_runner.contract.events import BlockStart
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
 from agent_runner.testing.replies import ScriptItem
 from tests.conftest import WorkerFactory
@@ -57,7 +58,7 @@ def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = 
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
     with BetaFallbackState():
         wire = {} if thread else {"thread": False}
-        runner = client.beta.messages.tool_runner(**PARAMS, **params, **wire, tools=SYNC_TOOLS, stream=True)
+        runner = client.beta.messages.tool_runner(**{**PARAMS, "tools": SYNC_TOOLS, **params, **wire, "stream": True})
         for stream in runner:
             stream.get_final_message()
         return _observed(fake, runner.until_done())
@@ -156,6 +157,44 @@ async def test_a_refusal_splices_as_the_middleware_streams_it(
     options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
     actual = await durable_outcome(fake_server, parity_runner, script, options, thread=thread)
     assert_same(actual, expected)
+
+
+BETAS: dict[str, list[str]] = {
+    "none": [],
+    "the_callers": ["some-beta-2026-01-01"],
+    "the_fallback_credit_one": [FALLBACK_CREDIT_BETA],
+    "the_fallback_credit_one_among_others": ["some-beta-2026-01-01", FALLBACK_CREDIT_BETA, "other-beta-2026-02-02"],
+}
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+@pytest.mark.parametrize("betas", list(BETAS))
+async def test_the_beta_header_is_the_middlewares_whatever_betas_the_caller_gave(
+    betas: str,
+    thread: bool,
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    """The threads beta after the caller's betas, the fallback-credit one after it unless the caller gave it."""
+    script = SCRIPTS["seams_are_left_out_of_the_next_request"]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, thread, betas=BETAS[betas])
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}, "betas": BETAS[betas]}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=thread)
+    assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_a_run_without_tools_sends_an_empty_tool_list_down_the_chain(
+    thread: bool,
+    parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
+    fake_server: FakeMessagesAPI,
+) -> None:
+    script: list[ScriptItem] = [refused(text("Here is how to")), end_turn(" check it: sunny.")]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, thread, tools=[])
+    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}}
+    actual = await durable_outcome(fake_server, parity_runner, script, options, thread=thread, function_tools=False)
+    assert_same(actual, expected)
+    assert [b.get("tools") for b in actual.bodies] == [[], []]
 
 
 async def test_an_entry_over_capacity_that_inherited_fast_speed_is_sent_once_more_without_it(

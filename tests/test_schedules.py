@@ -64,6 +64,7 @@ async def test_a_schedule_fires_runs_that_send_its_input_and_finish(
             "model": "claude-fake-1",
             "max_tokens": 256,
             "messages": [{"role": "user", "content": [LOOKALIKE]}],
+            "tools": [],
             "stream": True,
         }
     ]

@@ -126,6 +126,36 @@ async def test_send_resends_the_whole_history_without_a_thread(
     assert fake_api.bodies()[2:] == [continued, continued]
 
 
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_a_run_without_tools_its_send_and_its_fork_send_an_empty_tool_list_as_the_sdk(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """``tools: []`` on every request that sends tools, as the SDK's runner given ``tools=[]``; none on a continue."""
+    fake_api.script(end_turn("Sunny."), end_turn("Cold."), end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], thread=thread)
+        await run.until_done()
+        after = await run.send("And in Oslo?")
+        await after.until_done()
+        fork = await run.fork(1)
+        await fork.until_done()
+    first = {**BASE, "messages": [USER], "tools": [], "stream": True}
+    if thread:
+        first["thread"] = {"type": "create"}
+        sent = {
+            "model": "claude-fake-1",
+            "max_tokens": 1024,
+            "messages": [AGAIN],
+            "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
+            "stream": True,
+        }
+    else:
+        sent = {**BASE, "messages": [USER, SUNNY, AGAIN], "tools": [], "stream": True}
+    assert fake_api.bodies() == [first, sent, first]  # the fork sends the run's first request again
+    beta = "message-threads-2026-08-12" if thread else None
+    assert [r.headers.get("anthropic-beta") for r in fake_api.requests] == [beta, beta, beta]
+
+
 async def test_send_keeps_the_model_a_refusal_fell_back_to(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

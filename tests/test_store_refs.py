@@ -200,10 +200,10 @@ async def test_a_runs_input_with_reference_shaped_objects_reaches_claude_as_data
             await fork.until_done()
 
     assert result.status == "completed"
-    assert fake_api.bodies()[0] == {**BASE, "messages": messages, "stream": True}
+    assert fake_api.bodies()[0] == {**BASE, "messages": messages, "tools": [], "stream": True}
     assert transcript == [*messages, {"role": "assistant", "content": [text("Noted.")]}]
     assert [r["content"] for r in replies] == [[text("Noted.")]]
-    assert fake_api.bodies()[1] == {**BASE, "messages": messages, "stream": True}  # the fork's first turn
+    assert fake_api.bodies()[1] == {**BASE, "messages": messages, "tools": [], "stream": True}  # the fork's first turn
 
 
 async def test_a_plain_json_run_input_with_reference_shaped_objects_reaches_claude_as_data(
@@ -231,7 +231,7 @@ async def test_a_plain_json_run_input_with_reference_shaped_objects_reaches_clau
             result = await client.get_workflow_handle(run_id).result()
             transcript = await runner.attach(run_id).transcript()
     assert result["status"] == "completed"
-    assert fake_api.bodies()[0] == {**BASE, "messages": messages, "stream": True}
+    assert fake_api.bodies()[0] == {**BASE, "messages": messages, "tools": [], "stream": True}
     assert transcript == [*messages, {"role": "assistant", "content": [text("Noted.")]}]
 
 

@@ -16,7 +16,7 @@ BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 USER = {"role": "user", "content": "Hi"}
 FAST_RETRY = {"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
 REPLY = end_turn("Hello, how can I help?")
-EXPECTED_BODY = {**BASE, "messages": [USER], "thread": {"type": "create"}, "stream": True}
+EXPECTED_BODY = {**BASE, "messages": [USER], "thread": {"type": "create"}, "tools": [], "stream": True}
 
 
 async def test_a_stream_dropped_mid_way_is_retried_and_the_run_gets_the_whole_reply(

@@ -89,7 +89,8 @@ async def test_plain_json_output_config_reaches_claude_unchanged(
     async with worker():
         run = await runner.start(**PARAMS, output_config=output_config, thread=False)
         plain = await run.until_done()
-    assert fake_api.bodies() == [{**PARAMS, "output_config": output_config, "stream": True}]
+    # A run without tools sends an empty list, as the SDK's runner given `tools=[]`.
+    assert fake_api.bodies() == [{**PARAMS, "output_config": output_config, "tools": [], "stream": True}]
     # A handle without an output format gives the reply as the API sent it.
     assert not isinstance(plain, ParsedBetaMessage)
     assert plain.content[0].type == "text" and json.loads(plain.content[0].text) == ANSWER

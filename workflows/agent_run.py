@@ -118,6 +118,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
+    from agent_runner.workflows.request_shape import decide_before_the_first_turn
     from agent_runner.workflows.result_transcript import result_status, result_transcript
     from agent_runner.workflows.run_input import RunSpec, parse_run_input
     from agent_runner.workflows.search_attributes import publish
@@ -249,6 +250,7 @@ class AgentRun:
     async def _begin(self, spec: RunSpec) -> RunSpec:
         """Look up the run's tools and set up its conversation (``new_conversation.py``)."""
         state = self._state
+        shape = decide_before_the_first_turn(spec)  # before the tool lookup, a local activity (request_shape.py)
         names = [t for t in spec.tools if isinstance(t, str)]
         if spec.continue_from is not None and spec.continue_from.tools is not None:
             names = spec.continue_from.tools  # Run.send: the tools the ended run could run, as it left them
@@ -263,6 +265,8 @@ class AgentRun:
         state.search_attributes = described.search_attributes
         spec = self._route_model_calls(spec, described.model_task_queue)
         await start_conversation(state, spec)
+        if shape is not None and state.conversation is not None:
+            state.conversation.sdk_request_shape = shape
         if runnable is not None:
             keep_only(state, runnable)
         return spec

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.fallbacks import hop_turn
     from agent_runner.workflows.history_size import input_run_id
     from agent_runner.workflows.reply import reply_problems
+    from agent_runner.workflows.request_shape import take_sdk_request_shape
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -66,6 +67,7 @@ class BackgroundCompaction:
         run = self._run
         spec = run.spec
         assert spec is not None and self._task is None
+        take_sdk_request_shape(conversation, compaction=True)
         turn = conversation.turn(compaction, keep_from)
         if spec.refusal_fallbacks:
             turn = hop_turn(turn, spec.refusal_fallbacks, run.state.fallback_index)

@@ -13,10 +13,8 @@ from typing import Any
 
 # The run's state imports Conversation from here, as it did before the type moved to the contract.
 from agent_runner.contract.conversation import Conversation as Conversation
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA as FALLBACK_CREDIT_BETA
 from agent_runner.contract.types import MESSAGE_THREADS_BETA
-
-FALLBACK_CREDIT_BETA = "fallback-credit-2026-07-01"
-"""The beta a refusal needs to mint a ``fallback_credit_token`` (the middleware's ``DEFAULT_BETAS``)."""
 
 CREATE_ONLY_FIELDS = ("system", "tools")
 """Fields the server takes from the thread on a ``continue``, and rejects if the request repeats them."""
@@ -38,6 +36,9 @@ def build_request(
     extra_body = {k: request.pop(k) for k in ("temperature", "top_k", "top_p") if k in request}
     if extra_body:
         request["extra_body"] = extra_body
+    # A run that has no tools sends `tools: []` when its settings say so (`Conversation.sdk_request_shape`: its
+    # parameters hold it), as the SDK's runner does; a run recorded before that never sent one, and does not start to
+    # mid-way, so the choice is the run's, made once in workflow code, not this builder's.
     if tools:
         request["tools"] = copy.deepcopy(tools)
     if not threading:
@@ -51,7 +52,9 @@ def build_request(
         return request
     betas = list(request.get("betas") or [])
     if MESSAGE_THREADS_BETA not in betas:
-        # Before the refusal-fallback beta, which the SDK's middleware adds after the thread's own betas.
+        # A run recorded before `sdk_request_shape` (which puts the threads beta after the run's own betas itself):
+        # before the refusal-fallback beta, which the SDK's middleware adds after the thread's betas. Such a run keeps
+        # this order to its end, a refusal-fallback beta in its own `betas` included.
         at = betas.index(FALLBACK_CREDIT_BETA) if FALLBACK_CREDIT_BETA in betas else len(betas)
         betas.insert(at, MESSAGE_THREADS_BETA)
     request["betas"] = betas

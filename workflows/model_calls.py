@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.history_size import input_run_id, lean_turn, turn_summary, whole_output
     from agent_runner.workflows.reply import reply_problems
+    from agent_runner.workflows.request_shape import take_sdk_request_shape
     from agent_runner.workflows.state import RunState
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class ModelCalls:
         without_speed = False  # True once an entry that inherited `speed: fast` was over capacity
         lean = False  # whether the call answers lean (``history_size.py``): each call of a run since the patch does
         while True:
+            take_sdk_request_shape(conversation, compaction is not None)
             turn = conversation.turn(compaction, keep_from)
             if spec.refusal_fallbacks:
                 index = state.fallback_index

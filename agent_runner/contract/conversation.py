@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent_runner.contract.transcript import Transcript, canonical, is_placeholder, ref_for, splice
-from agent_runner.contract.types import THREAD_REPLAY_CODES, ModelTurn
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
 
 THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
 """The ``ApplicationError.type`` of a model call the API refused to thread (``error_code``
@@ -169,6 +169,14 @@ class Conversation(BaseModel):
     ``New`` / ``Created`` / ``Continue.replaces_lost_thread``): if that first ``continue`` finds it lost as well, the
     server may be unable to store the conversation, and the run stops threading."""
 
+    sdk_request_shape: bool | None = None
+    """Whether each turn's settings carry two request fields as anthropic 2.14.0's tool runner sends them, which
+    runs recorded before sent otherwise: ``tools: []`` on a ``create`` (and on every turn without a thread) when the
+    run has no tools, and the threads beta after the run's own ``betas`` (``_params_as_the_sdk_sends``). ``None``
+    until a turn would differ; the run decides behind ``workflow.patched`` when it starts, if its first turn differs,
+    else at that turn (``workflows/request_shape.py``), and keeps the answer, carried across continue-as-new and into
+    a ``send``, so a run never changes mid-way."""
+
     @classmethod
     def start(
         cls, params: dict[str, Any], tools: list[dict[str, Any]], messages: list[dict[str, Any]], *, threading: bool
@@ -212,7 +220,8 @@ class Conversation(BaseModel):
             keep_from: For a compaction that keeps recent turns (``recent_turns_start``): only the messages before
                 this one are sent, to be summarized.
         """
-        settings = {"params": self.params, "tools": self.tools}
+        params = self._params_as_the_sdk_sends() if self.sdk_request_shape else self.params
+        settings = {"params": params, "tools": self.tools}
         transcript = self.transcript
         head, pending, length, answered = transcript.head, transcript.pending, len(transcript), self.answered
         if keep_from is not None:
@@ -232,6 +241,35 @@ class Conversation(BaseModel):
             answered=answered,
             previous_message_id=None if compaction is not None else self.previous_message_id,
             compaction=compaction,
+        )
+
+    def _params_as_the_sdk_sends(self) -> dict[str, Any]:
+        """The run's parameters with the two fields the SDK's runner always sets (``_thread_state.create_arguments``).
+
+        ``tools`` even when empty (``build_request`` sends the definitions only when there are some, and leaves a
+        ``tools`` the parameters hold out of a ``continue``, as it leaves the definitions out), and, on a thread, the
+        threads beta right after the run's own ``betas``: ``build_request`` keeps a threads beta it finds there, and
+        the refusal-fallback beta goes after it (``hop_turn``), as the SDK's middleware appends it to the header.
+        """
+        params = dict(self.params)
+        if not self.tools:
+            params["tools"] = []
+        betas = params.get("betas") or []
+        if self.threading and MESSAGE_THREADS_BETA not in betas:
+            params["betas"] = [*betas, MESSAGE_THREADS_BETA]
+        return params
+
+    def sends_otherwise_than_before(self, compaction: bool = False) -> bool:
+        """Whether the next turn (a compaction, with ``compaction``) differs as the SDK sends it from before.
+
+        It does when it sends ``tools`` (a ``create``, or any turn without a thread) and the run has none, and on a
+        thread when the run's own ``betas`` hold the refusal-fallback beta (runs recorded before sent the threads
+        beta ahead of it, wherever it was).
+        """
+        creates = compaction or not self.threading or self.previous_message_id is None
+        betas = self.params.get("betas") or []
+        return (creates and not self.tools) or (
+            self.threading and FALLBACK_CREDIT_BETA in betas and MESSAGE_THREADS_BETA not in betas
         )
 
     def recent_turns_start(self, turns: int) -> int | None:

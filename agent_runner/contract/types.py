@@ -72,6 +72,9 @@ SEND_POINT_QUERY = "send_point"
 MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
 """The beta a request on a server-side message thread needs, added as the SDK's tool runner adds it."""
 
+FALLBACK_CREDIT_BETA = "fallback-credit-2026-07-01"
+"""The beta a refusal needs to mint a ``fallback_credit_token`` (the fallback middleware's ``DEFAULT_BETAS``)."""
+
 THREAD_REPLAY_CODES = ("thread_not_found", "thread_already_continued", "thread_continue_in_flight")
 """``error.details.error_code`` values after which the turn is replayed with the full history on a new thread."""
 

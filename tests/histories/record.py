@@ -31,6 +31,9 @@ that must keep determinism; keep the old files, since runs started on the old co
                                                        # run was given before the fork point)
     python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
     python tests/histories/record.py NAME last_status  # writes NAME.json (a result carrying the run's last status)
+    python tests/histories/record.py NAME request_shape  # writes NAME.json (a run without tools, the fallback-credit
+                                                         # beta its own: decided before its tool lookup) and
+                                                         # NAME_late.json (a run given that beta mid-way)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -88,7 +91,7 @@ from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner, Run  # noqa: E402
 from agent_runner.contract.agents import AgentSpec  # noqa: E402
 from agent_runner.contract.errors import AgentRunnerError  # noqa: E402
-from agent_runner.contract.types import ActivityOptions  # noqa: E402
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA, ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import (  # noqa: E402
     FakeMessagesAPI,
@@ -830,6 +833,31 @@ async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     await finish(name, run)
 
 
+async def request_shape(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``request_shape`` scenario (patch ``request-shape-as-the-sdk``): a stepped run without tools and
+    with the fallback-credit beta of its own decides before its tool lookup, and takes an injected message; a run
+    with tools decides at its first turn after an ``update_params`` gives it the fallback-credit beta."""
+    fake.script(end_turn("Sunny."), end_turn("Cold."))
+    run = await start(runner, "Paris?", betas=[FALLBACK_CREDIT_BETA], step=True)
+    await wait(run, "waiting_for_step", 1)
+    await run.inject("And Oslo?")
+    await run.advance()
+    await wait(run, "waiting_for_step", 2)
+    await run.advance()
+    await finish(name, run)
+    fake.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    run = await start(runner, "Paris?", tools=[get_weather], step=True)
+    await wait(run, "waiting_for_step", 1)
+    await run.update_params(betas=[FALLBACK_CREDIT_BETA])
+    await run.advance()
+    await wait(run, "waiting_for_step", 2)
+    await run.advance()
+    await finish(f"{name}_late", run)
+    threads = "message-threads-2026-08-12"
+    betas = [r.headers.get("anthropic-beta") for r in fake.requests]
+    assert betas == [f"{FALLBACK_CREDIT_BETA},{threads}"] * 2 + [threads, f"{FALLBACK_CREDIT_BETA},{threads}"], betas
+
+
 async def start(runner: AgentRunner, ask: str, **options: Any) -> Run:
     """Start a run of ``claude-fake-1`` (512 tokens a reply) on the user's message ``ask``, with ``options``."""
     return await runner.start(
@@ -883,6 +911,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "gave_up": gave_up,
     "result_transcript": result_transcript,
     "last_status": last_status,
+    "request_shape": request_shape,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
 
