@@ -22,10 +22,11 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.lean import full_output
+    from agent_runner.contract.tool_result_refs import compact_turn
     from agent_runner.contract.transcript import Transcript, canonical, ref_for
     from agent_runner.contract.types import CreateMessageOutput, ModelTurn, idempotency_key
 
-from agent_runner.workflows.patches import since
+from agent_runner.workflows.patches import compact_results, since
 
 INPUTS_WITHOUT_RUN_ID_PATCH = "activity-inputs-without-run-id"
 """``workflow.patched`` id of leaving ``run_id`` out of ``CreateMessageInput`` and ``RunToolInput`` (the activity
@@ -68,7 +69,8 @@ def lean_turn(turn: ModelTurn, transcript: Transcript) -> tuple[ModelTurn, bool]
         update["answered"] = None  # the thread holds every stored message, which the call counts
     if turn.settings is not None:
         update["settings_ref"] = ref_for(canonical(turn.settings), short=True)
-    return turn.model_copy(update=update), True
+    lean = turn.model_copy(update=update)
+    return (compact_turn(lean) if compact_results() else lean), True
 
 
 def turn_summary(reply_number: int, model: object, run_model: object, lean: bool) -> str:

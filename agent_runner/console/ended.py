@@ -60,6 +60,7 @@ from agent_runner.contract.events import (
 )
 from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.steering import PendingApproval
+from agent_runner.contract.tool_result_refs import whole_pending
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
@@ -227,9 +228,9 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     reading.results = {}
                     reading.agents = {}
                     if reading.log and reading.log[-1].after is None:
-                        reading.log[-1].after = turn.get("pending") or []
+                        reading.log[-1].after = whole_pending(turn)
                     if reading.first_pending is None:
-                        reading.first_pending = turn.get("pending") or []
+                        reading.first_pending = whole_pending(turn)
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
