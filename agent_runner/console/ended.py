@@ -357,10 +357,10 @@ async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun
         messages = await _held(runner, result.transcript.head, result.transcript.pending)
     elif result is None and reading.under_way is not None:
         # Its last model call got no reply: that request holds everything the run had.
-        messages = await _held(runner, reading.under_way.get("head"), reading.under_way.get("pending"))
+        messages = await _held(runner, reading.under_way.get("head"), whole_pending(reading.under_way))
     elif reading.last is not None:
         turn, reply = reading.last
-        held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
+        held = [*whole_pending(turn), {"role": "assistant", "content": reply.get("content") or []}]
         if result is None:
             done, unfinished = _tool_results(reply, reading.results, reading.agents)
             if done:

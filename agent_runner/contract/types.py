@@ -216,6 +216,11 @@ class DescribeToolsOutput(BaseModel):
     search_attributes: bool = Field(default=False, exclude_if=lambda registered: not registered)
     """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
+    @field_serializer("tools")
+    def _lean_specs(self, tools: list[ToolSpec]) -> list[dict[str, Any]]:
+        # Each spec's fields at their defaults are left out (read back the same): the answer is in every run's history.
+        return [spec.model_dump(mode="json", exclude_defaults=True) for spec in tools]
+
 
 class FallbackSplice(BaseModel):
     """A refusal-fallback hop's splice, as ``BetaRefusalFallbackMiddleware`` streams it (``workflows/fallbacks.py``).
