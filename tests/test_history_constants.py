@@ -18,9 +18,10 @@ from temporalio.client import WorkflowHistory
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.big_params import DESCRIBED_TOOL_FIELD_LIMIT
+from agent_runner.contract.tool_result_refs import compact_results, compact_turn, whole_pending, whole_turn
 from agent_runner.contract.transcript import canonical, ref_for, stored
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ModelTurn
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH
 from tests.conftest import WorkerFactory
 from tests.test_history_size import payloads
@@ -108,3 +109,46 @@ async def test_a_2_kb_tool_schema_costs_the_history_its_placeholder_and_claude_r
     assert markers(history) == [COMPACT_RESULTS_PATCH]
 
     assert per_run_bytes(list(history.events)) <= PER_RUN_BYTES
+
+
+STORED_RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": stored("~ref1")}
+
+
+@pytest.mark.parametrize(
+    ("message", "entries"),
+    [
+        ({"role": "user", "content": [STORED_RESULT]}, [["toolu_1", "~ref1"]]),
+        (
+            {
+                "role": "user",
+                "content": [
+                    STORED_RESULT,
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "pong"},
+                    {"type": "tool_result", "tool_use_id": "toolu_3", "content": [text("no")], "is_error": True},
+                    {"type": "tool_result", "tool_use_id": "toolu_4", "content": stored("~ref4"), "is_error": True},
+                ],
+            },
+            [
+                ["toolu_1", "~ref1"],
+                ["toolu_2", 0, "pong"],
+                ["toolu_3", 1, [text("no")]],
+                ["toolu_4", 1, stored("~ref4")],
+            ],
+        ),
+        # Sent as they are: a block with another key, an explicit `is_error: false`, another block, a text message.
+        ({"role": "user", "content": [{**STORED_RESULT, "cache_control": {"type": "ephemeral"}}]}, []),
+        ({"role": "user", "content": [{**STORED_RESULT, "is_error": False}]}, []),
+        ({"role": "user", "content": [STORED_RESULT, text("And now?")]}, []),
+        ({"role": "user", "content": "Go on."}, []),
+    ],
+)
+def test_a_turns_tool_results_go_compact_and_come_back_exactly(
+    message: dict[str, Any], entries: list[list[Any]]
+) -> None:
+    earlier = {"role": "user", "content": "Earlier."}
+    pending, compact = compact_results([earlier, message])
+    assert compact == entries
+    assert pending == ([earlier] if entries else [earlier, message])
+    assert whole_pending({"pending": pending, "results": compact}) == [earlier, message]
+    turn = ModelTurn(settings_ref="~s", pending=[earlier, message])
+    assert whole_turn(compact_turn(turn)) == turn

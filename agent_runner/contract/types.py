@@ -264,9 +264,9 @@ class ModelTurn(BaseModel):
     pending: list[dict[str, Any]] = Field(default_factory=list, exclude_if=lambda pending: not pending)
     """The messages after them, not stored yet; the call stores them, and the reply after them."""
 
-    results: list[list[str]] = Field(default_factory=list, exclude_if=lambda results: not results)
-    """A last pending message of stored tool results, compact: ``[tool_use_id, ref]`` pairs
-    (``contract/tool_result_refs.py``; ``whole_turn`` puts it back in ``pending``). Left out of the JSON when empty."""
+    results: list[list[Any]] = Field(default_factory=list, exclude_if=lambda results: not results)
+    """A last pending message of tool results, compact: one entry a result (``contract/tool_result_refs.py``;
+    ``whole_turn`` puts it back in ``pending``). Left out of the JSON when empty."""
 
     length: int | None = Field(default=None, exclude_if=lambda length: length is None)
     """How many messages the history holds, stored and pending. ``None`` (left out of the JSON): the call counts the

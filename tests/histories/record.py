@@ -31,8 +31,8 @@ that must keep determinism; keep the old files, since runs started on the old co
                                                        # run was given before the fork point)
     python tests/histories/record.py NAME gave_up      # writes NAME.json (a model call out of attempts fails the run)
     python tests/histories/record.py NAME last_status  # writes NAME.json (a result carrying the run's last status)
-    python tests/histories/record.py NAME compact_results  # writes NAME.json and NAME_continued.json (stored tool
-                                                           # results sent as pairs, issue 14)
+    python tests/histories/record.py NAME compact_results  # writes NAME.json and NAME_continued.json (tool results
+                                                           # sent compact, issue 14)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -668,9 +668,9 @@ async def last_status(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> 
 
 
 async def compact_results(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
-    """Record the ``compact_results`` scenario: turns whose tool results are all stored apart send them as pairs
-    (patch ``compact-tool-results``), a turn with an inline result among them sends them whole, and a continuation
-    goes on sending pairs."""
+    """Record the ``compact_results`` scenario: turns send their tool results compact (patch
+    ``compact-tool-results``): stored ones as ``[tool_use_id, ref]``, an inline one among them as
+    ``[tool_use_id, 0, content]``, and a continuation goes on so."""
     fake.script(
         Reply([tool_use("toolu_1", "report", {"city": "Paris"})], "tool_use"),
         Reply(
