@@ -12,6 +12,10 @@ history, and the text and thinking blocks over ``RESULT_INLINE_LIMIT`` of a repl
 ``pause_turn``) are stored apart, as tool results are, so a long reply costs the history a placeholder. What such a
 call stores it names by short references (``contract/transcript.py``, ``SHORT_PREFIX``): 23 characters instead of
 71, and an iteration carries six of them. The run puts the reply back whole (``whole_output``) before reading it.
+
+Since ``COMPACT_RESULTS_PATCH`` (the newest umbrella, ``patches.py``) a lean turn sends the tool results that end its
+pending messages compact (``contract/tool_result_refs.py``): a stored result costs its id and reference, not a whole
+``tool_result`` message. The model call puts the message back before it reads the turn.
 """
 
 from __future__ import annotations
