@@ -46,6 +46,7 @@ from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_U
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.lean import lean_output
 from agent_runner.contract.params import mcp_token_env
+from agent_runner.contract.tool_result_refs import whole_turn
 from agent_runner.contract.transcript import escape, is_short
 from agent_runner.contract.types import (
     CREATE_MESSAGE_ACTIVITY,
@@ -133,7 +134,7 @@ class ClaudeActivities:
         """
         if not input.run_id:  # runs since issue 14 leave their own id out of the input (workflows/history_size.py)
             input = input.model_copy(update={"run_id": activity.info().workflow_id or ""})
-        turn = input.turn
+        turn = input.turn if input.turn is None else whole_turn(input.turn)  # results sent compact put back
         if turn is None:
             async with self._publisher(input, activity.info().attempt) as events:
                 reply = await self._call(input.request, input, events)

@@ -56,6 +56,7 @@ from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
+from agent_runner.contract.big_params import DESCRIBED_TOOL_FIELD_LIMIT
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
@@ -772,8 +773,12 @@ def _well_formed_content(content: Any) -> Any:
 
 
 async def specs_by_reference(content: Content, specs: list[ToolSpec]) -> list[ToolSpec]:
-    """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``)."""
-    slim = await content.tools_by_reference([spec.definition for spec in specs])
+    """``specs`` with their definitions' big fields stored and replaced by placeholders (``big_params.py``).
+
+    Big here is past ``DESCRIBED_TOOL_FIELD_LIMIT``: a lookup's answer is in the run's history, and so is its first
+    model call's input, which carries the definitions; the model call puts the stored fields back.
+    """
+    slim = await content.tools_by_reference([spec.definition for spec in specs], DESCRIBED_TOOL_FIELD_LIMIT, short=True)
     return [
         spec if new == spec.definition else spec.model_copy(update={"definition": new})
         for spec, new in zip(specs, slim, strict=True)

@@ -23,7 +23,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.contract.big_params import big_values, slim_tools
+from agent_runner.contract.big_params import PARAM_INLINE_LIMIT, big_values, slim_tools
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing
 from agent_runner.contract.transcript import (
     INLINE_LIMIT,
@@ -282,14 +282,21 @@ class Content:
                 blocks.append(block)
         return blocks
 
-    async def tools_by_reference(self, tools: list[Any]) -> list[Any]:
+    async def tools_by_reference(
+        self, tools: list[Any], limit: int = PARAM_INLINE_LIMIT, *, short: bool = False
+    ) -> list[Any]:
         """Tool definitions with their big fields stored and replaced by placeholders (``contract/big_params.py``).
 
         Megabytes of input schemas would otherwise ride in a run's input, its state and each continuation.
+
+        Args:
+            tools: The definitions.
+            limit: The size over which a field is big (``big_params.tool_field_limit``).
+            short: Name the stored fields by their short references (fewer bytes in a history).
         """
-        for value in big_values({}, tools):
-            await self.put_value(value)
-        return slim_tools(tools)
+        for value in big_values({}, tools, limit):
+            await self.put_value(value, short=short)
+        return slim_tools(tools, limit, short)
 
     async def put_value(self, value: Any, *, deferred: dict[str, bytes] | None = None, short: bool = False) -> str:
         """Store one JSON value whole, as given (not escaped: ``values`` reads it back as it was); return its ref.

@@ -43,6 +43,7 @@ from temporalio.converter import PayloadCodec
 from agent_runner.codec import ENCODING, KEYS_ENV
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.lean import full_output_json
+from agent_runner.contract.tool_result_refs import whole_pending
 from agent_runner.contract.transcript import message_ref, next_head
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, WORKFLOW_TYPE
 from agent_runner.store import BlobMissing, ContentStore, Swept
@@ -197,7 +198,7 @@ def _heads_produced(call: dict[str, Any], output: dict[str, Any]) -> list[str]:
         return []
     heads = []
     head = turn.get("head")
-    for stored in [*turn.get("pending", []), {"role": "assistant", "content": message.get("content") or []}]:
+    for stored in [*whole_pending(turn), {"role": "assistant", "content": message.get("content") or []}]:
         head = next_head(head, message_ref(stored, lean))  # a lean call names them short
         heads.append(head)
     heads.append(next_head(call.get("replies_head"), message_ref(message, lean)))

@@ -266,13 +266,14 @@ def postgres_url() -> Iterator[str]:
 def patches_of_their_own(history: Any) -> list[str]:
     """The patch markers' names of a run's history, less the patch marker every new run records once.
 
-    Every new run records ``UMBRELLA_PATCH`` (``workflows/patches.py``: the live log, lean activity inputs, the lean
-    iteration history and the result's last status); a test that counts the markers a particular path adds leaves it
-    out, and the local activity markers (``describe_tools``) too.
+    Every new run records ``COMPACT_RESULTS_PATCH`` (``workflows/patches.py``: the umbrella of the live log, lean
+    activity inputs, the lean iteration history, the result's last status and compact tool results; ``UMBRELLA_PATCH``
+    before it); a test that counts the markers a particular path adds leaves it out, and the local activity markers
+    (``describe_tools``) too.
     """
-    from agent_runner.workflows.patches import UMBRELLA_PATCH
+    from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH, UMBRELLA_PATCH
 
-    every_run = [UMBRELLA_PATCH.encode()]
+    every_run = [UMBRELLA_PATCH.encode(), COMPACT_RESULTS_PATCH.encode()]
     return [
         e.marker_recorded_event_attributes.marker_name
         for e in history.events

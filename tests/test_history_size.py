@@ -15,7 +15,8 @@ from anthropic import beta_async_tool
 from temporalio.client import WorkflowHistory
 
 from agent_runner.client import AgentRunner
-from agent_runner.contract.transcript import RESULT_INLINE_LIMIT, canonical, ref_for, stored
+from agent_runner.contract.tool_result_refs import whole_pending
+from agent_runner.contract.transcript import RESULT_INLINE_LIMIT, STORED, canonical, ref_for, stored
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
@@ -84,7 +85,12 @@ async def test_a_tool_result_over_the_limit_crosses_history_as_a_placeholder_and
     model_inputs, _ = payloads(history, CREATE_MESSAGE_ACTIVITY)
     # The first call has no replies before it: its `replies_head`, null, is left out.
     assert [sorted(i) for i in model_inputs] == [["iteration", "turn"]] + [["iteration", "replies_head", "turn"]] * 2
-    assert model_inputs[1]["turn"]["pending"] == [{"role": "user", "content": [{**big_result, "content": placeholder}]}]
-    assert model_inputs[2]["turn"]["pending"] == [{"role": "user", "content": [small_result]}]
+    # Each turn's tool results go compact (``contract/tool_result_refs.py``): the stored one as its reference.
+    assert model_inputs[1]["turn"]["results"] == [["toolu_B", placeholder[STORED]]]
+    assert model_inputs[2]["turn"]["results"] == [["toolu_S", 0, SMALL]]
+    assert [whole_pending(i["turn"]) for i in model_inputs[1:]] == [
+        [{"role": "user", "content": [{**big_result, "content": placeholder}]}],
+        [{"role": "user", "content": [small_result]}],
+    ]
     assert "settings" in model_inputs[0]["turn"] and "settings" not in model_inputs[1]["turn"]
     assert BIG not in "".join(str(event) for event in history.events)

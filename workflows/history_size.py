@@ -12,6 +12,10 @@ history, and the text and thinking blocks over ``RESULT_INLINE_LIMIT`` of a repl
 ``pause_turn``) are stored apart, as tool results are, so a long reply costs the history a placeholder. What such a
 call stores it names by short references (``contract/transcript.py``, ``SHORT_PREFIX``): 23 characters instead of
 71, and an iteration carries six of them. The run puts the reply back whole (``whole_output``) before reading it.
+
+Since ``COMPACT_RESULTS_PATCH`` (the newest umbrella, ``patches.py``) a lean turn sends the tool results that end its
+pending messages compact (``contract/tool_result_refs.py``): a stored result costs its id and reference, not a whole
+``tool_result`` message. The model call puts the message back before it reads the turn.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.lean import full_output
+    from agent_runner.contract.tool_result_refs import compact_turn
     from agent_runner.contract.transcript import Transcript, canonical, ref_for
     from agent_runner.contract.types import CreateMessageOutput, ModelTurn, idempotency_key
 
-from agent_runner.workflows.patches import since
+from agent_runner.workflows.patches import compact_results, since
 
 INPUTS_WITHOUT_RUN_ID_PATCH = "activity-inputs-without-run-id"
 """``workflow.patched`` id of leaving ``run_id`` out of ``CreateMessageInput`` and ``RunToolInput`` (the activity
@@ -68,7 +73,8 @@ def lean_turn(turn: ModelTurn, transcript: Transcript) -> tuple[ModelTurn, bool]
         update["answered"] = None  # the thread holds every stored message, which the call counts
     if turn.settings is not None:
         update["settings_ref"] = ref_for(canonical(turn.settings), short=True)
-    return turn.model_copy(update=update), True
+    lean = turn.model_copy(update=update)
+    return (compact_turn(lean) if compact_results() else lean), True
 
 
 def turn_summary(reply_number: int, model: object, run_model: object, lean: bool) -> str:

@@ -40,12 +40,24 @@ IMPLIED = (
 are spelled out here as their modules spell them; ``tests/test_umbrella_patch.py`` checks both agree)."""
 
 
+COMPACT_RESULTS_PATCH = "compact-tool-results"
+"""``workflow.patched`` id of a run begun on the code since its model calls' turns send their stored tool results as
+pairs (``contract/tool_result_refs.py``), and the umbrella of those runs: it implies ``UMBRELLA_PATCH`` as that one
+implies ``IMPLIED``, by the same argument, so a new run still records one marker. It is asked first at a run's first
+site (``begun_since``, ``since``): a run begun on older code answers ``False`` there on replay, and so for good."""
+
+
+def compact_results() -> bool:
+    """Whether this run's model calls send their stored tool results compact (it records ``COMPACT_RESULTS_PATCH``)."""
+    return workflow.patched(COMPACT_RESULTS_PATCH)
+
+
 def begun_since() -> bool:
-    """Whether this run began on this code (it records ``UMBRELLA_PATCH``).
+    """Whether this run began on this code (it records ``UMBRELLA_PATCH``, or the newer ``COMPACT_RESULTS_PATCH``).
 
     For what runs begun since do that no run did before (``tool_lookup.py``: ``describe_tools`` as a local activity).
     """
-    return workflow.patched(UMBRELLA_PATCH)
+    return compact_results() or workflow.patched(UMBRELLA_PATCH)
 
 
 def since(old_id: str) -> bool:
@@ -58,4 +70,4 @@ def since(old_id: str) -> bool:
         Whether the run takes the patched path: always for a run that records the umbrella, else as ``old_id`` was
         (or will be) recorded.
     """
-    return workflow.patched(UMBRELLA_PATCH) or workflow.patched(old_id)
+    return begun_since() or workflow.patched(old_id)

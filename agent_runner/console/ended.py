@@ -60,6 +60,7 @@ from agent_runner.contract.events import (
 )
 from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.steering import PendingApproval
+from agent_runner.contract.tool_result_refs import whole_pending
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
@@ -227,9 +228,9 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                     reading.results = {}
                     reading.agents = {}
                     if reading.log and reading.log[-1].after is None:
-                        reading.log[-1].after = turn.get("pending") or []
+                        reading.log[-1].after = whole_pending(turn)
                     if reading.first_pending is None:
-                        reading.first_pending = turn.get("pending") or []
+                        reading.first_pending = whole_pending(turn)
         elif name in (RUN_TOOL_ACTIVITY, CALL_MCP_TOOL_ACTIVITY):
             call = await _payload(converter, scheduled.input)
             if isinstance(call, dict) and name == CALL_MCP_TOOL_ACTIVITY:
@@ -356,10 +357,10 @@ async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun
         messages = await _held(runner, result.transcript.head, result.transcript.pending)
     elif result is None and reading.under_way is not None:
         # Its last model call got no reply: that request holds everything the run had.
-        messages = await _held(runner, reading.under_way.get("head"), reading.under_way.get("pending"))
+        messages = await _held(runner, reading.under_way.get("head"), whole_pending(reading.under_way))
     elif reading.last is not None:
         turn, reply = reading.last
-        held = [*(turn.get("pending") or []), {"role": "assistant", "content": reply.get("content") or []}]
+        held = [*whole_pending(turn), {"role": "assistant", "content": reply.get("content") or []}]
         if result is None:
             done, unfinished = _tool_results(reply, reading.results, reading.agents)
             if done:

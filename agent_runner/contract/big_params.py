@@ -61,6 +61,13 @@ TOOL_FIELD_LIMIT = 1024
 this goes by reference: hundreds of tools of modest schemas add up to megabytes as surely as one big one."""
 
 
+DESCRIBED_TOOL_FIELD_LIMIT = 128
+"""A field of a tool a worker describes (``describe_tools``, an MCP server's tools) bigger than this goes by reference
+always: a real tool's input schema (1-5 KB) would otherwise be in the lookup's answer and in the first model call's
+input of every run, the biggest of a short run's history bytes (issue 14). Past 128 bytes a field costs more than
+twice its placeholder (49 bytes)."""
+
+
 def stored_ref(value: Any) -> str | None:
     """The ref a value's placeholder names, or ``None`` when the value is not a placeholder."""
     if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(STORED), str):
@@ -83,10 +90,10 @@ def by_reference(params: Mapping[str, Any], limit: int = PARAM_INLINE_LIMIT) -> 
     return {**params, **{key: stored(ref_for(canonical(value))) for key, value in big.items()}}
 
 
-def _slim(mapping: Mapping[str, Any], keep: frozenset[str], limit: int) -> dict[str, Any]:
+def _slim(mapping: Mapping[str, Any], keep: frozenset[str], limit: int, short: bool = False) -> dict[str, Any]:
     """``mapping`` with each big top-level value not in ``keep`` replaced by the placeholder of its value."""
     return {
-        key: stored(ref_for(canonical(value))) if key not in keep and _big(value, limit) else value
+        key: stored(ref_for(canonical(value), short)) if key not in keep and _big(value, limit) else value
         for key, value in mapping.items()
     }
 
@@ -109,9 +116,12 @@ def read_by_fallbacks(refusal_fallbacks: object) -> frozenset[str]:
     return frozenset({"output_config"}) if patched else frozenset()
 
 
-def slim_tool(tool: Any, limit: int = PARAM_INLINE_LIMIT) -> Any:
-    """A tool definition with its big fields replaced by placeholders (a registered tool's name is kept as is)."""
-    return _slim(tool, READ_TOOL_FIELDS, limit) if isinstance(tool, dict) else tool
+def slim_tool(tool: Any, limit: int = PARAM_INLINE_LIMIT, short: bool = False) -> Any:
+    """A tool definition with its big fields replaced by placeholders (a registered tool's name is kept as is).
+
+    With ``short``, the placeholders name the short references (``transcript.ref_for``).
+    """
+    return _slim(tool, READ_TOOL_FIELDS, limit, short) if isinstance(tool, dict) else tool
 
 
 def tool_field_limit(tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> int:
@@ -122,10 +132,10 @@ def tool_field_limit(tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> int:
     return limit if len(canonical(tools)) <= limit else min(limit, TOOL_FIELD_LIMIT)
 
 
-def slim_tools(tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:
-    """``tools`` with their big fields replaced by placeholders (``tool_field_limit``)."""
+def slim_tools(tools: list[Any], limit: int = PARAM_INLINE_LIMIT, short: bool = False) -> list[Any]:
+    """``tools`` with their big fields replaced by placeholders (``tool_field_limit``; ``short``: ``slim_tool``)."""
     field_limit = tool_field_limit(tools, limit)
-    return [slim_tool(tool, field_limit) for tool in tools]
+    return [slim_tool(tool, field_limit, short) for tool in tools]
 
 
 def big_values(params: Mapping[str, Any], tools: list[Any], limit: int = PARAM_INLINE_LIMIT) -> list[Any]:

@@ -219,6 +219,11 @@ class DescribeToolsOutput(BaseModel):
     search_attributes: bool = Field(default=False, exclude_if=lambda registered: not registered)
     """Whether the fleet registered ``SEARCH_ATTRIBUTE_TYPES``, so runs keep them current."""
 
+    @field_serializer("tools")
+    def _lean_specs(self, tools: list[ToolSpec]) -> list[dict[str, Any]]:
+        # Each spec's fields at their defaults are left out (read back the same): the answer is in every run's history.
+        return [spec.model_dump(mode="json", exclude_defaults=True) for spec in tools]
+
 
 class FallbackSplice(BaseModel):
     """A refusal-fallback hop's splice, as ``BetaRefusalFallbackMiddleware`` streams it (``workflows/fallbacks.py``).
@@ -259,8 +264,12 @@ class ModelTurn(BaseModel):
     head: str | None = Field(default=None, exclude_if=lambda head: head is None)
     """The stored messages: the head of their chain in the store."""
 
-    pending: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = Field(default_factory=list, exclude_if=lambda pending: not pending)
     """The messages after them, not stored yet; the call stores them, and the reply after them."""
+
+    results: list[list[Any]] = Field(default_factory=list, exclude_if=lambda results: not results)
+    """A last pending message of tool results, compact: one entry a result (``contract/tool_result_refs.py``;
+    ``whole_turn`` puts it back in ``pending``). Left out of the JSON when empty."""
 
     length: int | None = Field(default=None, exclude_if=lambda length: length is None)
     """How many messages the history holds, stored and pending. ``None`` (left out of the JSON): the call counts the

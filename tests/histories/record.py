@@ -34,6 +34,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME request_shape  # writes NAME.json (a run without tools, the fallback-credit
                                                          # beta its own: decided before its tool lookup) and
                                                          # NAME_late.json (a run given that beta mid-way)
+    python tests/histories/record.py NAME compact_results  # writes NAME.json and NAME_continued.json (tool results
+                                                           # sent compact, issue 14)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -153,6 +155,16 @@ class SendingTill(BetaAsyncRunnableToolset):
         return f"sent to {input.get('to')}"
 
 
+@beta_async_tool
+async def report(city: str) -> str:
+    """A long report on a city: over ``RESULT_INLINE_LIMIT``, so its result is stored apart.
+
+    Args:
+        city: The city name, e.g. Paris.
+    """
+    return f"Report on {city}: " + "a line of the report. " * 20
+
+
 def _till() -> SendingTill:
     options = ActivityOptions(start_to_close_timeout=timedelta(seconds=1))
     till = toolset_options(SendingTill(), options=options, effects="at_most_once", reconcile=_sent)
@@ -171,7 +183,7 @@ async def record(name: str, scenario: str = "steered") -> None:
         worker = build_worker(
             env.client,
             registry=ToolRegistry(
-                [get_weather, get_time, send_once, ANALYST],
+                [get_weather, get_time, send_once, report, ANALYST],
                 toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer(), _till()],
             ),
             task_queue=queue,
@@ -658,6 +670,32 @@ async def last_status(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> 
     save(name, await run.handle.fetch_history())
 
 
+async def compact_results(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``compact_results`` scenario: turns send their tool results compact (patch
+    ``compact-tool-results``): stored ones as ``[tool_use_id, ref]``, an inline one among them as
+    ``[tool_use_id, 0, content]``, and a continuation goes on so."""
+    fake.script(
+        Reply([tool_use("toolu_1", "report", {"city": "Paris"})], "tool_use"),
+        Reply(
+            [tool_use("toolu_2", "report", {"city": "Lyon"}), tool_use("toolu_3", "report", {"city": "Nice"})],
+            "tool_use",
+        ),
+        Reply(
+            [tool_use("toolu_4", "report", {"city": "Rome"}), tool_use("toolu_5", "get_weather", {"city": "Rome"})],
+            "tool_use",
+        ),
+        Reply([tool_use("toolu_6", "report", {"city": "Oslo"})], "tool_use"),
+        end_turn("Done."),
+    )
+    run = await start(runner, "Reports?", tools=[report, get_weather], continue_as_new={"events": 40})
+    result = await run.result()
+    assert result.status == "completed" and result.iterations == 5, result
+    assert (await run.status()).continuations == 1, (await run.status()).continuations
+    first_run = run.handle.first_execution_run_id or run.handle.run_id
+    save(name, await runner.client.get_workflow_handle(run.id, run_id=first_run).fetch_history())
+    save(f"{name}_continued", await run.handle.fetch_history())
+
+
 async def lookalikes(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``lookalikes`` scenario: content the client holds (a big message stored apart, data shaped like a
     placeholder escaped) in the run's input, an injected message and an approval's edited input."""
@@ -912,6 +950,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "result_transcript": result_transcript,
     "last_status": last_status,
     "request_shape": request_shape,
+    "compact_results": compact_results,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
 
