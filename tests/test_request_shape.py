@@ -25,7 +25,7 @@ from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows import agent_run, model_calls
 from agent_runner.workflows.agent_run import AgentRun
-from agent_runner.workflows.patches import UMBRELLA_PATCH
+from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH, UMBRELLA_PATCH
 from agent_runner.workflows.request_shape import SDK_REQUEST_SHAPE_PATCH
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.test_versioning import markers, wait_status
@@ -110,14 +110,14 @@ async def test_only_a_run_whose_request_differs_records_the_patch(
 
 
 def marker_names(history: WorkflowHistory) -> list[str]:
-    """The patch ids and other markers of ``history`` in order, less the umbrella patch every new run records."""
+    """The patch ids and other markers of ``history`` in order, less the umbrella patches new runs record."""
     names = []
     for event in history.events:
         if event.HasField("marker_recorded_event_attributes"):
             marker = event.marker_recorded_event_attributes
             if marker.marker_name == "core_patch":
                 patch = json.loads(marker.details["patch-data"].payloads[0].data)["id"]
-                if patch != UMBRELLA_PATCH:
+                if patch not in (UMBRELLA_PATCH, COMPACT_RESULTS_PATCH):
                     names.append(patch)
             else:
                 names.append(marker.marker_name)
