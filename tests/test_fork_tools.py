@@ -18,6 +18,7 @@ from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import ToolSpec
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.forking import carried_tools_from, started_with, tools_at
+from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH
 from agent_runner.workflows.state import RunState
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
@@ -32,6 +33,7 @@ from tests.test_send import (
     advance_until_done,
     ended_run_that_added_get_time,
 )
+from tests.test_umbrella_patch import markers
 from tests.tools_for_tests import get_time, get_weather
 
 
@@ -126,6 +128,9 @@ async def test_a_fork_does_not_run_a_tool_a_raw_definition_replaced_before_its_f
         {"role": "user", "content": [not_found("toolu_S3")]},
         {"role": "assistant", "content": [text("No weather.")]},
     ]
+    # The run's one patch marker: the addition's patch, asked after its tools' lookup (a local activity) it would
+    # record in a workflow task a replay may not know of yet, is implied (`workflows/patches.py`, `implied`).
+    assert markers(await run.handle.fetch_history()) == [COMPACT_RESULTS_PATCH]
 
 
 async def test_a_fork_of_a_sent_run_runs_the_tools_the_send_carried(

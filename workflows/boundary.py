@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows.failures import not_registered
     from agent_runner.workflows.forking import note_tools
+    from agent_runner.workflows.patches import implied
     from agent_runner.workflows.pending_edits import (
         PAUSE_HOLDS_PATCH,
         TOOL_ADDITIONS_PATCH,
@@ -162,10 +163,10 @@ class Boundary:
                     raise EditFailed(str(not_registered(described.missing)))
                 specs = {tool.name: tool for tool in described.tools}
                 fixed = added_toolsets(specs)
-                if fixed and workflow.patched(TOOLSETS_FIXED_PATCH):
+                if fixed and implied(TOOLSETS_FIXED_PATCH):
                     raise EditFailed(fixed)
                 replaced = replaced_by_definitions(tools, state.tools)
-                if replaced and workflow.patched(TOOL_ADDITIONS_PATCH):
+                if replaced and implied(TOOL_ADDITIONS_PATCH):
                     for name in replaced:
                         state.tools.pop(name)  # a raw definition is sent, never run, as in the SDK
                 state.tools.update(specs)

@@ -52,6 +52,17 @@ def compact_results() -> bool:
     return workflow.patched(COMPACT_RESULTS_PATCH)
 
 
+def implied(old_id: str) -> bool:
+    """``workflow.patched(old_id)`` for a patch older than ``COMPACT_RESULTS_PATCH``, which implies it.
+
+    For a patch a run asks right after a local activity (``toolsets-are-fixed`` and ``tool-additions-apply-at-once``,
+    after an ``add_tools`` looked its tools up): asked there first, its marker is recorded in the workflow task after
+    the one whose replay resolves the lookup, and a replay may ask before it knows the marker, a non-determinism
+    error. A run begun since never asks it; a run recorded before asks it as it did.
+    """
+    return compact_results() or workflow.patched(old_id)
+
+
 def begun_since() -> bool:
     """Whether this run began on this code (it records ``UMBRELLA_PATCH``, or the newer ``COMPACT_RESULTS_PATCH``).
 

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
     from agent_runner.workflows.history_size import input_idempotency_key, input_run_id
     from agent_runner.workflows.mcp import mcp_call
+    from agent_runner.workflows.patches import implied
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
     from agent_runner.workflows.sleep import Sleeps
     from agent_runner.workflows.subagents import SubAgents
@@ -121,9 +122,9 @@ class ToolCalls:
         spec = state.tools.get(name) if not self.withdrawn(name) else None
         addition = last_addition(state.queue, name)
         # Asked only where the queue decides otherwise, so runs recorded before replay as they ran.
-        if addition == "definition" and spec is not None and workflow.patched(TOOL_ADDITIONS_PATCH):
+        if addition == "definition" and spec is not None and implied(TOOL_ADDITIONS_PATCH):
             return None
-        if addition == "function" and spec is None and workflow.patched(TOOL_ADDITIONS_PATCH):
+        if addition == "function" and spec is None and implied(TOOL_ADDITIONS_PATCH):
             task = self._added.get(name)
             if task is None:
                 task = self._added[name] = asyncio.create_task(self._describe_added(name))

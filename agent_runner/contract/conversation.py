@@ -36,7 +36,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent_runner.contract.transcript import Transcript, canonical, is_placeholder, ref_for, splice
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
@@ -169,7 +169,8 @@ class Conversation(BaseModel):
     ``New`` / ``Created`` / ``Continue.replaces_lost_thread``): if that first ``continue`` finds it lost as well, the
     server may be unable to store the conversation, and the run stops threading."""
 
-    sdk_request_shape: bool | None = None
+    # Left out while undecided, so a continuation of a run that never decided carries the JSON it carried before.
+    sdk_request_shape: bool | None = Field(default=None, exclude_if=lambda shape: shape is None)
     """Whether each turn's settings carry two request fields as anthropic 2.14.0's tool runner sends them, which
     runs recorded before sent otherwise: ``tools: []`` on a ``create`` (and on every turn without a thread) when the
     run has no tools, and the threads beta after the run's own ``betas`` (``_params_as_the_sdk_sends``). ``None``
