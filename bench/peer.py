@@ -472,7 +472,8 @@ def report(
                 )
     print()
     print(
-        "sdk: in-process, no Temporal (server CPU is the idle server's); sdk-stream: the same, each reply streamed. "
+        "sdk: in-process, no Temporal (server CPU is the idle server's); sdk-stream: the same, each reply streamed "
+        "(both on the SDK's aiohttp transport, as the worker's client). "
         "floor + sdk: the two added, the least a durable run of the same turns could cost (the floor makes no "
         "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does. The "
         "floor carries no payload; agent-runner also looks its tools up once per run (describe_tools, a local "
