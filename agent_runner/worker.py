@@ -97,9 +97,9 @@ class WorkerTuning:
             that was killed delays its runs by at most this much.
         backpressure: Start new activities only while this process keeps up (``--backpressure``,
             ``agent_runner.backpressure``): calls then wait in the activity queue, not finished calls' runs on the
-            sticky queue, and ``max_concurrent_activities`` is the ceiling. Off (``None``, a fixed number of slots)
-            by default: a run's deliberate waits between two calls (an approval, a sleep, a child run) look like slow
-            steps to it and lower its limit, so it suits fleets of many short unattended runs (deploy/README.md).
+            sticky queue, and ``max_concurrent_activities`` is the ceiling. A run's own waits between two calls (an
+            approval, a sleep, a child run, a retry's backoff) are not counted as slow steps (``after_wait.py``). Off
+            (``None``, a fixed number of slots) by default: a process that keeps up needs none (deploy/README.md).
     """
 
     max_concurrent_workflow_tasks: int | None = None
@@ -327,8 +327,8 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--backpressure",
         action="store_true",
         help="start new model and tool calls only while this process keeps up (its event loop's lag, runs' steps "
-        "between two calls), so calls wait in Temporal's queue rather than runs on an overloaded process; for many "
-        "short unattended runs (a run's approvals and sleeps look like slow steps to it)",
+        "between two calls; a run's approvals, sleeps and retries are not steps), so calls wait in Temporal's queue "
+        "rather than runs on an overloaded process",
     )
     parser.add_argument(
         "--max-loop-lag",

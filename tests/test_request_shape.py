@@ -14,11 +14,8 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_runner.activities.claude import ClaudeActivities
-from agent_runner.activities.hooks import HookActivities
-from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
@@ -28,7 +25,7 @@ from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH, UMBRELLA_PATCH
 from agent_runner.workflows.request_shape import SDK_REQUEST_SHAPE_PATCH
 from tests.conftest import WorkerFactory, anthropic_client_factory
-from tests.test_versioning import markers, wait_status
+from tests.test_versioning import markers, replaying_worker, wait_status
 from tests.tools_for_tests import get_weather
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 64}
@@ -124,20 +121,6 @@ def marker_names(history: WorkflowHistory) -> list[str]:
     return names
 
 
-def uncached_worker(client: Client, queue: str, claude: ClaudeActivities) -> Worker:
-    """A worker that replays every task from history, as a freshly deployed fleet does."""
-    registry = ToolRegistry()
-    tools = ToolActivities(registry)
-    return Worker(
-        client,
-        task_queue=queue,
-        workflows=[AgentRun],
-        activities=[claude.create_message, tools.describe_tools, HookActivities(registry.hooks).process_results],
-        max_cached_workflows=0,
-        workflow_runner=UnsandboxedWorkflowRunner(),  # so the code before this one can be stood in for, below
-    )
-
-
 async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_this_code(
     client: Client, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,11 +131,11 @@ async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_
     with monkeypatch.context() as before:  # the code before this one never asks
         before.setattr(agent_run, "decide_before_the_first_turn", lambda _spec: None)
         before.setattr(model_calls, "take_sdk_request_shape", lambda *_args, **_kwargs: None)
-        async with uncached_worker(client, queue, claude):
+        async with replaying_worker(client, queue, claude, AgentRun):
             old = await runner.start(**BASE, messages=HI, thread=False, step=True)
             await wait_status(old, "waiting_for_step", 1)
             await old.inject("And now?")
-    async with uncached_worker(client, queue, claude):
+    async with replaying_worker(client, queue, claude, AgentRun):
         await old.advance()
         await wait_status(old, "waiting_for_step", 2)
         await old.advance()

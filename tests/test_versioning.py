@@ -47,13 +47,14 @@ async def wait_status(run: Run, status: str, iterations: int) -> None:
             await asyncio.sleep(0.05)
 
 
-def v2_worker(client: Client, queue: str, claude: ClaudeActivities) -> Worker:
+def replaying_worker(client: Client, queue: str, claude: ClaudeActivities, workflow: type = AgentRunV2) -> Worker:
+    """A worker running ``workflow`` that replays every task from history, as a freshly deployed fleet does."""
     registry = ToolRegistry()
     tools = ToolActivities(registry)
     return Worker(
         client,
         task_queue=queue,
-        workflows=[AgentRunV2],
+        workflows=[workflow],
         activities=[claude.create_message, tools.describe_tools, HookActivities(registry.hooks).process_results],
         max_cached_workflows=0,  # every task replays from history, as on a freshly deployed fleet
         # This module imports HTTP clients, which the sandbox refuses to re-import; the workflow code is the same.
@@ -87,7 +88,7 @@ async def test_a_run_started_on_v1_completes_on_v2_and_new_runs_take_the_new_pat
         old = await runner.start(model="claude-fake-1", max_tokens=64, messages=hi, step=True)
         await wait_status(old, "waiting_for_step", 1)
         await old.inject("And now?")
-    async with v2_worker(client, queue, claude):  # the fleet moved to v2 while the run waited
+    async with replaying_worker(client, queue, claude):  # the fleet moved to v2 while the run waited
         await old.advance()
         await wait_status(old, "waiting_for_step", 2)
         await old.advance()
