@@ -58,7 +58,7 @@ def paused(state: RunState, holds: Callable[[str | None], bool]) -> bool:
     Asked of the patch only where it holds something, so runs recorded before replay as they ran.
     """
     last = state.last_reply
-    return holds(last.get("stop_reason") if last else None) and workflow.patched(PAUSE_HOLDS_PATCH)
+    return holds(last.get("stop_reason") if last else None) and implied(PAUSE_HOLDS_PATCH)
 
 
 class Boundary:
@@ -109,7 +109,7 @@ class Boundary:
         """
         if paused(self._run.state, functools.partial(waits_out_the_pause, edit)):
             return True
-        return isinstance(edit, QueuedCompact) and self._stops() and workflow.patched(COMPACTION_AT_THE_END_PATCH)
+        return isinstance(edit, QueuedCompact) and self._stops() and implied(COMPACTION_AT_THE_END_PATCH)
 
     async def after_final_turn(self) -> None:
         """Apply the compactions queued when the final turn ended, as the SDK compacts after its final turn.
@@ -118,7 +118,7 @@ class Boundary:
         """
         state = self._run.state
         compactions = [edit for edit in state.queue if isinstance(edit, QueuedCompact)]
-        if compactions and workflow.patched(COMPACTION_AT_THE_END_PATCH):
+        if compactions and implied(COMPACTION_AT_THE_END_PATCH):
             for edit in compactions:
                 state.queue.remove(edit)
                 await self._apply_queued(edit)

@@ -34,6 +34,7 @@ from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS
 from agent_runner.contract.transcript import canonical, escape, ref_for
 from agent_runner.contract.types import ToolSpec
 from agent_runner.workflows.forking import carried_tools_from
+from agent_runner.workflows.patches import implied
 from agent_runner.workflows.state import RunState
 
 STREAM_OFFSET_QUERY = "__temporal_workflow_stream_offset"
@@ -199,14 +200,14 @@ def _carried_settings(
     big = big_values(params, tools)
     if not big or conversation.turn().settings_ref != state.settings_stored:
         return params, tools, state.tools  # nothing big, or not stored yet: carried as before
-    if workflow.patched(BIG_VALUES_PATCH):
+    if implied(BIG_VALUES_PATCH):
         known = {ref_for(canonical(value)) for value in big}
         specs = {
             name: spec.model_copy(update={"definition": _slim_known(spec.definition, known)})
             for name, spec in state.tools.items()
         }
         return slim_params(params, keep=keep), slim_tools(tools), specs
-    if big_params(params) and workflow.patched(PARAMS_BY_REFERENCE_PATCH):
+    if big_params(params) and implied(PARAMS_BY_REFERENCE_PATCH):
         return by_reference(params), tools, state.tools
     return params, tools, state.tools
 
@@ -220,7 +221,7 @@ def held_definition(tool: dict[str, Any], held: bool) -> dict[str, Any]:
     if held:
         return tool
     escaped: dict[str, Any] = escape(tool)
-    if escaped is tool or not workflow.patched(BIG_VALUES_PATCH):
+    if escaped is tool or not implied(BIG_VALUES_PATCH):
         return tool
     return escaped
 

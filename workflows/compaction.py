@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.compaction_checks import EMPTY_COMPACTION_PATCH, has_summary
     from agent_runner.workflows.edits import EditFailed
     from agent_runner.workflows.model_calls import ModelCalls
+    from agent_runner.workflows.patches import implied
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -77,7 +78,7 @@ class Compactions:
         state.compactions += 1
         state.usage = state.usage.add(reply.get("usage"))
         state.turn_input_tokens = 0
-        if not has_summary(reply) and workflow.patched(EMPTY_COMPACTION_PATCH):
+        if not has_summary(reply) and implied(EMPTY_COMPACTION_PATCH):
             workflow.logger.warning("Compaction produced no summary; keeping the conversation as it is.")
             if edit:
                 raise EditFailed("Compaction produced no summary; the conversation was kept as it is. Ask again.")

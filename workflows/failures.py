@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ActivityOptions
+from agent_runner.workflows.patches import implied
 
 
 def fail(error: AgentRunnerError) -> ApplicationError:
@@ -71,7 +72,7 @@ def activity_failure(error: ActivityError) -> ApplicationError:
     An activity that ran out of attempts says so, with its last attempt's error and the options that bound it.
     """
     cause = error.cause
-    if error.retry_state in _GAVE_UP and workflow.patched(GAVE_UP_PATCH):
+    if error.retry_state in _GAVE_UP and implied(GAVE_UP_PATCH):
         return _gave_up(error)
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from temporalio import workflow
-
 from agent_runner.contract.forking import ForkedFrom as ForkedFrom
 from agent_runner.contract.forking import forked_from_problems as forked_from_problems
+from agent_runner.workflows.patches import implied
 
 if TYPE_CHECKING:
     from agent_runner.contract.run_input import RunSpec
@@ -66,7 +65,7 @@ def carried_tools_from(state: RunState, fork_offset: int) -> dict[int, list[str]
 
 def forked_tools(spec: RunSpec) -> list[str] | None:
     """The tools a forked run runs, when its fork point said (``None``: its input's, as any run's)."""
-    if spec.forked_from is None or spec.forked_from.tools is None or not workflow.patched(FORK_TOOLS_PATCH):
+    if spec.forked_from is None or spec.forked_from.tools is None or not implied(FORK_TOOLS_PATCH):
         return None
     return spec.forked_from.tools
 

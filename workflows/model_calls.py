@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         without_fast_speed,
     )
     from agent_runner.workflows.history_size import input_run_id, lean_turn, turn_summary, whole_output
+    from agent_runner.workflows.patches import implied
     from agent_runner.workflows.reply import reply_problems
     from agent_runner.workflows.request_shape import take_sdk_request_shape
     from agent_runner.workflows.state import RunState
@@ -64,7 +65,7 @@ recorded before keep it in their history."""
 
 def drops_refused_turn(conversation: Conversation, reply: dict[str, Any]) -> bool:
     """Whether a refused reply stays out of a threaded history, unless this run was recorded keeping it."""
-    return reply.get("stop_reason") == "refusal" and conversation.threading and workflow.patched(REFUSED_TURN_PATCH)
+    return reply.get("stop_reason") == "refusal" and conversation.threading and implied(REFUSED_TURN_PATCH)
 
 
 def take_thread_fallbacks(conversation: Conversation) -> None:
@@ -72,7 +73,7 @@ def take_thread_fallbacks(conversation: Conversation) -> None:
 
     Asked only where one of them decides differently, so the marker is recorded there and nowhere else.
     """
-    if not conversation.thread_fallbacks and workflow.patched(THREAD_FALLBACKS_PATCH):
+    if not conversation.thread_fallbacks and implied(THREAD_FALLBACKS_PATCH):
         conversation.thread_fallbacks = True
 
 
@@ -182,7 +183,7 @@ class ModelCalls:
                     without_speed = False
                     if chain is not None and turn.splice is not None:
                         chain.refused(output.message, turn.splice, output.attempt, output.opening_usage)
-                    elif workflow.patched(FALLBACK_SPLICE_PATCH):
+                    elif implied(FALLBACK_SPLICE_PATCH):
                         chain = Splice(output.message, model, output.attempt, output.opening_usage)
                     continue
                 if live.records_calls():
@@ -223,7 +224,7 @@ class ModelCalls:
                 if (
                     not without_speed
                     and inherits_fast_speed(spec.refusal_fallbacks, state.fallback_index, conversation.params, cause)
-                    and workflow.patched(FALLBACK_SPLICE_PATCH)
+                    and implied(FALLBACK_SPLICE_PATCH)
                 ):
                     without_speed = True  # as the middleware: once more on that entry, without `speed`
                     continue
@@ -287,10 +288,10 @@ class ModelCalls:
         if (
             reply.get("stop_reason") != "refusal"
             or following + 1 >= len(spec.refusal_fallbacks)
-            or not workflow.patched(REFUSAL_FALLBACKS_PATCH)
+            or not implied(REFUSAL_FALLBACKS_PATCH)
         ):
             return False
-        if credit_token(reply) is None and reply.get("content") and workflow.patched(FALLBACK_SPLICE_PATCH):
+        if credit_token(reply) is None and reply.get("content") and implied(FALLBACK_SPLICE_PATCH):
             # As the middleware's stream: a refusal after output goes down the chain only with a credit token.
             workflow.logger.info("Refused after output without a fallback credit token: the refusal stands")
             return False

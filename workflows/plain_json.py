@@ -17,6 +17,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.transcript import escape
+    from agent_runner.workflows.patches import implied
 
 PLAIN_JSON_PATCH = "plain-json-is-data"
 """``workflow.patched`` id of escaping unmarked content. Asked only where escaping changes something, so runs
@@ -32,4 +33,4 @@ def as_held(value: _T, held: bool) -> _T:
     escaped: _T = escape(value)
     if escaped is value:  # nothing looks like a placeholder: the same content, the same refs
         return value
-    return escaped if workflow.patched(PLAIN_JSON_PATCH) else value
+    return escaped if implied(PLAIN_JSON_PATCH) else value

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.types import HeldTranscript, RunStatus
     from agent_runner.workflows.queries import status_of
 
-from agent_runner.workflows.patches import since
+from agent_runner.workflows.patches import implied, since
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -34,7 +34,7 @@ def result_transcript(conversation: Conversation | None) -> HeldTranscript | Non
     """The conversation for the run's result, when it ends with messages no model call stored; else ``None``."""
     if conversation is None or not conversation.transcript.pending:
         return None
-    if not workflow.patched(RESULT_TRANSCRIPT_PATCH):
+    if not implied(RESULT_TRANSCRIPT_PATCH):
         return None
     transcript = conversation.transcript
     return HeldTranscript(head=transcript.head, pending=list(transcript.pending))

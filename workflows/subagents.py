@@ -49,6 +49,7 @@ from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, WORKFLOW_TYPE, Too
 
 # Re-exported: agent_run.py imports the signal name from here.
 from agent_runner.contract.types import STOP_FROM_PARENT_SIGNAL as STOP_FROM_PARENT_SIGNAL
+from agent_runner.workflows.patches import implied
 
 if TYPE_CHECKING:
     from agent_runner.contract.run_input import RunSpec
@@ -134,7 +135,7 @@ class SubAgents:
         run.state.children.append(child)
         # The stream's events (and their offsets) and the run's usage change with this: a run begun before replays
         # as it ran.
-        tree = workflow.patched(TREE_PATCH)
+        tree = implied(TREE_PATCH)
         if tree:
             run.event(AGENT_STARTED, tool_use_id=tool_use_id, name=agent.name, run_id=child_id)
         try:
@@ -148,7 +149,7 @@ class SubAgents:
             outcome: dict[str, Any] = await handle
         except ChildWorkflowError as e:
             child.status = _ended(e)
-            if workflow.patched(CHARGE_PATCH):
+            if implied(CHARGE_PATCH):
                 run.state.usage = run.state.usage.add(await _spent(child_id))
             return _error(_failure(agent.name, e))
         except asyncio.CancelledError:

@@ -151,7 +151,7 @@ class ToolCalls:
             elif isinstance(edit, QueuedAddTools):
                 queued.extend((t, True) for t in edit.payload.tools if isinstance(t, str))
         # Runs recorded before this check ran withdrawn tools; they replay as they ran.
-        return name in state.conversation.withdrawn_tools(queued) and workflow.patched(TOOL_AVAILABILITY_PATCH)
+        return name in state.conversation.withdrawn_tools(queued) and implied(TOOL_AVAILABILITY_PATCH)
 
     async def process_results(
         self, spec: RunSpec, results: list[dict[str, Any]], tool_uses: list[dict[str, Any]]
@@ -256,7 +256,7 @@ class ToolCalls:
                 reruns += 1  # it did not happen: run it again, a bounded number of times
                 if reruns >= MAX_UNKNOWN_ROUNDS:
                     # `reruns` settlements found nothing after as many runs; runs recorded before said one more.
-                    runs = reruns if workflow.patched(UNKNOWN_RUNS_COUNTED_PATCH) else reruns + 1
+                    runs = reruns if implied(UNKNOWN_RUNS_COUNTED_PATCH) else reruns + 1
                     return ToolResult(
                         content=_unknown_text(spec.name, f"{cause}; it was run {runs} times without an outcome"),
                         is_error=True,
