@@ -333,8 +333,8 @@ async def test_a_compaction_request_drops_what_only_shapes_a_reply_as_the_sdk(
 async def test_a_run_that_took_the_thread_fallbacks_replays_on_the_current_code(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """The fallbacks are behind `workflow.patched`, asked only where one decides: the history records its marker
-    there, and replays."""
+    """The fallbacks are behind a patch that the umbrella of a new run implies (`patches.implied`): the history records
+    no marker of its own for it, and replays."""
     fake_api.script(weather("toolu_R1", usage=FALLBACK_USAGE), ThreadUnsupported(), weather("toolu_R2"))
     fake_api.script(end_turn("ok"))
     async with worker(*TOOLS):
@@ -345,5 +345,4 @@ async def test_a_run_that_took_the_thread_fallbacks_replays_on_the_current_code(
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
-    markers = patches_of_their_own(history)
-    assert markers == ["core_patch"]
+    assert patches_of_their_own(history) == []

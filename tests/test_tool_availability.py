@@ -153,7 +153,7 @@ async def test_a_tool_removed_in_the_initial_messages_is_not_found_and_never_run
 async def test_a_run_that_refused_a_withdrawn_tool_replays_on_the_current_code(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """The check is behind `workflow.patched`, whose marker the history records where the check first refused."""
+    """The check is behind a patch that a new run's umbrella implies (`patches.implied`): no marker of its own."""
     messages = [USER, {"role": "system", "content": [REMOVAL]}]
     async with worker(*TOOLS):
         fake_api.script(launch_call(), end_turn("Cannot launch."))
@@ -163,8 +163,7 @@ async def test_a_run_that_refused_a_withdrawn_tool_replays_on_the_current_code(
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
-    markers = patches_of_their_own(history)
-    assert markers == ["core_patch"]
+    assert patches_of_their_own(history) == []
     assert LAUNCHED == []
 
 
