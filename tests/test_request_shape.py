@@ -20,7 +20,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
-from agent_runner.workflows import agent_run, model_calls
+from agent_runner.workflows import agent_run, history_size, model_calls, patches, request_shape
 from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH, UMBRELLA_PATCH
 from agent_runner.workflows.request_shape import SDK_REQUEST_SHAPE_PATCH
@@ -87,7 +87,7 @@ def test_the_runs_answer_is_carried_with_its_conversation() -> None:
     assert Conversation.model_validate(dumped).sdk_request_shape is None
 
 
-async def test_only_a_run_whose_request_differs_records_the_patch(
+async def test_a_new_run_sends_the_sdks_shape_with_no_marker_of_its_own(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     fake_api.script(
@@ -98,11 +98,9 @@ async def test_only_a_run_whose_request_differs_records_the_patch(
         await with_tools.result()
         without = await runner.start(**BASE, messages=HI)
         await without.result()
+    # The run's umbrella (`compact-tool-results`) implies the patch: it is never asked, so nothing is recorded for it.
     assert markers(await with_tools.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 0
-    history = await without.handle.fetch_history()
-    assert markers(history, SDK_REQUEST_SHAPE_PATCH) == 1
-    # Asked before the tool lookup, a local activity, after which a replay would not know the marker yet.
-    assert marker_names(history)[:2] == [SDK_REQUEST_SHAPE_PATCH, "core_local_activity"]
+    assert marker_names(await without.handle.fetch_history()) == ["core_local_activity"]
     assert ["tools" in body for body in fake_api.bodies()] == [True, False, True]  # the with_tools run's continue
 
 
@@ -131,6 +129,8 @@ async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_
     with monkeypatch.context() as before:  # the code before this one never asks
         before.setattr(agent_run, "decide_before_the_first_turn", lambda _spec: None)
         before.setattr(model_calls, "take_sdk_request_shape", lambda *_args, **_kwargs: None)
+        for module in (patches, history_size, request_shape):  # nor knows the umbrella that implies the patch
+            before.setattr(module, "compact_results", lambda: False)
         async with replaying_worker(client, queue, claude, AgentRun):
             old = await runner.start(**BASE, messages=HI, thread=False, step=True)
             await wait_status(old, "waiting_for_step", 1)
@@ -145,4 +145,4 @@ async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_
     # The old run's second request, sent on this code, has no `tools` as its first had none; a new run's has `[]`.
     assert [body.get("tools") for body in fake_api.bodies()] == [None, None, []]
     assert markers(await old.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 0
-    assert markers(await new.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 1
+    assert markers(await new.handle.fetch_history(), SDK_REQUEST_SHAPE_PATCH) == 0  # implied by the new run's umbrella
