@@ -10,11 +10,12 @@ Two fields differed (``tests/test_parity.py`` pins both against the SDK):
 
 A run begun on the code of ``COMPACT_RESULTS_PATCH`` sends the SDK's shape without asking (that umbrella implies
 this patch: ``_sdk_shape``). Any other run decides once, at the first turn that would differ
-(``Conversation.sends_otherwise_than_before``), and keeps the answer in ``Conversation.sdk_request_shape``. Asked only there, the patch marker is recorded only by runs that differ,
-and a run recorded before replays its ``False`` and goes on sending what it sent: the SDK user who started it saw the
-run's requests so far, and no SDK runner changes its request shape mid-way either. The body is built by the model
-call (``build_request``), from the settings the turn carries, so the choice must be the workflow's, not the
-activity's: an activity cannot tell an old run from a new one.
+(``Conversation.sends_otherwise_than_before``), and keeps the answer in ``Conversation.sdk_request_shape``. Asked
+only there, the patch marker is recorded only by runs that differ, and a run recorded before replays its ``False``
+and goes on sending what it sent: the SDK user who started it saw the run's requests so far, and no SDK runner
+changes its request shape mid-way either. The body is built by the model call (``build_request``), from the settings
+the turn carries, so the choice must be the workflow's, not the activity's: an activity cannot tell an old run from
+a new one.
 
 A run whose first turn differs decides before its tools are looked up (``decide_before_the_first_turn``): that lookup
 is a local activity, and a patch asked right after one is not always known on replay. When the local activity outlives
