@@ -254,15 +254,22 @@ class ClaudeActivities:
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
         call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, wire_usage))
+        # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look like a
+        # dead worker and a cancellation of the run reaches the call; at least twice per heartbeat timeout, however
+        # short the run set it. Not before the first interval has passed: Temporal sends a first heartbeat at once,
+        # and a reply that comes within it needs none (a server request less per iteration, the most under load).
+        every = self._heartbeat_every
+        if info.heartbeat_timeout:
+            every = min(every, info.heartbeat_timeout.total_seconds() / 2)
+        loop = asyncio.get_running_loop()
+        beat = loop.time()
         try:
-            # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look
-            # like a dead worker and a cancellation of the run reaches the call. Not at once: Temporal sends a first
-            # heartbeat unthrottled, and a reply that comes within the first wait needs none (one server call less).
             while not call.done():
                 events.tick()
-                await asyncio.wait({call}, timeout=min(self._heartbeat_every, events.interval))
-                if not call.done():
+                await asyncio.wait({call}, timeout=min(every, events.interval))
+                if not call.done() and loop.time() - beat >= every:
                     activity.heartbeat()
+                    beat = loop.time()
             body = call.result()
         except anthropic.APIStatusError as e:
             raise api_status_error(e) from e
@@ -318,8 +325,8 @@ class ClaudeActivities:
             self.client.beta.messages.stream(**request, timeout=timeout) as stream,
             contextlib.aclosing(_events(stream, reply)) as wire,
         ):
-            # No heartbeat per event: `_call` heartbeats (and writes live events) every `FLUSH_INTERVAL` while the
-            # stream is read, which is as good a sign of life and costs nothing per token.
+            # No heartbeat per event: `_call` writes live events every `FLUSH_INTERVAL` and heartbeats every second
+            # while the stream is read, which is as good a sign of life and costs nothing per token.
             async for event in wire:
                 kind = event.get("type")
                 # As the SDK's `EagerToolCalls.track`: a call is ready once the model moved on from it (the next block

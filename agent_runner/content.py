@@ -252,11 +252,16 @@ class Content:
     # The private halves take content already escaped: escaping twice would turn the first escapes into data.
 
     async def _offload(self, held: Any, deferred: dict[str, bytes] | None = None, limit: int = INLINE_LIMIT) -> Any:
-        carried, blobs = offload(held, limit)
+        carried, parts = offload(held, limit)
+        blobs = {ref: data for ref, (data, _) in parts.items()}
         if deferred is not None:
             deferred.update(blobs)
         elif blobs:
             await self.store.put(blobs)
+        for ref, (data, part) in parts.items():
+            # Kept as read back (a copy), so the next model call on this worker reads none of it from the store,
+            # whatever the tool that returned it does with its own value.
+            self._remember(ref, part if isinstance(part, str) else json.loads(data), len(data))
         return carried
 
     async def _offload_block(self, block: dict[str, Any], deferred: dict[str, bytes] | None = None) -> dict[str, Any]:

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
+from temporalio import activity
+from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, ModelRequestRejected, ToolNotRegistered
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
 
 USER = {"role": "user", "content": "What's the weather and time in Paris?"}
@@ -518,6 +531,51 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
         final = await run.until_done()
     assert final.id == "msg_fake_001"
     assert len(fake_api.requests) == 1
+
+
+class ModelHeartbeats(Interceptor):
+    """Records when each model call's attempt heartbeats: seconds after it began."""
+
+    def __init__(self) -> None:
+        self.beats: list[list[float]] = []
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        beats = self.beats
+
+        class Outbound(ActivityOutboundInterceptor):
+            def heartbeat(self, *details: Any) -> None:
+                if self.info().activity_type == "agent_runner.create_message":
+                    beats[-1].append(time.monotonic() - beats[-1][0])
+                super().heartbeat(*details)
+
+        class Inbound(ActivityInboundInterceptor):
+            def init(self, outbound: ActivityOutboundInterceptor) -> None:
+                super().init(Outbound(outbound))
+
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                if activity.info().activity_type == "agent_runner.create_message":
+                    beats.append([time.monotonic()])
+                return await super().execute_activity(input)
+
+        return Inbound(next)
+
+
+async def test_a_model_call_heartbeats_once_it_has_lasted_a_second_and_a_quick_one_never(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """A reply within a second costs no heartbeat (a request to the server less per iteration, the most under load);
+    a slower one heartbeats about every second, its first after a second (the heartbeat timeout is 3 s)."""
+    log = ModelHeartbeats()
+    fake_api.script(Reply(content=[text("quick")], delay=0.4), Reply(content=[text("slow")], delay=2.7))
+    plugin = AgentRunnerPlugin(claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
+        for _ in range(2):
+            await (await runner.start(**BASE, messages=[USER])).until_done()
+    quick, slow = ([beat for beat in beats[1:]] for beats in log.beats)
+    assert quick == []
+    assert 1 <= len(slow) <= 2, slow
+    assert slow[0] >= 1.0
+    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(slow)), slow
 
 
 async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(

@@ -2,8 +2,8 @@
 
 Live deltas no longer reach the run: the model call writes them to the run's live log in the content store
 (``activities/live_events.py``). The run publishes ``recorded_call`` when it records a reply, so a client knows every
-live event of that attempt came before it (``Run.events``). A model call heartbeats several times a second while it
-streams, so its heartbeat timeout can be short: a worker killed mid call is noticed within seconds.
+live event of that attempt came before it (``Run.events``). A model call heartbeats every second while it streams,
+so its heartbeat timeout can be short: a worker killed mid call is noticed within seconds.
 
 Both change what a run does, so both go behind ``workflow.patched``: a run recorded before replays as it ran.
 """
@@ -22,9 +22,9 @@ LIVE_LOG_PATCH = "live-log-and-short-model-heartbeat"
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """The model call's heartbeat timeout unless the run sets one (``model_activity.heartbeat_timeout``).
 
-The call heartbeats every ``FLUSH_INTERVAL`` while it runs and the worker sends one to Temporal at least every second
-(``max_heartbeat_throttle_interval``), so only a worker that is gone, or whose event loop is stuck for seconds, misses
-it; Temporal then retries the call on another worker after ``initial_interval``."""
+A call that lasts more than a second heartbeats every second or so (``ClaudeActivities``), and the worker sends each
+to Temporal within a second (``max_heartbeat_throttle_interval``), so only a worker that is gone, or whose event loop
+is stuck for seconds, misses it; Temporal then retries the call on another worker after ``initial_interval``."""
 
 
 def records_calls() -> bool:

@@ -185,7 +185,7 @@ def resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
     return value
 
 
-def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes]]:
+def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, tuple[bytes, Any]]]:
     """Replace the parts of ``value`` bigger than ``limit`` by placeholders.
 
     ``value`` is held content (``escape`` it first if it is plain data): the blobs are stored as given.
@@ -194,16 +194,16 @@ def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, bytes
     list is still big after that; any other value is offloaded whole.
 
     Returns:
-        The value to carry, and the blobs to store by ref.
+        The value to carry, and by ref each blob to store with the part of ``value`` it holds.
     """
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, tuple[bytes, Any]] = {}
 
     def put(item: Any) -> Any:
         data = canonical(item)
         if len(data) <= limit:
             return item
         ref = ref_for(data, short=True)  # a placeholder is in history wherever the content is carried
-        blobs[ref] = data
+        blobs[ref] = (data, item)
         return stored(ref)
 
     if isinstance(value, list):
