@@ -69,7 +69,7 @@ _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 """``error.type`` values of an SSE ``error`` event (sent after a 200) that another attempt may get past."""
 
-_WIRE_EVENTS = frozenset(
+_WIRE_EVENTS: frozenset[str] = frozenset(
     {
         "message_start",
         "message_delta",
@@ -79,6 +79,7 @@ _WIRE_EVENTS = frozenset(
         "content_block_stop",
     }
 )
+"""The Messages API's stream events, as the SDK's stream helper yields them besides its own (``text``, ...)."""
 
 MID_RUN_STOP_REASONS = frozenset({"tool_use", "pause_turn"})
 """Stop reasons of a reply the run goes on from: its long text is stored apart in a lean result (the final reply,
@@ -323,8 +324,9 @@ class ClaudeActivities:
         reply = ReplyStream()
         async with (
             self.client.beta.messages.stream(**request, timeout=timeout) as stream,
-            contextlib.aclosing(_events(stream, reply)) as wire,
+            contextlib.aclosing(_events(stream)) as wire,
         ):
+            reply.betas(stream.response.request.headers.get("anthropic-beta", ""))
             # No heartbeat per event: `_call` writes live events every `FLUSH_INTERVAL` and heartbeats every second
             # while the stream is read, which is as good a sign of life and costs nothing per token.
             async for event in wire:
@@ -367,15 +369,14 @@ class ClaudeActivities:
         return reply.message()
 
 
-async def _events(stream: Any, reply: ReplyStream) -> AsyncGenerator[dict[str, Any]]:
-    """The reply's events as JSON, each as the wire carried it (``reply`` learns the request's betas).
+async def _events(stream: Any) -> AsyncGenerator[dict[str, Any]]:
+    """The reply's events as JSON, each as the wire carried it.
 
     The SDK has sent the request and turned an error status into its exception. Its events are read from the bytes
     and put together without the SDK's per-event models (``reply_stream.py``), unless the SDK traces the call
     (OpenTelemetry is set up): its span records what the SDK's own stream reads, so then they come through that.
     """
     response = stream.response
-    reply.betas(response.request.headers.get("anthropic-beta", ""))
     if getattr(response.stream, "stream_observer", None) is not None:
         async for event in stream:
             if event.type in _WIRE_EVENTS:  # the stream helper's own events (`text`, ...) repeat these
