@@ -259,18 +259,20 @@ class ClaudeActivities:
         # dead worker and a cancellation of the run reaches the call; at least twice per heartbeat timeout, however
         # short the run set it. Not before the first interval has passed: Temporal sends a first heartbeat at once,
         # and a reply that comes within it needs none (a server request less per iteration, the most under load).
+        # The interval runs from the attempt's start as the server recorded it too: the heartbeat timeout does, and
+        # a busy worker may begin an attempt seconds after it took it.
         every = self._heartbeat_every
         if info.heartbeat_timeout:
             every = min(every, info.heartbeat_timeout.total_seconds() / 2)
         loop = asyncio.get_running_loop()
-        beat = loop.time()
+        beat, beat_at = loop.time(), info.started_time.timestamp()
         try:
             while not call.done():
                 events.tick()
                 await asyncio.wait({call}, timeout=min(every, events.interval))
-                if not call.done() and loop.time() - beat >= every:
+                if not call.done() and max(loop.time() - beat, time.time() - beat_at) >= every:
                     activity.heartbeat()
-                    beat = loop.time()
+                    beat, beat_at = loop.time(), time.time()
             body = call.result()
         except anthropic.APIStatusError as e:
             raise api_status_error(e) from e

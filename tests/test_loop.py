@@ -534,18 +534,23 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
 
 
 class ModelHeartbeats(Interceptor):
-    """Records when each model call's attempt heartbeats: seconds after it began."""
+    """Records when each model call's attempt heartbeats: seconds after the server started it.
 
-    def __init__(self) -> None:
+    Args:
+        begin_late: Block the worker's event loop this long before each attempt begins, as a busy worker would.
+    """
+
+    def __init__(self, begin_late: float = 0.0) -> None:
         self.beats: list[list[float]] = []
+        self.begin_late = begin_late
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        beats = self.beats
+        log = self
 
         class Outbound(ActivityOutboundInterceptor):
             def heartbeat(self, *details: Any) -> None:
                 if self.info().activity_type == "agent_runner.create_message":
-                    beats[-1].append(time.monotonic() - beats[-1][0])
+                    log.beats[-1].append(time.time() - log.beats[-1][0])
                 super().heartbeat(*details)
 
         class Inbound(ActivityInboundInterceptor):
@@ -553,8 +558,10 @@ class ModelHeartbeats(Interceptor):
                 super().init(Outbound(outbound))
 
             async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-                if activity.info().activity_type == "agent_runner.create_message":
-                    beats.append([time.monotonic()])
+                info = activity.info()
+                if info.activity_type == "agent_runner.create_message":
+                    log.beats.append([info.started_time.timestamp()])
+                    time.sleep(log.begin_late)  # noqa: ASYNC251 - the point: the whole event loop is held up
                 return await super().execute_activity(input)
 
         return Inbound(next)
@@ -571,11 +578,26 @@ async def test_a_model_call_heartbeats_once_it_has_lasted_a_second_and_a_quick_o
     async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
         for _ in range(2):
             await (await runner.start(**BASE, messages=[USER])).until_done()
-    quick, slow = ([beat for beat in beats[1:]] for beats in log.beats)
+    quick, slow = (beats[1:] for beats in log.beats)
     assert quick == []
     assert 1 <= len(slow) <= 2, slow
-    assert slow[0] >= 1.0
-    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(slow)), slow
+    assert slow[0] >= 0.99, slow
+    assert all(later - earlier >= 0.95 for earlier, later in itertools.pairwise(slow)), slow
+
+
+async def test_a_model_call_its_worker_began_late_heartbeats_at_its_first_wait(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """The heartbeat timeout runs from the attempt's start on the server, so an attempt a busy worker began 1.5 s
+    late heartbeats at its first wait (0.3 s), not a second after it began, and is not timed out and sent again."""
+    log = ModelHeartbeats(begin_late=1.5)
+    fake_api.script(Reply(content=[text("late")], delay=1.5))
+    plugin = AgentRunnerPlugin(claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
+        await (await runner.start(**BASE, messages=[USER])).until_done()
+    ((_, *beats),) = log.beats
+    assert 1.5 <= beats[0] < 2.2, beats
+    assert len(fake_api.requests) == 1
 
 
 async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(
