@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic import beta_async_tool
 
+from agent_runner.client import AgentRunner
 from agent_runner.content import Content
 from agent_runner.store import ContentStore, open_store
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
 
 
 def msg(n: int, text: str = "m") -> dict[str, Any]:
@@ -131,3 +135,70 @@ async def test_a_worker_caching_many_small_messages_keeps_to_its_cache_budget(tm
     assert kept < 2_000_000 + 20_000 * 150
     assert await as_stored(store, head) == [msg(i) for i in range(20_000)]
     await store.close()
+
+
+@beta_async_tool
+async def long_page(n: int) -> str:
+    """Fetch a page too long to carry inline.
+
+    Args:
+        n: Which page.
+    """
+    return f"page {n} " + "p" * 6000
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "full_history"])
+async def test_a_run_on_one_worker_reads_nothing_back_from_the_store(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, thread: bool
+) -> None:
+    """What a worker stores it keeps (named by content, it cannot be stale): its model calls read no blob and no
+    chain from the store, though its replies' long text and its tools' long results are stored apart and sent back."""
+    store = open_store("memory:")
+    counting = CountingStore(store)
+    original_get = store.get
+    gets: list[str] = []
+
+    async def get(refs: Any) -> dict[str, bytes]:
+        gets.extend(refs)
+        return await original_get(refs)
+
+    store.get = get  # type: ignore[method-assign]
+    said = "I will read two pages. " + "t" * 3000
+    fake_api.script(
+        Reply([text(said), tool_use("toolu_1", "long_page", {"n": 1})], "tool_use"),
+        Reply([tool_use("toolu_2", "long_page", {"n": 2})], "tool_use"),
+        end_turn("Read."),
+    )
+    async with worker(long_page, store=store):
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=1024,
+            messages=[{"role": "user", "content": "Read."}],
+            tools=[long_page],
+            thread=thread,
+        )
+        assert (await run.until_done()).content[0].text == "Read."  # type: ignore[union-attr]
+    assert gets == []
+    assert counting.chain_reads == 0
+    results = [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"page {n} " + "p" * 6000}],
+        }
+        for n in (1, 2)
+    ]
+    first_reply = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": said},
+            {"type": "tool_use", "id": "toolu_1", "name": "long_page", "input": {"n": 1}},
+        ],
+    }
+    if thread:
+        assert [body["messages"] for body in fake_api.bodies()[1:]] == [[results[0]], [results[1]]]
+    else:
+        second_reply = {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_2", "name": "long_page", "input": {"n": 2}}],
+        }
+        assert fake_api.bodies()[2]["messages"][1:] == [first_reply, results[0], second_reply, results[1]]
