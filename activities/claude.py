@@ -38,6 +38,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from agent_runner.activities.heartbeats import HeartbeatClock
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.activities.reply_stream import ReplyStream
 from agent_runner.content import Content
@@ -256,23 +257,15 @@ class ClaudeActivities:
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
         call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, wire_usage))
         # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look like a
-        # dead worker and a cancellation of the run reaches the call; at least twice per heartbeat timeout, however
-        # short the run set it. Not before the first interval has passed: Temporal sends a first heartbeat at once,
-        # and a reply that comes within it needs none (a server request less per iteration, the most under load).
-        # The interval runs from the attempt's start as the server recorded it too: the heartbeat timeout does, and
-        # a busy worker may begin an attempt seconds after it took it.
-        every = self._heartbeat_every
-        if info.heartbeat_timeout:
-            every = min(every, info.heartbeat_timeout.total_seconds() / 2)
-        loop = asyncio.get_running_loop()
-        beat, beat_at = loop.time(), info.started_time.timestamp()
+        # dead worker and a cancellation of the run reaches the call; not before a second has passed, so a reply
+        # that comes within it costs the server no heartbeat (`heartbeats.py`).
+        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
             while not call.done():
                 events.tick()
-                await asyncio.wait({call}, timeout=min(every, events.interval))
-                if not call.done() and max(loop.time() - beat, time.time() - beat_at) >= every:
-                    activity.heartbeat()
-                    beat, beat_at = loop.time(), time.time()
+                await asyncio.wait({call}, timeout=min(events.interval, heartbeats.left()))
+                if not call.done():
+                    heartbeats.beat_if_due()
             body = call.result()
         except anthropic.APIStatusError as e:
             raise api_status_error(e) from e

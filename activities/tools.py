@@ -52,6 +52,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
+from agent_runner.activities.heartbeats import HeartbeatClock
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
@@ -530,20 +531,18 @@ class ToolActivities:
             self._forget_old_calls()
         sync = not isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool))
         loop = asyncio.get_running_loop()
-        # Heartbeats after each wait, not at once (Temporal sends a first heartbeat unthrottled: a quick tool then
-        # sends none), and at least twice per heartbeat timeout, however short the tool declared it.
-        heartbeat_timeout = activity.info().heartbeat_timeout
-        wait = self._heartbeat_every
-        if heartbeat_timeout:
-            wait = min(wait, heartbeat_timeout.total_seconds() / 2)
+        # Heartbeats at least twice per heartbeat timeout, however short the tool declared it, but not at once: a
+        # quick tool sends none (`heartbeats.py`).
+        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
             while not call.done():
                 left = None if deadline is None else deadline - loop.time()
                 if left is not None and left <= 0:
                     return await self._timed_out(input, call, sync=sync)
-                await asyncio.wait({call}, timeout=wait if left is None else min(left, wait, 1.0))
+                due = heartbeats.left()
+                await asyncio.wait({call}, timeout=due if left is None else min(left, due, 1.0))
                 if not call.done():
-                    activity.heartbeat()
+                    heartbeats.beat_if_due()
         except asyncio.CancelledError:
             if not sync:
                 call.cancel()  # a sync tool's thread cannot be stopped; its outcome stays remembered

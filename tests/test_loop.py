@@ -533,15 +533,17 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
     assert len(fake_api.requests) == 1
 
 
-class ModelHeartbeats(Interceptor):
-    """Records when each model call's attempt heartbeats: seconds after the server started it.
+class Heartbeats(Interceptor):
+    """Records when each attempt of an activity heartbeats: seconds after the server started it.
 
     Args:
-        begin_late: Block the worker's event loop this long before each attempt begins, as a busy worker would.
+        activity_type: The activity.
+        begin_late: Block the worker's event loop this long before the first attempt begins, as a busy worker would.
     """
 
-    def __init__(self, begin_late: float = 0.0) -> None:
+    def __init__(self, activity_type: str = "agent_runner.create_message", begin_late: float = 0.0) -> None:
         self.beats: list[list[float]] = []
+        self.activity_type = activity_type
         self.begin_late = begin_late
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
@@ -549,7 +551,7 @@ class ModelHeartbeats(Interceptor):
 
         class Outbound(ActivityOutboundInterceptor):
             def heartbeat(self, *details: Any) -> None:
-                if self.info().activity_type == "agent_runner.create_message":
+                if self.info().activity_type == log.activity_type:
                     log.beats[-1].append(time.time() - log.beats[-1][0])
                 super().heartbeat(*details)
 
@@ -559,9 +561,10 @@ class ModelHeartbeats(Interceptor):
 
             async def execute_activity(self, input: ExecuteActivityInput) -> Any:
                 info = activity.info()
-                if info.activity_type == "agent_runner.create_message":
+                if info.activity_type == log.activity_type:
                     log.beats.append([info.started_time.timestamp()])
-                    time.sleep(log.begin_late)  # noqa: ASYNC251 - the point: the whole event loop is held up
+                    if info.attempt == 1:
+                        time.sleep(log.begin_late)  # noqa: ASYNC251 - the point: the whole event loop is held up
                 return await super().execute_activity(input)
 
         return Inbound(next)
@@ -572,7 +575,7 @@ async def test_a_model_call_heartbeats_once_it_has_lasted_a_second_and_a_quick_o
 ) -> None:
     """A reply within a second costs no heartbeat (a request to the server less per iteration, the most under load);
     a slower one heartbeats about every second, its first after a second (the heartbeat timeout is 3 s)."""
-    log = ModelHeartbeats()
+    log = Heartbeats()
     fake_api.script(Reply(content=[text("quick")], delay=0.4), Reply(content=[text("slow")], delay=2.7))
     plugin = AgentRunnerPlugin(claude=ClaudeActivities(anthropic_client_factory(fake_api)))
     async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
@@ -590,7 +593,7 @@ async def test_a_model_call_its_worker_began_late_heartbeats_at_its_first_wait(
 ) -> None:
     """The heartbeat timeout runs from the attempt's start on the server, so an attempt a busy worker began 1.5 s
     late heartbeats at its first wait (0.3 s), not a second after it began, and is not timed out and sent again."""
-    log = ModelHeartbeats(begin_late=1.5)
+    log = Heartbeats(begin_late=1.5)
     fake_api.script(Reply(content=[text("late")], delay=1.5))
     plugin = AgentRunnerPlugin(claude=ClaudeActivities(anthropic_client_factory(fake_api)))
     async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
@@ -658,6 +661,44 @@ async def test_a_tool_longer_than_its_short_heartbeat_timeout_is_kept_alive(
     assert fake_api.bodies()[1]["messages"][-1] == {
         "role": "user",
         "content": [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "brewed for 3 min"}],
+    }
+
+
+STEEPS: list[int] = []
+
+
+@tool_options(heartbeat_timeout=timedelta(seconds=2))
+@beta_async_tool
+async def steep(minutes: int) -> str:
+    """Steep tea, for 2 s: as long as the tool's heartbeat timeout.
+
+    Args:
+        minutes: How long, as the model asks.
+    """
+    STEEPS.append(minutes)
+    await asyncio.sleep(2.0)
+    return f"steeped for {minutes} min"
+
+
+async def test_a_tool_its_worker_began_late_heartbeats_at_once_and_runs_once(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """A tool's heartbeat timeout runs from the attempt's start on the server too: a tool a busy worker began 1.2 s
+    into its 2 s timeout heartbeats as it begins, not a second later (past the timeout, and run again)."""
+    STEEPS.clear()
+    log = Heartbeats("agent_runner.run_tool", begin_late=1.2)
+    fake_api.script(
+        Reply(content=[tool_use("toolu_S", "steep", {"minutes": 4})], stop_reason="tool_use"), end_turn("ok")
+    )
+    plugin = AgentRunnerPlugin(tools=[steep], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
+        await (await runner.start(**BASE, messages=[USER], tools=[steep])).until_done()
+    ((_, *beats),) = log.beats
+    assert 1.2 <= beats[0] < 1.6, beats
+    assert STEEPS == [4]
+    assert fake_api.bodies()[1]["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_S", "content": "steeped for 4 min"}],
     }
 
 

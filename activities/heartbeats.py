@@ -1,0 +1,45 @@
+"""When a running activity attempt heartbeats: as seldom as is safe, counted from when the server started it.
+
+Temporal fails an attempt that sends no heartbeat within its heartbeat timeout, counted from the attempt's start on
+the server, then from each heartbeat. A worker begins an attempt some time after that start (at once when it is idle,
+seconds later when its event loop is busy), so an interval counted from the activity function's own start would let
+a late attempt miss its timeout and be sent again: a model call billed twice, a tool run twice. Counted from both
+(the later reading wins), a late attempt heartbeats at once, and a prompt one only after a whole interval, so a call
+that ends within it sends none (a request to the server less). A worker clock ahead of the server's only makes the
+first heartbeat come sooner; after it, the worker's own clock counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio import activity
+
+
+class HeartbeatClock:
+    """The current attempt's heartbeats: every ``every`` seconds, at least twice per heartbeat timeout.
+
+    Args:
+        every: The longest time between two heartbeats, for an attempt whose heartbeat timeout allows it.
+    """
+
+    def __init__(self, every: float) -> None:
+        info = activity.info()
+        if info.heartbeat_timeout:
+            every = min(every, info.heartbeat_timeout.total_seconds() / 2)
+        self.every = every
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._last_wall = info.started_time.timestamp()
+
+    def left(self) -> float:
+        """Seconds until the next heartbeat is due; 0 when it is."""
+        since = max(self._loop.time() - self._last, time.time() - self._last_wall)
+        return max(0.0, self.every - since)
+
+    def beat_if_due(self) -> None:
+        """Heartbeat if one is due."""
+        if self.left() == 0:
+            activity.heartbeat()
+            self._last, self._last_wall = self._loop.time(), time.time()
