@@ -37,6 +37,7 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.heartbeats import HeartbeatClock
 from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run, specs_by_reference
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
@@ -350,10 +351,10 @@ class McpActivities:
     async def _heartbeating(self, step: Awaitable[_T]) -> _T:
         """``step``'s result, heartbeating meanwhile: starting a server can take longer than a heartbeat timeout."""
         task = asyncio.ensure_future(step)
+        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
-            while not task.done():
-                activity.heartbeat()
-                await asyncio.wait({task}, timeout=self._heartbeat_every)
+            while not (await asyncio.wait({task}, timeout=heartbeats.left()))[0]:
+                heartbeats.beat_if_due()
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -364,9 +365,9 @@ class McpActivities:
         own = _own_timeout(activity.info())
         loop = asyncio.get_running_loop()
         deadline = None if own is None else loop.time() + own.total_seconds()
+        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
             while not task.done():
-                activity.heartbeat()
                 left = None if deadline is None else deadline - loop.time()
                 if left is not None and left <= 0:
                     task.cancel()
@@ -378,7 +379,10 @@ class McpActivities:
                         f"{own.total_seconds() if own else 0:g} s; it was cancelled.",
                         type="ToolTimedOut",
                     )
-                await asyncio.wait({task}, timeout=self._heartbeat_every if left is None else min(left, 1.0))
+                due = heartbeats.left()
+                await asyncio.wait({task}, timeout=due if left is None else min(left, due, 1.0))
+                if not task.done():
+                    heartbeats.beat_if_due()
         except asyncio.CancelledError:
             task.cancel()
             raise

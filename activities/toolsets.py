@@ -30,6 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
+from agent_runner.activities.heartbeats import HeartbeatClock
 from agent_runner.content import Content
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.toolsets import (
@@ -200,8 +201,9 @@ class ToolsetActivities:
             _current_call.reset(token)
         try:
             # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds.
-            while not (await asyncio.wait({running}, timeout=self._heartbeat_every))[0]:
-                activity.heartbeat()
+            heartbeats = HeartbeatClock(self._heartbeat_every)
+            while not (await asyncio.wait({running}, timeout=heartbeats.left()))[0]:
+                heartbeats.beat_if_due()
         finally:
             running.cancel()  # only if the activity itself was cancelled; a sync action's thread runs on
         result = running.result()
