@@ -5,20 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
-from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ActivityOutboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
     Worker,
 )
 
@@ -29,6 +23,7 @@ from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, Mode
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.heartbeat_support import Heartbeats
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
 
 USER = {"role": "user", "content": "What's the weather and time in Paris?"}
@@ -531,43 +526,6 @@ async def test_a_model_call_longer_than_the_heartbeat_timeout_is_kept_alive(
         final = await run.until_done()
     assert final.id == "msg_fake_001"
     assert len(fake_api.requests) == 1
-
-
-class Heartbeats(Interceptor):
-    """Records when each attempt of an activity heartbeats: seconds after the server started it.
-
-    Args:
-        activity_type: The activity.
-        begin_late: Block the worker's event loop this long before the first attempt begins, as a busy worker would.
-    """
-
-    def __init__(self, activity_type: str = "agent_runner.create_message", begin_late: float = 0.0) -> None:
-        self.beats: list[list[float]] = []
-        self.activity_type = activity_type
-        self.begin_late = begin_late
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        log = self
-
-        class Outbound(ActivityOutboundInterceptor):
-            def heartbeat(self, *details: Any) -> None:
-                if self.info().activity_type == log.activity_type:
-                    log.beats[-1].append(time.time() - log.beats[-1][0])
-                super().heartbeat(*details)
-
-        class Inbound(ActivityInboundInterceptor):
-            def init(self, outbound: ActivityOutboundInterceptor) -> None:
-                super().init(Outbound(outbound))
-
-            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-                info = activity.info()
-                if info.activity_type == log.activity_type:
-                    log.beats.append([info.started_time.timestamp()])
-                    if info.attempt == 1:
-                        time.sleep(log.begin_late)  # noqa: ASYNC251 - the point: the whole event loop is held up
-                return await super().execute_activity(input)
-
-        return Inbound(next)
 
 
 async def test_a_model_call_heartbeats_once_it_has_lasted_a_second_and_a_quick_one_never(

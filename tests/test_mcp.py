@@ -7,6 +7,7 @@ it as a child process; the server notes every call it gets in ``calls`` under th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -20,16 +21,20 @@ import pytest
 from anthropic import beta_tool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, Worker
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.cli import build_parser, build_run_input
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunError, ConfigurationError, InvalidRunInput, ToolNotRegistered
 from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows.agent_run import AgentRun
-from tests.conftest import WorkerFactory, history_text
+from tests.conftest import WorkerFactory, anthropic_client_factory, history_text
+from tests.heartbeat_support import Heartbeats
 from tests.test_durability import wait_for, worker_process
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
@@ -377,6 +382,25 @@ async def test_an_at_most_once_call_to_a_server_that_died_while_idle_runs_on_a_n
     assert results_sent(fake_api, 3) == [result("toolu_3", [{"type": "text", "text": "Rome: 21C"}])]
     assert calls(folder) == ["lookup Paris", "lookup Rome"]
     assert len((folder / "pids").read_text().split()) == 2  # the dead one, and the one that answered
+
+
+async def test_a_call_heartbeats_at_least_twice_per_its_servers_heartbeat_timeout(
+    runner: AgentRunner, client: Client, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The worker heartbeats for an MCP call at least twice per the heartbeat timeout its server's configuration
+    gives (here 1 s, for a 2 s call: every second would leave no slack), so the call is made once."""
+    log = Heartbeats(CALL_MCP_TOOL_ACTIVITY)
+    fake_api.script(Reply(content=[tool_use("toolu_1", "slow", {"what": "x"})], stop_reason="tool_use"), end_turn("ok"))
+    plugin = AgentRunnerPlugin(
+        mcp=config(tmp_path, heartbeat_timeout=1), claude=ClaudeActivities(anthropic_client_factory(fake_api))
+    )
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
+        await (await runner.start(**BASE, messages=[USER], mcp=["files"])).until_done()
+    ((_, *beats),) = log.beats
+    assert len(beats) >= 3, beats
+    assert all(later - earlier <= 0.75 for earlier, later in itertools.pairwise([0.0, *beats])), beats
+    assert calls(tmp_path) == ["slow x"]
+    assert results_sent(fake_api) == [result("toolu_1", [{"type": "text", "text": "slow x"}])]
 
 
 def test_the_worker_reads_its_configuration_file(tmp_path: Path) -> None:
