@@ -20,18 +20,25 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetCallContext,
     BetaToolsetContent,
 )
+from temporalio.client import Client
+from temporalio.worker import Worker
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, ToolRegistrationError
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY
+from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.heartbeat_support import Heartbeats
 from tests.steering_support import wait_status
 from tests.test_durability import wait_for, worker_process
 from tests.test_tool_effects import FailingBigPuts
 from tests.tools_for_tests import get_time
+from tests.toolsets_for_tests import browser as marking_browser
 
 BASE: dict[str, Any] = {
     "model": "claude-fake-1",
@@ -490,3 +497,26 @@ async def test_a_worker_killed_mid_action_never_runs_an_at_most_once_action_twic
         {"type": "tool_result", "tool_use_id": "toolu_1", "toolset_name": toolset, **expected},
         second,
     ]
+
+
+async def test_an_action_its_worker_began_late_heartbeats_at_once_and_runs_once(
+    runner: AgentRunner,
+    client: Client,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An action's heartbeat timeout (the toolset's 2 s) runs from the attempt's start on the server: an action a
+    busy worker began 1.2 s late heartbeats as it begins, not a second later (past the timeout, and run again)."""
+    marks = tmp_path / "marks"
+    monkeypatch.setenv("AGENT_RUNNER_TEST_MARKS", str(marks))
+    monkeypatch.setenv("AGENT_RUNNER_TEST_SLOW_SECONDS", "2")
+    log = Heartbeats(RUN_TOOLSET_ACTION_ACTIVITY, begin_late=1.2)
+    fake_api.script(Reply([action("toolu_1", "browser", "wait")], "tool_use"), end_turn("ok"))
+    plugin = AgentRunnerPlugin(tools=[marking_browser], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
+        await (await runner.start(**BASE, tools=["browser"])).until_done()
+    ((_, *beats),) = log.beats
+    assert 1.2 <= beats[0] < 1.6, beats
+    assert marks.read_text().splitlines() == ["start wait toolu_1"]
+    assert results_sent(fake_api) == [result("toolu_1", "browser", "wait done {}")]
