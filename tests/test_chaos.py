@@ -13,11 +13,13 @@ restarted on its database, and a fake Messages API that answers every third requ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,24 @@ def _postgres_pids(url: str) -> list[int]:
     return [postmaster, *(pid for pid, parent in parents.items() if parent == postmaster)]
 
 
+@contextlib.contextmanager
+def _frozen(url: str) -> Iterator[None]:
+    """The PostgreSQL cluster on ``url`` stopped for the block (every call to it hangs), and going on after it, even
+    when the block fails. A backend that exits between being listed and being stopped (the connection of a worker just
+    killed) is skipped."""
+    stopped: list[int] = []
+    try:
+        for pid in _postgres_pids(url):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.parametrize("store", ["sqlite", "postgres-frozen"])
 async def test_runs_survive_killed_workers_a_restarted_server_and_api_faults_with_no_payment_twice(
     store: str, tmp_path: Path, fake_api: FakeMessagesAPI, request: pytest.FixtureRequest
@@ -144,12 +164,8 @@ async def test_runs_survive_killed_workers_a_restarted_server_and_api_faults_wit
                 workers[victim].__exit__(None, None, None)
                 if round_no == 5 and postgres_url is not None:
                     # The shared store stops answering for 4 s (every call hangs), then comes back.
-                    frozen = _postgres_pids(postgres_url)
-                    for pid in frozen:
-                        os.kill(pid, signal.SIGSTOP)
-                    await asyncio.sleep(4)
-                    for pid in frozen:
-                        os.kill(pid, signal.SIGCONT)
+                    with _frozen(postgres_url):
+                        await asyncio.sleep(4)
                 if round_no == 3:
                     temporal.kill()
                     await asyncio.sleep(1.0)
