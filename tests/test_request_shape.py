@@ -20,7 +20,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
-from agent_runner.workflows import agent_run, history_size, model_calls, patches, request_shape
+from agent_runner.workflows import agent_run, history_size, model_calls, patches
 from agent_runner.workflows.agent_run import AgentRun
 from agent_runner.workflows.patches import COMPACT_RESULTS_PATCH, UMBRELLA_PATCH
 from agent_runner.workflows.request_shape import SDK_REQUEST_SHAPE_PATCH
@@ -129,7 +129,7 @@ async def test_a_run_recorded_before_keeps_its_requests_when_the_fleet_moves_to_
     with monkeypatch.context() as before:  # the code before this one never asks
         before.setattr(agent_run, "decide_before_the_first_turn", lambda _spec: None)
         before.setattr(model_calls, "take_sdk_request_shape", lambda *_args, **_kwargs: None)
-        for module in (patches, history_size, request_shape):  # nor knows the umbrella that implies the patch
+        for module in (patches, history_size):  # nor knows the umbrella that implies the patch
             before.setattr(module, "compact_results", lambda: False)
         async with replaying_worker(client, queue, claude, AgentRun):
             old = await runner.start(**BASE, messages=HI, thread=False, step=True)

@@ -55,11 +55,12 @@ def compact_results() -> bool:
 def implied(old_id: str) -> bool:
     """``workflow.patched(old_id)`` for any patch older than ``COMPACT_RESULTS_PATCH``, which implies them all.
 
-    A run begun since never asks an older patch, so it records no marker but its umbrella's. That also keeps a run
-    from first asking a patch right after a local activity (``describe_tools``, when it begins or at an ``add_tools``):
-    asked there, its marker is recorded in the workflow task after the one whose replay resolves the lookup, and a
-    replay may ask before it knows the marker, a non-determinism error. A run recorded before asks each patch as it
-    did. Patches newer than the umbrella are asked with ``workflow.patched`` (``request_shape.py``).
+    ``request-shape-as-the-sdk``, which shipped with it, counts as older. A run begun since never asks an older patch,
+    so it records no marker but its umbrella's. That also keeps a run from first asking a patch right after a local
+    activity (``describe_tools``, when it begins or at an ``add_tools``): asked there, its marker is recorded in the
+    workflow task after the one whose replay resolves the lookup, and a replay may ask before it knows the marker, a
+    non-determinism error. A run recorded before asks each patch as it did. Patches newer than the umbrella are asked
+    with ``workflow.patched``.
     """
     return compact_results() or workflow.patched(old_id)
 

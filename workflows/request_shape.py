@@ -9,7 +9,7 @@ Two fields differed (``tests/test_parity.py`` pins both against the SDK):
   beta wherever it was, so a caller's own ``fallback-credit`` beta came out after the threads beta.
 
 A run begun on the code of ``COMPACT_RESULTS_PATCH`` sends the SDK's shape without asking (that umbrella implies
-this patch: ``_sdk_shape``). Any other run decides once, at the first turn that would differ
+this patch: ``patches.implied``). Any other run decides once, at the first turn that would differ
 (``Conversation.sends_otherwise_than_before``), and keeps the answer in ``Conversation.sdk_request_shape``. Asked
 only there, the patch marker is recorded only by runs that differ, and a run recorded before replays its ``False``
 and goes on sending what it sent: the SDK user who started it saw the run's requests so far, and no SDK runner
@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.conversation import Conversation
     from agent_runner.contract.run_input import RunSpec
     from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA
-    from agent_runner.workflows.patches import compact_results
+    from agent_runner.workflows.patches import implied
 
 SDK_REQUEST_SHAPE_PATCH = "request-shape-as-the-sdk"
 """``workflow.patched`` id of sending ``tools: []`` and the threads beta right after the run's own ``betas``, as the
@@ -55,7 +55,7 @@ def take_sdk_request_shape(conversation: Conversation, compaction: bool = False)
         compaction: Whether the turn is a compaction request (a ``create`` with the whole history).
     """
     if conversation.sdk_request_shape is None and conversation.sends_otherwise_than_before(compaction):
-        conversation.sdk_request_shape = _sdk_shape()
+        conversation.sdk_request_shape = implied(SDK_REQUEST_SHAPE_PATCH)
 
 
 def decide_before_the_first_turn(spec: RunSpec) -> bool | None:
@@ -69,18 +69,9 @@ def decide_before_the_first_turn(spec: RunSpec) -> bool | None:
         carried = spec.continue_from.conversation
         if carried.sdk_request_shape is not None or not carried.sends_otherwise_than_before():
             return carried.sdk_request_shape
-        return _sdk_shape()
+        return implied(SDK_REQUEST_SHAPE_PATCH)
     betas = spec.params.get("betas") or []
     without_tools = not spec.tools and not spec.mcp
     if without_tools or (spec.thread and FALLBACK_CREDIT_BETA in betas and MESSAGE_THREADS_BETA not in betas):
-        return _sdk_shape()
+        return implied(SDK_REQUEST_SHAPE_PATCH)
     return None
-
-
-def _sdk_shape() -> bool:
-    """Whether the run sends the SDK's shape.
-
-    Always when it began on the code of ``COMPACT_RESULTS_PATCH``, which implies this patch too (no marker of its own,
-    and never asked after a local activity); else as recorded.
-    """
-    return compact_results() or workflow.patched(SDK_REQUEST_SHAPE_PATCH)
