@@ -38,7 +38,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from agent_runner.activities.heartbeats import HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.activities.reply_stream import ReplyStream
 from agent_runner.content import Content
@@ -93,14 +93,15 @@ class ClaudeActivities:
     Args:
         client_factory: Builds the client. The default reads ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` from
             the environment and turns off the SDK's own retries.
-        heartbeat_every: Seconds between heartbeats while a call is in flight.
+        heartbeat_every: The most seconds between heartbeats while a call is in flight (less when its heartbeat
+            timeout is under twice this).
     """
 
     def __init__(
         self,
         client_factory: Callable[[], anthropic.AsyncAnthropic] | None = None,
         *,
-        heartbeat_every: float = 1.0,
+        heartbeat_every: float = EVERY,
         content: Content | None = None,
     ) -> None:
         self._client_factory = client_factory or default_client
@@ -257,8 +258,8 @@ class ClaudeActivities:
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
         call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, wire_usage))
         # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look like a
-        # dead worker and a cancellation of the run reaches the call; not before a second has passed, so a reply
-        # that comes within it costs the server no heartbeat (`heartbeats.py`).
+        # dead worker and a cancellation of the run reaches the call; not before `EVERY` (1.5 s) has passed, so a
+        # reply that comes within it costs the server no heartbeat (`heartbeats.py`).
         heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
             while not call.done():
@@ -322,7 +323,7 @@ class ClaudeActivities:
             contextlib.aclosing(_events(stream)) as wire,
         ):
             reply.betas(stream.response.request.headers.get("anthropic-beta", ""))
-            # No heartbeat per event: `_call` writes live events every `FLUSH_INTERVAL` and heartbeats every second
+            # No heartbeat per event: `_call` writes live events every `FLUSH_INTERVAL` and heartbeats every 1.5 s
             # while the stream is read, which is as good a sign of life and costs nothing per token.
             async for event in wire:
                 kind = event.get("type")

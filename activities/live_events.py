@@ -68,7 +68,8 @@ class EventPublisher:
         return self._interval
 
     async def __aenter__(self) -> EventPublisher:
-        # Written with the first deltas, within `interval`: a reply that comes at once costs one store write.
+        # Written with what follows it (`tick`), so a reply's events cost one store write per `interval` and none
+        # while the model has sent nothing.
         self.publish(MODEL_CALL_STARTED)
         return self
 
@@ -130,9 +131,18 @@ class EventPublisher:
             self._pieces = []
 
     def tick(self) -> None:
-        """Write what gathered if the last write was at least ``interval`` ago."""
-        if self._buffer and self._clock() - self._last_send >= self._interval:
-            self.send()
+        """Write what gathered if the last write was at least ``interval`` ago.
+
+        A first attempt's ``model_call_started`` alone waits for the reply's first event: the run's
+        ``iteration_started`` already told watchers the turn began, and the model takes seconds to begin a reply, so
+        writing it alone would cost a store write per turn for nothing. A retry's is written alone, so watchers drop
+        the failed attempt's text within ``interval`` of the retry's start.
+        """
+        if not self._buffer or self._clock() - self._last_send < self._interval:
+            return
+        if self._attempt == 1 and len(self._buffer) == 1 and self._buffer[0]["type"] == MODEL_CALL_STARTED:
+            return
+        self.send()
 
     def send(self) -> None:
         """Write what gathered to the run's live log, in the background and in order."""

@@ -37,7 +37,7 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.activities.heartbeats import HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run, specs_by_reference
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
@@ -204,7 +204,7 @@ class McpActivities:
         heartbeat_every: Seconds between heartbeats while a call runs.
     """
 
-    def __init__(self, config: McpConfig, *, content: Content | None = None, heartbeat_every: float = 1.0) -> None:
+    def __init__(self, config: McpConfig, *, content: Content | None = None, heartbeat_every: float = EVERY) -> None:
         self._config = config
         self._content = content or Content()
         self._heartbeat_every = heartbeat_every

@@ -52,7 +52,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
-from agent_runner.activities.heartbeats import HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
@@ -397,7 +397,7 @@ class ToolActivities:
         self,
         registry: ToolRegistry,
         *,
-        heartbeat_every: float = 1.0,
+        heartbeat_every: float = EVERY,
         model_task_queue: str | None = None,
         search_attributes: bool = False,
         content: Content | None = None,

@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
-from agent_runner.activities.heartbeats import HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.content import Content
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.toolsets import (
@@ -140,7 +140,7 @@ class ToolsetActivities:
         self,
         toolsets: dict[str, BetaAnyRunnableToolset],
         content: Content | None = None,
-        heartbeat_every: float = 1.0,
+        heartbeat_every: float = EVERY,
     ) -> None:
         self._toolsets = toolsets
         self._content = content or Content()

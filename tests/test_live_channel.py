@@ -158,6 +158,39 @@ async def test_the_publisher_merges_deltas_and_writes_them_in_order(store: Conte
     assert await store.read_live("another-run") == []
 
 
+async def test_a_first_attempts_start_waits_for_the_reply_and_a_retrys_is_written_at_once(
+    store: ContentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's ``iteration_started`` already says a turn began, so a first attempt's ``model_call_started`` costs no
+    store write of its own however long the model takes to begin: it goes with the reply's first events. A retry's is
+    written within the interval, for watchers to drop the failed attempt's text then."""
+    writes: list[list[str]] = []
+    append_live = store.append_live
+
+    async def counted(run_id: str, entries: list[bytes]) -> None:
+        writes.append([json.loads(entry)["type"] for entry in entries])
+        await append_live(run_id, entries)
+
+    monkeypatch.setattr(store, "append_live", counted)
+    now = [0.0]
+    async with EventPublisher(store, "run-f", iteration=1, attempt=1, interval=0.3, clock=lambda: now[0]) as events:
+        for _ in range(3):  # the model takes 3 s to begin its reply
+            now[0] += 1.0
+            events.tick()
+        await asyncio.sleep(0.01)
+        assert writes == []
+        events.publish("block_start", index=0, block={"type": "text", "text": ""})
+        events.tick()
+        await events.flush()
+        assert writes == [["model_call_started", "block_start"]]
+    async with EventPublisher(store, "run-f", iteration=1, attempt=2, interval=0.3, clock=lambda: now[0]) as events:
+        now[0] += 0.3
+        events.tick()
+        await events.flush()
+        assert writes[1:] == [["model_call_started"]]
+    assert [json.loads(data)["attempt"] for _, data in await store.read_live("run-f")] == [1, 1, 2]
+
+
 def _wire(event_type: str, iteration: int, **fields: Any) -> bytes:
     return json.dumps({"type": event_type, "iteration": iteration, **fields}).encode()
 

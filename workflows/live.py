@@ -2,7 +2,7 @@
 
 Live deltas no longer reach the run: the model call writes them to the run's live log in the content store
 (``activities/live_events.py``). The run publishes ``recorded_call`` when it records a reply, so a client knows every
-live event of that attempt came before it (``Run.events``). A model call heartbeats every second while it streams,
+live event of that attempt came before it (``Run.events``). A model call heartbeats every 1.5 s while it streams,
 so its heartbeat timeout can be short: a worker killed mid call is noticed within seconds.
 
 Both change what a run does, so both go behind ``workflow.patched``: a run recorded before replays as it ran.
@@ -22,7 +22,7 @@ LIVE_LOG_PATCH = "live-log-and-short-model-heartbeat"
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """The model call's heartbeat timeout unless the run sets one (``model_activity.heartbeat_timeout``).
 
-A call that lasts more than a second heartbeats every second or so (``ClaudeActivities``), and the worker sends each
+A call that lasts more than 1.5 s heartbeats every 1.5 s (``activities/heartbeats.py``), and the worker sends each
 to Temporal within a second (``max_heartbeat_throttle_interval``), so only a worker that is gone, or whose event loop
 is stuck for seconds, misses it; Temporal then retries the call on another worker after ``initial_interval``."""
 
