@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import (
-    Worker,
-)
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor, Worker
 
+import agent_runner.workflows.tool_calls as tool_calls
+import agent_runner.workflows.tool_lookup as tool_lookup
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, ModelRequestRejected, ToolNotRegistered
+from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, anthropic_client_factory
@@ -459,6 +463,64 @@ async def test_a_model_call_past_its_timeout_is_sent_only_maximum_attempts_times
         "`model_activity`)."
     )
     assert len(fake_api.requests) == 2
+
+
+class AlwaysFails(Interceptor):
+    """Fails every attempt of one activity before it runs, as a worker whose store is away would, and counts them.
+
+    Args:
+        activity_type: The activity.
+        only: Fail only the calls whose input this is true of.
+    """
+
+    def __init__(self, activity_type: str, only: Callable[[Any], bool] = lambda _: True) -> None:
+        self.activity_type = activity_type
+        self.only = only
+        self.attempts: list[int] = []
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        log = self
+
+        class Inbound(ActivityInboundInterceptor):
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                info = activity.info()
+                if info.activity_type != log.activity_type or not log.only(input.args[0]):
+                    return await super().execute_activity(input)
+                log.attempts.append(info.attempt)
+                raise RuntimeError("the content store is unreachable")
+
+        return Inbound(next)
+
+
+@pytest.mark.parametrize("activity_type", [DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY])
+async def test_a_lookup_or_result_hook_that_keeps_failing_is_tried_10_times_then_fails_the_run_saying_so(
+    activity_type: str,
+    client: Client,
+    runner: AgentRunner,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner's own activities (the tool lookup, a local activity; the result hooks) never retry for ever: after
+    their 10 attempts the run fails saying which gave up and why, and that no option of the run's would help."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(tool_lookup, "RETRY", dataclasses.replace(tool_lookup.RETRY, **quick))
+    monkeypatch.setattr(tool_calls, "HOOKS_RETRY", dataclasses.replace(tool_calls.HOOKS_RETRY, **quick))
+    failing = AlwaysFails(activity_type)
+    fake_api.script(Reply(content=[tool_use("toolu_W", "get_weather", {"city": "Paris"})], stop_reason="tool_use"))
+    plugin = AgentRunnerPlugin(tools=[get_weather], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[failing]):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], result_hooks=["cache_last_tool_result"])
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+        ended = await run.ended()
+    assert failing.attempts == list(range(1, 11))
+    assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
+    assert str(e.value) == (
+        f"{activity_type} gave up: its maximum_attempts were spent, and the last attempt failed (RuntimeError: the "
+        "content store is unreachable). Fix what it says on the workers (their logs have each attempt), then start "
+        "the run again or fork it."
+    )
+    assert len(fake_api.requests) == (0 if activity_type == DESCRIBE_TOOLS_ACTIVITY else 1)
 
 
 async def test_invalid_input_fails_the_run_at_once_naming_each_problem(

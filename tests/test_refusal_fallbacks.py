@@ -14,16 +14,20 @@ from typing import Any
 
 import anthropic
 import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import InvalidRunInput
+from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
-from agent_runner.contract.types import RunResult
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RunResult
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, tool_use
 from agent_runner.workflows.fallbacks import apply_hop
 from tests import test_durability as durability
-from tests.conftest import WorkerFactory
-from tests.test_loop import GET_WEATHER_DEF
+from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.test_loop import GET_WEATHER_DEF, AlwaysFails
 from tests.tools_for_tests import get_weather
 
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
@@ -154,6 +158,33 @@ async def test_a_fallback_whose_request_fails_is_skipped_and_when_all_fail_the_r
     assert (refused_result.status, refused_result.stop_reason, refused_result.iterations) == ("completed", "refusal", 1)
     assert refused_result.final_message is not None
     assert refused_result.final_message["stop_details"]["fallback_credit_token"] == "tok_B"
+
+
+async def test_a_standing_refusal_that_cannot_be_stored_fails_the_run_saying_the_model_call_gave_up(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """Storing the refusal that stands is a model-call activity too: when it spends the run's `model_activity`
+    attempts, the run fails saying so, with the last attempt's error, as any model call that gives up."""
+    storing = AlwaysFails(CREATE_MESSAGE_ACTIVITY, only=lambda call: call.turn.replay is not None)
+    fake_api.script(refusal("tok_A"), bad_request("no such model"))
+    plugin = AgentRunnerPlugin(tools=[get_weather], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[storing]):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[get_weather],
+            refusal_fallbacks=["claude-fallback-2"],
+            model_activity={"maximum_attempts": 3, "initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"},
+        )
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+    assert storing.attempts == [1, 2, 3]
+    assert str(e.value) == (
+        "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed "
+        "(RuntimeError: the content store is unreachable). Try again later, or give it more attempts or time (the "
+        "run's `model_activity`)."
+    )
+    assert len(fake_api.requests) == 2
 
 
 async def test_a_hop_over_capacity_is_retried_before_it_counts_as_failed(

@@ -15,7 +15,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ActivityOptions
+from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
+from agent_runner.contract.types import (
+    CALL_MCP_TOOL_ACTIVITY,
+    CREATE_MESSAGE_ACTIVITY,
+    LIST_MCP_TOOLS_ACTIVITY,
+    RUN_TOOL_ACTIVITY,
+    ActivityOptions,
+)
 from agent_runner.workflows.patches import implied
 
 
@@ -73,29 +80,52 @@ def activity_failure(error: ActivityError) -> ApplicationError:
     """
     cause = error.cause
     if error.retry_state in _GAVE_UP and implied(GAVE_UP_PATCH):
-        return _gave_up(error)
+        bound = "its timeouts ran out" if error.retry_state == RetryState.TIMEOUT else "its maximum_attempts were spent"
+        return _gave_up(error.activity_type, bound, cause or error)
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
 
 
-def _gave_up(error: ActivityError) -> ApplicationError:
-    cause = error.cause
+_TOOL_OPTIONS = "the tool's `tool_options`, or its MCP server's configuration"
+_OPTIONS: dict[str, str] = {
+    CREATE_MESSAGE_ACTIVITY: "the run's `model_activity`",
+    RUN_TOOL_ACTIVITY: _TOOL_OPTIONS,
+    RUN_TOOLSET_ACTION_ACTIVITY: _TOOL_OPTIONS,
+    CALL_MCP_TOOL_ACTIVITY: _TOOL_OPTIONS,
+    LIST_MCP_TOOLS_ACTIVITY: _TOOL_OPTIONS,
+}
+"""Where a run sets the attempts and timeouts of an activity it gave up on (the others are the runner's own)."""
+
+
+def local_activity_failure(activity_type: str, error: ApplicationError | TimeoutError) -> ApplicationError:
+    """Fail the run for a local activity that failed: one that gave up says so, as ``activity_failure`` does.
+
+    A local activity's failure reaches the workflow as its last attempt's own error, with no ``ActivityError`` (and
+    no retry state) around it: an error its activity marked non-retryable ended it at once, any other spent its
+    retries.
+    """
+    if isinstance(error, ApplicationError) and error.non_retryable:
+        return ApplicationError(error.message, *error.details, type=error.type, non_retryable=True)
+    bound = "its timeouts ran out" if isinstance(error, TimeoutError) else "its maximum_attempts were spent"
+    return _gave_up(activity_type, bound, error)
+
+
+def _gave_up(activity_type: str, bound: str, cause: BaseException) -> ApplicationError:
     if isinstance(cause, TimeoutError):
         kind = cause.type.name.lower() if cause.type is not None else "its"
         last = f"it passed its {kind} timeout"
     else:
-        last = str(cause or error).removesuffix("; retrying.").removesuffix(".")
-    bound = "its timeouts ran out" if error.retry_state == RetryState.TIMEOUT else "its maximum_attempts were spent"
-    options = (
-        "the run's `model_activity`"
-        if error.activity_type == CREATE_MESSAGE_ACTIVITY
-        else "the tool's `tool_options`, or its MCP server's configuration"
+        last = str(cause).removesuffix("; retrying.").removesuffix(".")
+    options = _OPTIONS.get(activity_type)
+    advice = (
+        f"Try again later, or give it more attempts or time ({options})."
+        if options is not None
+        # The runner's own lookups and hooks: no option of the run's bounds them, and another try meets the same
+        # worker unless what failed there is fixed.
+        else "Fix what it says on the workers (their logs have each attempt), then start the run again or fork it."
     )
-    message = (
-        f"{error.activity_type} gave up: {bound}, and the last attempt failed ({last}). Try again later, or give it "
-        f"more attempts or time ({options})."
-    )
+    message = f"{activity_type} gave up: {bound}, and the last attempt failed ({last}). {advice}"
     details = cause.details if isinstance(cause, ApplicationError) else ()
     kind_name = cause.type if isinstance(cause, ApplicationError) else "AgentRunError"
     return ApplicationError(message, *details, type=kind_name, non_retryable=True)

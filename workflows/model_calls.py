@@ -260,17 +260,22 @@ class ModelCalls:
         state = self._run.state
         turn, lean = lean_turn(conversation.turn().model_copy(update={"replay": reply}), conversation.transcript)
         options = spec.model_activity
-        output: CreateMessageOutput = await workflow.execute_activity(
-            CREATE_MESSAGE_ACTIVITY,
-            CreateMessageInput(
-                turn=turn, replies_head=state.replies_head, run_id=input_run_id(), iteration=reply_number
-            ),
-            result_type=CreateMessageOutput,
-            start_to_close_timeout=options.start_to_close_timeout,
-            retry_policy=retry_policy(options),
-            task_queue=options.task_queue,
-            summary=f"turn {reply_number} · the refusal stands",
-        )
+        try:
+            output: CreateMessageOutput = await workflow.execute_activity(
+                CREATE_MESSAGE_ACTIVITY,
+                CreateMessageInput(
+                    turn=turn, replies_head=state.replies_head, run_id=input_run_id(), iteration=reply_number
+                ),
+                result_type=CreateMessageOutput,
+                start_to_close_timeout=options.start_to_close_timeout,
+                retry_policy=retry_policy(options),
+                task_queue=options.task_queue,
+                summary=f"turn {reply_number} · the refusal stands",
+            )
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                raise
+            raise activity_failure(e) from None  # as a model call that gives up: the run fails saying so
         output = whole_output(output, lean)
         state.settings_stored = turn.settings_ref
         conversation.transcript.store_pending()

@@ -66,6 +66,9 @@ UNKNOWN_RUNS_COUNTED_PATCH = "unknown-outcome-runs-counted"
 """``workflow.patched`` id of telling Claude how many times an at-most-once call ran without an outcome (runs recorded
 before said one more). Asked only where a call gives up so, so other runs carry no marker."""
 
+HOOKS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
+"""The result hooks' retries: bounded, so a hook that keeps failing fails the run saying so."""
+
 
 class ToolCalls:
     """The run's tool calls."""
@@ -170,7 +173,7 @@ class ToolCalls:
                 ),
                 result_type=ProcessResultsOutput,
                 start_to_close_timeout=timedelta(minutes=1),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+                retry_policy=HOOKS_RETRY,
                 summary=f"turn {state.reply_count} · result hooks",
             )
         except ActivityError as e:
