@@ -5,14 +5,15 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
 from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
@@ -71,6 +72,20 @@ GAVE_UP_PATCH = "activity-gave-up-says-so"
 words ("...; retrying.", "activity StartToClose timeout") (issue 10.3)."""
 
 _GAVE_UP = (RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT)
+
+
+@contextlib.contextmanager
+def failing_the_run() -> Iterator[None]:
+    """Fail the run, saying so, for an activity awaited inside it that fails (``activity_failure``).
+
+    A cancellation of the run stays a cancellation.
+    """
+    try:
+        yield
+    except ActivityError as e:
+        if isinstance(e.cause, CancelledError):
+            raise
+        raise activity_failure(e) from None
 
 
 def activity_failure(error: ActivityError) -> ApplicationError:

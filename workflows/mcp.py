@@ -14,13 +14,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.errors import ToolNotRegistered
     from agent_runner.contract.mcp import ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
     from agent_runner.contract.types import LIST_MCP_TOOLS_ACTIVITY, RunToolInput, ToolSpec
-    from agent_runner.workflows.failures import activity_failure, fail
+    from agent_runner.workflows.failures import fail, failing_the_run
 
 
 async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
@@ -34,7 +33,7 @@ async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
         ApplicationError: ``ToolNotRegistered`` for a server no worker is configured with, or the listing's own
             failure after its retries.
     """
-    try:
+    with failing_the_run():
         listed: ListMcpToolsOutput = await workflow.execute_activity(
             LIST_MCP_TOOLS_ACTIVITY,
             ListMcpToolsInput(servers=servers, taken=taken),
@@ -43,10 +42,6 @@ async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
             summary=f"MCP tools of {', '.join(servers)}",
         )
-    except ActivityError as e:
-        if isinstance(e.cause, CancelledError):
-            raise
-        raise activity_failure(e) from None
     if listed.missing:
         raise fail(
             ToolNotRegistered(

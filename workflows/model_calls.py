@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.workflows import live
     from agent_runner.workflows.eager import EagerTools
-    from agent_runner.workflows.failures import activity_failure, fail, retry_policy
+    from agent_runner.workflows.failures import activity_failure, fail, failing_the_run, retry_policy
     from agent_runner.workflows.fallbacks import (
         FALLBACK_SPLICE_PATCH,
         REFUSAL_FALLBACKS_PATCH,
@@ -260,7 +260,7 @@ class ModelCalls:
         state = self._run.state
         turn, lean = lean_turn(conversation.turn().model_copy(update={"replay": reply}), conversation.transcript)
         options = spec.model_activity
-        try:
+        with failing_the_run():  # as a model call that gives up
             output: CreateMessageOutput = await workflow.execute_activity(
                 CREATE_MESSAGE_ACTIVITY,
                 CreateMessageInput(
@@ -272,10 +272,6 @@ class ModelCalls:
                 task_queue=options.task_queue,
                 summary=f"turn {reply_number} · the refusal stands",
             )
-        except ActivityError as e:
-            if isinstance(e.cause, CancelledError):
-                raise
-            raise activity_failure(e) from None  # as a model call that gives up: the run fails saying so
         output = whole_output(output, lean)
         state.settings_stored = turn.settings_ref
         conversation.transcript.store_pending()

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
-    from agent_runner.workflows.failures import activity_failure, backoff, retry_policy
+    from agent_runner.workflows.failures import activity_failure, backoff, failing_the_run, retry_policy
     from agent_runner.workflows.history_size import input_idempotency_key, input_run_id
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.patches import implied
@@ -161,7 +161,7 @@ class ToolCalls:
     ) -> list[dict[str, Any]]:
         """Run the run's result hooks over the reply's tool results; a hook may end the run after them."""
         state = self._run.state
-        try:
+        with failing_the_run():
             output: ProcessResultsOutput = await workflow.execute_activity(
                 PROCESS_RESULTS_ACTIVITY,
                 ProcessResultsInput(
@@ -176,10 +176,6 @@ class ToolCalls:
                 retry_policy=HOOKS_RETRY,
                 summary=f"turn {state.reply_count} · result hooks",
             )
-        except ActivityError as e:
-            if isinstance(e.cause, CancelledError):
-                raise
-            raise activity_failure(e) from None
         if output.stop is not None and state.stop is None:
             state.stop = output.stop
         return output.results

@@ -13,10 +13,10 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ApplicationError, TimeoutError
 
 from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, DescribeToolsInput, DescribeToolsOutput
-from agent_runner.workflows.failures import activity_failure, local_activity_failure
+from agent_runner.workflows.failures import failing_the_run, local_activity_failure
 from agent_runner.workflows.patches import begun_since
 
 TIMEOUT = timedelta(seconds=30)
@@ -29,28 +29,25 @@ RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
 async def describe_tools(names: list[str], hooks: list[str]) -> DescribeToolsOutput:
     """The named tools and result hooks as the workers registered them (``DESCRIBE_TOOLS_ACTIVITY``)."""
     lookup = DescribeToolsInput(names=names, hooks=hooks)
-    try:
-        if begun_since():
-            local: DescribeToolsOutput = await workflow.execute_local_activity(
+    if not begun_since():
+        with failing_the_run():  # the run fails saying the lookup gave up, and why
+            described: DescribeToolsOutput = await workflow.execute_activity(
                 DESCRIBE_TOOLS_ACTIVITY,
                 lookup,
                 result_type=DescribeToolsOutput,
                 start_to_close_timeout=TIMEOUT,
                 retry_policy=RETRY,
             )
-            return local
-        described: DescribeToolsOutput = await workflow.execute_activity(
+        return described
+    try:
+        local: DescribeToolsOutput = await workflow.execute_local_activity(
             DESCRIBE_TOOLS_ACTIVITY,
             lookup,
             result_type=DescribeToolsOutput,
             start_to_close_timeout=TIMEOUT,
             retry_policy=RETRY,
         )
-        return described
-    # The run fails saying the lookup gave up, and why: a local activity's failure is its last attempt's own error.
-    except ActivityError as e:
-        if isinstance(e.cause, CancelledError):
-            raise
-        raise activity_failure(e) from None
     except (ApplicationError, TimeoutError) as e:
+        # As above; a local activity's failure is its last attempt's own error, with no ActivityError around it.
         raise local_activity_failure(DESCRIBE_TOOLS_ACTIVITY, e) from None
+    return local
