@@ -32,7 +32,7 @@ class HeartbeatClock:
         every: The longest time between two heartbeats, for an attempt whose heartbeat timeout allows it.
     """
 
-    def __init__(self, every: float = EVERY) -> None:
+    def __init__(self, every: float) -> None:
         info = activity.info()
         if info.heartbeat_timeout:
             every = min(every, info.heartbeat_timeout.total_seconds() / 2)

@@ -95,8 +95,7 @@ def activity_failure(error: ActivityError) -> ApplicationError:
     """
     cause = error.cause
     if error.retry_state in _GAVE_UP and implied(GAVE_UP_PATCH):
-        bound = "its timeouts ran out" if error.retry_state == RetryState.TIMEOUT else "its maximum_attempts were spent"
-        return _gave_up(error.activity_type, bound, cause or error)
+        return _gave_up(error.activity_type, cause or error, timed_out=error.retry_state == RetryState.TIMEOUT)
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
@@ -122,11 +121,11 @@ def local_activity_failure(activity_type: str, error: ApplicationError | Timeout
     """
     if isinstance(error, ApplicationError) and error.non_retryable:
         return ApplicationError(error.message, *error.details, type=error.type, non_retryable=True)
-    bound = "its timeouts ran out" if isinstance(error, TimeoutError) else "its maximum_attempts were spent"
-    return _gave_up(activity_type, bound, error)
+    return _gave_up(activity_type, error, timed_out=isinstance(error, TimeoutError))
 
 
-def _gave_up(activity_type: str, bound: str, cause: BaseException) -> ApplicationError:
+def _gave_up(activity_type: str, cause: BaseException, *, timed_out: bool) -> ApplicationError:
+    bound = "its timeouts ran out" if timed_out else "its maximum_attempts were spent"
     if isinstance(cause, TimeoutError):
         kind = cause.type.name.lower() if cause.type is not None else "its"
         last = f"it passed its {kind} timeout"
