@@ -697,7 +697,7 @@ class _SqliteStore(_Backend):
         try:
             # busy_timeout first: it makes the other pragmas and the schema wait for a concurrent opener.
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(conn, deadline=time.monotonic() + busy_timeout_ms / 1000)
             # FULL, not NORMAL: once put() returns, the reference goes into workflow history, and a power cut must
             # not leave history naming a blob the file lost.
             conn.execute("PRAGMA synchronous = FULL")
@@ -1011,6 +1011,26 @@ def _sqlite_put_nodes(conn: sqlite3.Connection, nodes: Sequence[ChainNode], now:
 def _sqlite_append_live(conn: sqlite3.Connection, rows: Sequence[tuple[str, bytes]], now: float) -> None:
     """Add ``(run_id, entry)`` rows to the live log (in a write transaction)."""
     conn.executemany("INSERT INTO live (run_id, data, written_at) VALUES (?, ?, ?)", [(*row, now) for row in rows])
+
+
+def _switch_to_wal(conn: sqlite3.Connection, *, deadline: float) -> None:
+    """Puts the file in WAL mode, waiting up to ``deadline`` for other processes that are setting it up too.
+
+    The switch needs every other connection's lock released, and when two openers each hold a shared lock and both
+    want the file to themselves, SQLite breaks the deadlock by failing one of them with ``database is locked`` at once,
+    without the busy timeout. Workers started together on a new store file meet exactly that, so the switch is tried
+    again until the busy timeout is spent.
+    """
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 @contextlib.contextmanager

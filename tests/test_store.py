@@ -3,6 +3,7 @@ PostgreSQL server (the session's throwaway cluster, tests/postgres_server.py).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -27,6 +28,7 @@ from agent_runner.store import (
     ContentStore,
     StoreError,
     StoreStats,
+    _SqliteStore,  # the busy timeout is no public setting
     default_store_path,
     open_store,
     ref_for,
@@ -418,6 +420,51 @@ async def test_two_processes_share_one_sqlite_file(tmp_path: Path) -> None:
         )
         for name, head in zip(("alpha", "beta"), heads, strict=True):
             assert await store.chain(head) == [ref_for(f"{name} {i}".encode() * 100) for i in range(50)]
+
+
+def hold_write_lock(path: Path) -> sqlite3.Connection:
+    """Another process's connection in the middle of a write on a file not yet in WAL mode (what an opener meets)."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE theirs (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO theirs VALUES (1)")
+    return holder
+
+
+async def test_a_sqlite_store_opened_while_another_opener_writes_the_file_waits_for_it(tmp_path: Path) -> None:
+    # SQLite fails the switch to WAL at once, busy timeout or not, while another connection holds the write lock:
+    # workers started together on a new store file met it as "cannot set up the store ... database is locked".
+    holder = hold_write_lock(tmp_path / "shared.db")
+    release = threading.Timer(0.5, holder.execute, ("COMMIT",))
+    release.start()
+    started = time.monotonic()
+    try:
+        async with open_store(f"sqlite://{tmp_path}/shared.db") as store:
+            waited = time.monotonic() - started
+            ref, data = blob("after the other opener")
+            assert await store.put({ref: data}) == len(data)
+            assert await store.get([ref]) == {ref: data}
+    finally:
+        release.join()
+    assert 0.45 <= waited < 5
+    holder.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "shared.db")) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT x FROM theirs").fetchall() == [(1,)]
+
+
+def test_a_sqlite_store_whose_file_stays_locked_fails_after_its_busy_timeout_saying_so(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    holder = hold_write_lock(path)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StoreError) as raised:
+            _SqliteStore(path, f"sqlite://{path}", busy_timeout_ms=300)
+        waited = time.monotonic() - started
+    finally:
+        holder.close()
+    assert str(raised.value) == f"cannot set up the store at sqlite://{path}: database is locked"
+    assert 0.2 <= waited < 3
 
 
 async def test_two_stores_in_one_process_share_one_sqlite_file(tmp_path: Path) -> None:
