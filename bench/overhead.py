@@ -110,6 +110,25 @@ class FloorWorkflow:
         return activities
 
 
+STREAMED_MODEL_CALL = "bench_streamed_model_call"
+"""An activity that sends one turn through the SDK and reads its reply as a stream, returning nothing (its worker
+registers it: ``bench/peer.py``)."""
+
+
+@workflow.defn(name="BenchStreamingFloor")
+class StreamingFloorWorkflow:
+    """The floor whose model activity makes the turn's streamed request: N of them, a no-op between each two."""
+
+    @workflow.run
+    async def run(self, iterations: int) -> int:
+        """Run ``iterations`` streamed model calls, each but the last followed by a no-op tool activity."""
+        for n in range(iterations):
+            await workflow.execute_activity(STREAMED_MODEL_CALL, start_to_close_timeout=timedelta(seconds=30))
+            if n < iterations - 1:
+                await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=30))
+        return iterations
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The measured modes
 # --------------------------------------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ workers, against the same fake:
 * ``sdk-stream``: the same runner with ``stream=True`` (each turn read as an SSE stream, the SDK's ``MessageStream``:
   what agent-runner's model call does), and ``floor + sdk-stream`` below it: the least a durable runner that streams
   its replies could cost.
+* ``floor-stream``: the floor whose model activities make the turn's request through the SDK and read its reply as
+  a stream (``StreamingFloorWorkflow``: N such activities, a no-op between each two; the same client as
+  agent-runner's worker, no payload, no store): measured, not added, the least a durable runner that streams its
+  replies through the SDK could cost here.
 * ``agent-runner``: ``AgentRunner.start(...)`` + ``run.result()`` (message thread, the default), a fresh SQLite
   content store for the whole benchmark; ``agent-runner-full``: the same with ``thread=False`` (the full
   conversation on the wire every turn, as the peer sends it).
@@ -70,7 +74,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio import workflow
+from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     import anthropic
@@ -89,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.worker import build_registry, build_worker
 
 # The floor is bench/overhead.py's (this script's directory is on the path when it runs).
-from overhead import FloorWorkflow, noop
+from overhead import STREAMED_MODEL_CALL, FloorWorkflow, StreamingFloorWorkflow, noop
 
 MODEL = "claude-bench-1"
 MAX_TOKENS = 1024
@@ -174,6 +178,22 @@ def server_cpu_seconds(pid: int | None) -> float:
 
 
 @dataclass
+class StreamedModelCall:
+    """The streaming floor's model activity: the turn's request through the SDK, its reply read as a stream."""
+
+    client: anthropic.AsyncAnthropic
+
+    @activity.defn(name=STREAMED_MODEL_CALL)
+    async def call(self) -> None:
+        """Send the run's prompt with ``ping``; read the reply's events as the SDK's runner does; return nothing."""
+        async with self.client.beta.messages.stream(
+            model=MODEL, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": PROMPT}], tools=[ping.to_dict()]
+        ) as stream:
+            async for _event in stream:
+                pass
+
+
+@dataclass
 class Sample:
     """What one mode measured at one size."""
 
@@ -233,6 +253,18 @@ class Bench:
         await self.finish(handle)
         return handle
 
+    async def floor_stream(self) -> WorkflowHandle[Any, Any] | None:
+        self.fresh_fake()
+        handle = await self.client.start_workflow(
+            StreamingFloorWorkflow.run,
+            self.iterations,
+            id=f"bench-floor-stream-{uuid.uuid4()}",
+            task_queue=FLOOR_TASK_QUEUE,
+        )
+        await self.finish(handle)
+        self.check_requests()
+        return handle
+
     async def sdk(self, *, stream: bool) -> WorkflowHandle[Any, Any] | None:
         self.fresh_fake()
         runner = self.sdk_client.beta.messages.tool_runner(
@@ -290,6 +322,7 @@ def modes(bench: Bench) -> dict[str, Callable[[], Awaitable[WorkflowHandle[Any, 
         "floor": bench.floor,
         "sdk": lambda: bench.sdk(stream=False),
         "sdk-stream": lambda: bench.sdk(stream=True),
+        "floor-stream": bench.floor_stream,
         "agent-runner": lambda: bench.agent_runner(thread=True),
         "agent-runner-full": lambda: bench.agent_runner(thread=False),
         "pydantic-ai": bench.pydantic_ai,
@@ -339,8 +372,8 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
             Worker(
                 client,
                 task_queue=FLOOR_TASK_QUEUE,
-                workflows=[FloorWorkflow],
-                activities=[noop],
+                workflows=[FloorWorkflow, StreamingFloorWorkflow],
+                activities=[noop, StreamedModelCall(claude_client()).call],
                 graceful_shutdown_timeout=timedelta(seconds=1),
             ),
             # PydanticAIPlugin comes from the client; it registers the agent's activities from __pydantic_ai_agents__.
@@ -475,11 +508,21 @@ def report(
         "sdk: in-process, no Temporal (server CPU is the idle server's); sdk-stream: the same, each reply streamed "
         "(both on the SDK's aiohttp transport, as the worker's client). "
         "floor + sdk: the two added, the least a durable run of the same turns could cost (the floor makes no "
-        "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does. The "
-        "floor carries no payload; agent-runner also looks its tools up once per run (describe_tools, a local "
+        "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does; "
+        "floor-stream: that least measured (the floor's model activities make the streamed request). The floor "
+        "carries no payload; agent-runner also looks its tools up once per run (describe_tools, a local "
         "activity). pydantic-ai's history per iteration grows with N (the whole conversation is each model "
         "activity's input)."
     )
+    for size in sizes:
+        least, ours = table.get((size, "floor-stream")), table.get((size, "agent-runner"))
+        if least and ours and least.seconds and ours.seconds and not (least.failed or ours.failed):
+            # What the runner itself adds (state, store, tools, live events) over Temporal plus the SDK's own call.
+            print(
+                f"{size}: agent-runner ÷ floor-stream: "
+                f"{statistics.median(ours.seconds) / statistics.median(least.seconds):.2f}× the time, "
+                f"{(ours.worker_cpu / len(ours.seconds)) / (least.worker_cpu / len(least.seconds)):.2f}× the worker CPU"
+            )
     print(f"total wall {wall:.0f} s")
 
 
