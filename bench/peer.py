@@ -185,12 +185,17 @@ class StreamedModelCall:
 
     @activity.defn(name=STREAMED_MODEL_CALL)
     async def call(self) -> None:
-        """Send the run's prompt with ``ping``; read the reply's events as the SDK's runner does; return nothing."""
+        """Send the run's prompt with ``ping``; read the reply's events as JSON; return nothing.
+
+        As agent-runner's model call reads them (``activities/claude.py``, ``_events``): the SDK's stream, its events
+        read from the bytes without its per-event models, the least the SDK lets a streamed call do.
+        """
         async with self.client.beta.messages.stream(
             model=MODEL, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": PROMPT}], tools=[ping.to_dict()]
         ) as stream:
-            async for _event in stream:
-                pass
+            async for sse in anthropic.AsyncStream.raw_events(stream.response):
+                if sse.event not in (None, "ping") and sse.data:
+                    sse.json()
 
 
 @dataclass
