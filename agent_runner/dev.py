@@ -505,7 +505,7 @@ async def serve(
     from agent_runner.connection import connect
     from agent_runner.mcp_config import MCP_CONFIG_ENV, load_mcp_config
     from agent_runner.store import open_store
-    from agent_runner.temporal_server import configured_address
+    from agent_runner.temporal_server import EmbeddedKeeper, configured_address, keep_embedded_server
     from agent_runner.worker import build_registry, build_worker, configure_logging
 
     lock = _try_lock()
@@ -531,7 +531,9 @@ async def serve(
         fake, claude_factory, model = _model(default_model)
         started = time.time()
         client, server = await connect(embedded_port=embedded_port)
-        try:
+        # On the embedded server, the stack starts it again if the process that started it stops (EmbeddedKeeper).
+        keeper = None if configured else EmbeddedKeeper(server, port=embedded_port, namespace=client.namespace)
+        async with keep_embedded_server(keeper):
             worker = build_worker(
                 client,
                 registry=registry,
@@ -574,9 +576,6 @@ async def serve(
                     out(line)
                 await stop.wait()
                 out("stopping: the worker finishes what it is doing (runs carry on when a worker comes back)")
-        finally:
-            if server is not None:
-                await server.astop()
     finally:
         if fake is not None:
             fake.stop()

@@ -41,6 +41,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -50,7 +51,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -64,6 +65,7 @@ from agent_runner.process_exit import exit_now
 
 __all__ = [
     "DEFAULT_PORT",
+    "EmbeddedKeeper",
     "EmbeddedTemporal",
     "TemporalBinaryNotFound",
     "TemporalDatabaseInUse",
@@ -72,10 +74,13 @@ __all__ = [
     "connect_client",
     "default_db_path",
     "find_temporal_binary",
+    "keep_embedded_server",
     "state_dir",
 ]
 
 DEFAULT_PORT = 7233
+
+logger = logging.getLogger(__name__)
 
 FAST_DISPATCH_ARGS = (
     "--dynamic-config-value",
@@ -647,6 +652,94 @@ async def _wait_for_other_server(
                 return client
         await asyncio.sleep(0.1)
     return None
+
+
+KEEP_INTERVAL = 1.0
+"""How often a worker on the embedded server checks that something serves its port (``keep_embedded_server``)."""
+
+
+class EmbeddedKeeper:
+    """Keeps the local embedded server up while a worker runs on it, whichever process started the server.
+
+    Workers on the embedded server share the one the first of them started (``connect_client``), and a process that
+    started it stops it when it exits: without a keeper the other workers would poll a closed port until someone
+    restarted it by hand, and their runs would wait. A keeper starts it again, on the same database and port, as soon
+    as nothing answers there; the database's lock lets one keeper win, and the other workers' clients reconnect to
+    it by themselves. Runs carry on where they were: their histories are in the database.
+
+    Args:
+        server: The server this process started, if it did (the keeper stops it when it stops).
+        port: The embedded server's port.
+        namespace: The namespace a server it starts registers.
+        db_filename: The server's database; ``default_db_path()`` by default.
+        interval: Seconds between checks.
+    """
+
+    def __init__(
+        self,
+        server: EmbeddedTemporal | None,
+        *,
+        port: int = DEFAULT_PORT,
+        namespace: str = "default",
+        db_filename: str | Path | None = None,
+        interval: float = KEEP_INTERVAL,
+    ) -> None:
+        self.server = server
+        self.port = port
+        self.namespace = namespace
+        self.db_filename = db_filename
+        self.interval = interval
+
+    async def run(self) -> None:
+        """Check every ``interval`` seconds, starting the server when nothing serves its port, until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval)
+            if await asyncio.to_thread(_accepts_connections, LOCALHOST, self.port):
+                continue
+            candidate = EmbeddedTemporal(
+                self.db_filename,
+                self.port,
+                namespace=self.namespace,
+                search_attributes=SEARCH_ATTRIBUTE_TYPES,
+            )
+            try:
+                await candidate.astart()
+            except TemporalServerError as exc:
+                # Another keeper won, or the server that stopped still holds the database while it exits.
+                logger.debug("Embedded Temporal server not started by this process: %s", exc)
+                continue
+            stopped, self.server = self.server, candidate
+            if stopped is not None:
+                await stopped.astop()  # it died: reap it and free its lock file
+            logger.warning(
+                "The embedded Temporal server at %s had stopped; this process started it again (data in %s)",
+                candidate.address,
+                candidate.db_filename,
+            )
+
+    async def astop(self) -> None:
+        """Stop the server this process started, if any (the other workers' keepers take over)."""
+        if self.server is not None:
+            await self.server.astop()
+
+
+@contextlib.asynccontextmanager
+async def keep_embedded_server(keeper: EmbeddedKeeper | None) -> AsyncIterator[EmbeddedKeeper | None]:
+    """While the block runs, ``keeper`` keeps the embedded server up; then it stops the server it holds, if any.
+
+    ``None`` (a worker on a configured server) keeps nothing.
+    """
+    if keeper is None:
+        yield None
+        return
+    task = asyncio.create_task(keeper.run(), name="agent-runner-embedded-keeper")
+    try:
+        yield keeper
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await keeper.astop()
 
 
 async def connect_client(

@@ -211,6 +211,7 @@ async def run_worker(
             and ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
     """
     from agent_runner.connection import connect
+    from agent_runner.temporal_server import EmbeddedKeeper, configured_address, keep_embedded_server
 
     registry = build_registry(modules)
     connect_options: dict[str, Any] = {}
@@ -224,6 +225,8 @@ async def run_worker(
     if mcp_path:
         options["mcp"] = load_mcp_config(mcp_path)  # at start too: a wrong file stops the worker with its reason
     client, server = await connect(**connect_options)
+    # On the embedded server, this worker starts it again if the process that started it stops (EmbeddedKeeper).
+    keeper = EmbeddedKeeper(server, namespace=client.namespace) if configured_address() is None else None
     worker = build_worker(client, registry=registry, task_queue=task_queue, store=store, **options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -237,14 +240,11 @@ async def run_worker(
         client.service_client.config.target_host,
         store.url,
     )
-    try:
-        async with worker:
-            await stop.wait()
-            # Leaving the block drains: in-flight activities get `graceful_shutdown_timeout` to finish.
-            logger.info("Shutting down: finishing in-flight work")
-    finally:
-        if server is not None:
-            await server.astop()
+    async with keep_embedded_server(keeper), worker:
+        await stop.wait()
+        # Leaving the block drains: in-flight activities get `graceful_shutdown_timeout` to finish; then the
+        # embedded server stops if this process started it (the other workers' keepers take over).
+        logger.info("Shutting down: finishing in-flight work")
 
 
 class JsonFormatter(logging.Formatter):

@@ -21,6 +21,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_runner.temporal_server import (
+    EmbeddedKeeper,
     EmbeddedTemporal,
     TemporalDatabaseInUse,
     TemporalServerError,
@@ -28,6 +29,7 @@ from agent_runner.temporal_server import (
     connect_client,
     default_db_path,
     find_temporal_binary,
+    keep_embedded_server,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -285,6 +287,65 @@ async def test_connect_client_starts_then_reuses_embedded_server(tmp_path: Path)
     finally:
         await started.astop()
     assert not _listening(port)
+
+
+async def test_a_worker_on_the_embedded_server_starts_it_again_when_the_process_that_started_it_stops(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    port = EmbeddedTemporal(tmp_path / "unused.db").port  # a free port
+    # The first worker started the server; a second worker reuses it, keeping it up while it runs.
+    _, started = await connect_client(embedded_db=db, embedded_port=port)
+    assert started is not None
+    client, reused = await connect_client(embedded_db=db, embedded_port=port)
+    assert reused is None
+    keeper = EmbeddedKeeper(reused, port=port, db_filename=db, interval=0.2)
+    task_queue = f"tq-{uuid.uuid4()}"
+    run_id = f"waiting-{uuid.uuid4()}"
+    async with (
+        keep_embedded_server(keeper),
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[ShoutWorkflow],
+            activities=[shout],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ),
+    ):
+        handle = await client.start_workflow(ShoutWorkflow.run, args=["before", True], id=run_id, task_queue=task_queue)
+        while not any(
+            [e.HasField("activity_task_completed_event_attributes") async for e in handle.fetch_history_events()]
+        ):
+            await asyncio.sleep(0.05)
+
+        await started.astop()  # the first worker exits, stopping the server it started
+        for _ in range(300):
+            if keeper.server is not None and _listening(port):
+                break
+            await asyncio.sleep(0.1)
+        assert keeper.server is not None and keeper.server.running
+        assert (keeper.server.port, keeper.server.db_filename) == (port, db)
+
+        # The run begun before goes on, and a new one runs, through the worker's own client.
+        await handle.signal(ShoutWorkflow.finish, " (after)")
+        assert await handle.result() == "BEFORE! (after)"
+        assert (
+            await client.execute_workflow(
+                ShoutWorkflow.run, args=["new", False], id=f"new-{uuid.uuid4()}", task_queue=task_queue
+            )
+            == "NEW!"
+        )
+    # Leaving, the keeper stops the server it started (another worker's keeper would take over).
+    assert not keeper.server.running
+    assert not _listening(port)
+
+
+def test_a_worker_on_a_configured_server_keeps_none() -> None:
+    async def body() -> None:
+        async with keep_embedded_server(None) as keeper:
+            assert keeper is None
+
+    asyncio.run(body())
 
 
 @pytest.mark.asyncio
