@@ -696,6 +696,10 @@ class EmbeddedKeeper:
             await asyncio.sleep(self.interval)
             if await asyncio.to_thread(_accepts_connections, LOCALHOST, self.port):
                 continue
+            if self.server is not None and not self.server.running:
+                # The server this process started died (killed, crashed): its database lock, held here too, is let
+                # go first, or no server could start on that database.
+                await self.server.astop()
             candidate = EmbeddedTemporal(
                 self.db_filename,
                 self.port,
@@ -708,9 +712,7 @@ class EmbeddedKeeper:
                 # Another keeper won, or the server that stopped still holds the database while it exits.
                 logger.debug("Embedded Temporal server not started by this process: %s", exc)
                 continue
-            stopped, self.server = self.server, candidate
-            if stopped is not None:
-                await stopped.astop()  # it died: reap it and free its lock file
+            self.server = candidate
             logger.warning(
                 "The embedded Temporal server at %s had stopped; this process started it again (data in %s)",
                 candidate.address,

@@ -340,6 +340,35 @@ async def test_a_worker_on_the_embedded_server_starts_it_again_when_the_process_
     assert not _listening(port)
 
 
+async def test_a_worker_whose_embedded_server_dies_starts_it_again(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    port = EmbeddedTemporal(tmp_path / "unused.db").port  # a free port
+    client, started = await connect_client(embedded_db=db, embedded_port=port)
+    assert started is not None and started.pid is not None
+    keeper = EmbeddedKeeper(started, port=port, db_filename=db, interval=0.2)
+    task_queue = f"tq-{uuid.uuid4()}"
+    async with keep_embedded_server(keeper):
+        crashed = started.pid
+        os.kill(crashed, signal.SIGKILL)  # the server this worker started dies; the worker lives on
+        for _ in range(300):
+            if keeper.server is not started and _listening(port):
+                break
+            await asyncio.sleep(0.1)
+        assert keeper.server is not started and keeper.server is not None
+        assert keeper.server.pid != crashed and (keeper.server.port, keeper.server.db_filename) == (port, db)
+        assert (
+            await _run_worker_until(
+                client,
+                task_queue,
+                lambda: client.execute_workflow(
+                    ShoutWorkflow.run, args=["again", False], id=f"again-{uuid.uuid4()}", task_queue=task_queue
+                ),
+            )
+            == "AGAIN!"
+        )
+    assert not _listening(port)
+
+
 def test_a_worker_on_a_configured_server_keeps_none() -> None:
     async def body() -> None:
         async with keep_embedded_server(None) as keeper:
