@@ -44,13 +44,7 @@ from agent_runner.plugin import ROLES, AgentRunnerPlugin, build_registry
 from agent_runner.process_exit import exit_now
 from agent_runner.processes import CONFIGURATION_EXIT_CODE, PROCESS_INDEX_ENV, child_command, supervise
 from agent_runner.store import ContentStore, open_store
-from agent_runner.temporal_server import (
-    DEFAULT_PORT,
-    EmbeddedTemporal,
-    TemporalServerError,
-    _accepts_connections,
-    configured_address,
-)
+from agent_runner.temporal_server import EmbeddedKeeper, configured_address, keep_embedded_server
 
 __all__ = [
     "ROLES",
@@ -211,7 +205,6 @@ async def run_worker(
             and ``mcp_config``: the path of the MCP servers' configuration (else ``AGENT_RUNNER_MCP_CONFIG``).
     """
     from agent_runner.connection import connect
-    from agent_runner.temporal_server import EmbeddedKeeper, configured_address, keep_embedded_server
 
     registry = build_registry(modules)
     connect_options: dict[str, Any] = {}
@@ -368,26 +361,13 @@ def _tuning(args: argparse.Namespace) -> WorkerTuning:
 
 
 def _run_processes(argv: Sequence[str], processes: int) -> int:
-    """``--processes N``: N copies of this command, each with ``--processes 1``, on one Temporal server."""
-    server = None
-    try:
-        configured = configured_address()
-    except RuntimeError:  # a config file Temporal cannot read: each process says so, in one line, as it starts
-        configured = ""
-    if configured is None and not _accepts_connections("127.0.0.1", DEFAULT_PORT):
-        # Each child would otherwise try to start its own embedded server: start it once, here; they reuse it.
-        try:
-            server = EmbeddedTemporal(port=DEFAULT_PORT).start()
-        except TemporalServerError as e:
-            raise ConfigurationError(
-                f"Cannot start the embedded Temporal server: {' '.join(str(e).split())}. "
-                "Or set TEMPORAL_ADDRESS to a running server."
-            ) from e
-    try:
-        return supervise(child_command([*argv, "--processes", "1"]), processes)
-    finally:
-        if server is not None:
-            server.stop()
+    """``--processes N``: N copies of this command, each with ``--processes 1``, on one Temporal server.
+
+    On the embedded server the children start it themselves: the first to take its database's lock starts it, the
+    others reuse it (``connect_client``), and each keeps it up while it runs (``EmbeddedKeeper``). Started here, its
+    lock would be held by this process too, and no child could start it again if it died.
+    """
+    return supervise(child_command([*argv, "--processes", "1"]), processes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
