@@ -301,18 +301,11 @@ async def test_a_worker_on_the_embedded_server_starts_it_again_when_the_process_
     assert reused is None
     keeper = EmbeddedKeeper(reused, port=port, db_filename=db, interval=0.2)
     task_queue = f"tq-{uuid.uuid4()}"
-    run_id = f"waiting-{uuid.uuid4()}"
-    async with (
-        keep_embedded_server(keeper),
-        Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[ShoutWorkflow],
-            activities=[shout],
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ),
-    ):
-        handle = await client.start_workflow(ShoutWorkflow.run, args=["before", True], id=run_id, task_queue=task_queue)
+
+    async def across_the_stop() -> None:
+        handle = await client.start_workflow(
+            ShoutWorkflow.run, args=["before", True], id=f"waiting-{uuid.uuid4()}", task_queue=task_queue
+        )
         while not any(
             [e.HasField("activity_task_completed_event_attributes") async for e in handle.fetch_history_events()]
         ):
@@ -335,8 +328,14 @@ async def test_a_worker_on_the_embedded_server_starts_it_again_when_the_process_
             )
             == "NEW!"
         )
+
+    try:
+        async with keep_embedded_server(keeper):
+            await _run_worker_until(client, task_queue, across_the_stop)
+    finally:
+        await started.astop()  # idempotent: only a failure before the stop above leaves it running
     # Leaving, the keeper stops the server it started (another worker's keeper would take over).
-    assert not keeper.server.running
+    assert keeper.server is not None and not keeper.server.running
     assert not _listening(port)
 
 
