@@ -186,6 +186,9 @@ class McpConnection:
 
     def scrub(self, error: BaseException) -> str:
         """``error`` as text, without the secrets of the server's configuration (env, headers, the URL's query)."""
+        # anyio's task groups, under the MCP SDK's transports, wrap what a connection raised in a group of one.
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
         text = _error_text(error)
         url = urlsplit(self._server.url or "")
         in_url = [url.password or "", *(value for _, value in parse_qsl(url.query))]

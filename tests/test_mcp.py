@@ -7,6 +7,7 @@ it as a child process; the server notes every call it gets in ``calls`` under th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.workflows import mcp as mcp_workflows
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory, history_text
 from tests.heartbeat_support import Heartbeats
@@ -512,6 +515,35 @@ async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so
         "Could not list the tools of MCP server 'files': could not connect: FileNotFoundError(2, 'No such file or "
         "directory'). Check the server and the workers' MCP configuration (the worker's log has the server's own "
         "output)."
+    )
+    assert fake_api.bodies() == []
+
+
+async def test_a_server_that_cannot_be_reached_is_asked_10_times_then_the_run_fails_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that may come back (nothing answers at its address) is asked again, 10 times in all, never for ever;
+    then the run fails with the last attempt's error, before any request to Claude."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(mcp_workflows, "LIST_RETRY", dataclasses.replace(mcp_workflows.LIST_RETRY, **quick))
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    async with worker(mcp=parse_mcp_config({"mcpServers": {"remote": {"url": url}}})):
+        run = await runner.start(**BASE, messages=[USER], mcp=["remote"])
+        with pytest.raises(AgentRunError) as raised:
+            await run.until_done()
+        history = await run.handle.fetch_history()
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert attempts == [10]  # Temporal records the last attempt's start only
+    assert str(raised.value) == (
+        "agent_runner.list_mcp_tools gave up: its maximum_attempts were spent, and the last attempt failed "
+        "(McpServerLost: Could not list the tools of MCP server 'remote': could not connect: ConnectError('All "
+        "connection attempts failed'). Check the server and the workers' MCP configuration (the worker's log has the "
+        "server's own output)). Fix what it says on the workers (their logs have each attempt), then start the run "
+        "again or fork it."
     )
     assert fake_api.bodies() == []
 

@@ -20,7 +20,6 @@ from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     CREATE_MESSAGE_ACTIVITY,
-    LIST_MCP_TOOLS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     ActivityOptions,
 )
@@ -107,9 +106,9 @@ _OPTIONS: dict[str, str] = {
     RUN_TOOL_ACTIVITY: _TOOL_OPTIONS,
     RUN_TOOLSET_ACTION_ACTIVITY: _TOOL_OPTIONS,
     CALL_MCP_TOOL_ACTIVITY: _TOOL_OPTIONS,
-    LIST_MCP_TOOLS_ACTIVITY: _TOOL_OPTIONS,
 }
-"""Where a run sets the attempts and timeouts of an activity it gave up on (the others are the runner's own)."""
+"""Where a run sets the attempts and timeouts of an activity it gave up on (the others are the runner's own, the
+listing of MCP servers' tools included: ``workflows/mcp.py``, ``LIST_RETRY``)."""
 
 
 def local_activity_failure(activity_type: str, error: ApplicationError | TimeoutError) -> ApplicationError:

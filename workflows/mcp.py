@@ -21,6 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.types import LIST_MCP_TOOLS_ACTIVITY, RunToolInput, ToolSpec
     from agent_runner.workflows.failures import fail, failing_the_run
 
+LIST_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
+"""The listing's retries: a server that cannot be reached is tried again, 10 times in all, then the run fails."""
+
 
 async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
     """The tools of ``servers``, listed once (the activity's result in history is the run's list).
@@ -39,7 +42,7 @@ async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
             ListMcpToolsInput(servers=servers, taken=taken),
             result_type=ListMcpToolsOutput,
             start_to_close_timeout=timedelta(minutes=2),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+            retry_policy=LIST_RETRY,
             summary=f"MCP tools of {', '.join(servers)}",
         )
     if listed.missing:
