@@ -7,18 +7,31 @@ usage counts what they spent, and a person steers or approves inside a child fro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import temporalio.client as client_interceptors
+from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
 from agent_runner import cli
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
 from agent_runner.cli.render import render_status
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import AgentStarted, RunEvent, RunFinished, TextDelta, ToolFinished
-from agent_runner.contract.types import RunStatus, Usage
+from agent_runner.contract.types import CHILD_USAGE_ACTIVITY, RunStatus, Usage
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request, end_turn, tool_use
-from tests.conftest import WorkerFactory
+from agent_runner.worker import build_worker
+from agent_runner.workflows import subagents
+from tests import subagent_support
+from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.subagent_support import (
     SCOUT,
     ChildAskingApproval,
@@ -346,6 +359,83 @@ async def test_what_a_failed_child_spent_counts_in_the_parents_usage(
     ]
     assert result.usage == status.usage == Usage(input_tokens=30, output_tokens=15)
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["is_error"] is True
+
+
+class _StatusQueriesFail(client_interceptors.Interceptor):
+    """The worker's client, whose status queries (the `child_usage` activity's) fail with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def intercept_client(
+        self, next: client_interceptors.OutboundInterceptor
+    ) -> client_interceptors.OutboundInterceptor:  # noqa: A002
+        return _FailingQueries(next, self.error)
+
+
+class _FailingQueries(client_interceptors.OutboundInterceptor):
+    def __init__(self, next: client_interceptors.OutboundInterceptor, error: Exception) -> None:  # noqa: A002
+        super().__init__(next)
+        self.error = error
+
+    async def query_workflow(self, input: client_interceptors.QueryWorkflowInput) -> Any:  # noqa: A002, ARG002
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts"),
+    [
+        (RPCError("the frontend is overloaded", RPCStatusCode.UNAVAILABLE, b""), 5),  # Temporal refuses: asked again
+        (WorkflowQueryFailedError("the child cannot tell"), 1),  # the child cannot tell: asking again cannot help
+    ],
+    ids=["temporal-refuses", "child-cannot-tell"],
+)
+async def test_what_a_failed_child_spent_is_not_charged_when_it_cannot_be_read(
+    error: Exception,
+    attempts: int,
+    client: Client,
+    runner: AgentRunner,
+    task_queue: str,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent asks what its failed child spent a bounded number of times, then charges nothing for it and goes
+    on: its usage is its own two replies, and Claude is told the child failed."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(subagents, "USAGE_RETRY", dataclasses.replace(subagents.USAGE_RETRY, **quick))
+    failing = Client(**{**client.config(), "interceptors": [_StatusQueriesFail(error)]})
+
+    @asynccontextmanager
+    async def worker(*tools: Any) -> AsyncIterator[Worker]:
+        claude = ClaudeActivities(anthropic_client_factory(fake_api))
+        async with build_worker(failing, registry=ToolRegistry(tools), task_queue=task_queue, claude=claude) as w:
+            yield w
+
+    parent = [research("toolu_P1", "Launch."), end_turn("It failed.")]
+    async with subagent_support.child_asking_approval(runner, worker, fake_api, parent, then=FAILING) as (
+        run,
+        child_run,
+    ):
+        await child_run.approve("toolu_C1")
+        result = await run.result()
+        child_status = await child_run.status()
+        history = await run.handle.fetch_history()
+    assert (child_status.status, child_status.usage) == ("failed", Usage(input_tokens=10, output_tokens=5))
+    asked = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+        and scheduled_type(history, e.activity_task_started_event_attributes.scheduled_event_id) == CHILD_USAGE_ACTIVITY
+    ]
+    assert asked == [attempts]  # Temporal records the last attempt's start only
+    assert (result.status, result.usage) == ("completed", Usage(input_tokens=20, output_tokens=10))
+    assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["is_error"] is True
+
+
+def scheduled_type(history: WorkflowHistory, event_id: int) -> str:
+    """The activity type of the activity scheduled by event ``event_id``."""
+    event = next(e for e in history.events if e.event_id == event_id)
+    return event.activity_task_scheduled_event_attributes.activity_type.name
 
 
 async def test_what_a_cancelled_child_spent_counts_in_the_parents_usage_and_budget(

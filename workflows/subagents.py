@@ -209,6 +209,10 @@ class SubAgents:
         return child
 
 
+USAGE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=5)
+"""How long a parent asks what a child that ended without a result spent (a child that cannot tell: once)."""
+
+
 async def _spent(child_id: str) -> dict[str, Any] | None:
     """What the child ``child_id`` spent before it ended without a result, if it can tell (else nothing is charged)."""
     try:
@@ -217,7 +221,7 @@ async def _spent(child_id: str) -> dict[str, Any] | None:
             child_id,
             result_type=Usage,
             start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=5),
+            retry_policy=USAGE_RETRY,
             summary=f"usage of {child_id}",
         )
     except ActivityError:
