@@ -8,6 +8,7 @@ fake over HTTP. Worker crashes (`kill -9`) are in tests/test_tool_effects_crash.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import threading
@@ -18,16 +19,21 @@ from typing import Any
 import pytest
 from anthropic import beta_async_tool, beta_tool
 from temporalio.client import Client
+from temporalio.worker import Worker
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.events import ToolOutcomeUnknown
-from agent_runner.contract.types import RUN_TOOL_ACTIVITY, RunResult
+from agent_runner.contract.types import RECONCILE_TOOL_ACTIVITY, RUN_TOOL_ACTIVITY, RunResult
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
-from tests.conftest import WorkerFactory
+from agent_runner.workflows import tool_calls
+from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.test_loop import AlwaysFails
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Do it."}
@@ -457,6 +463,81 @@ async def test_at_most_once_reconcile_that_never_finds_the_effect_gives_up_after
             "content": "Error: The outcome of this call of 'never_finishes' is unknown: Tool 'never_finishes' did not "
             "finish within 1 s; it was cancelled.; it was run 3 times without an outcome. It may or may not have taken "
             "effect, and it was not run again. Check before calling it again.",
+        }
+    ]
+
+
+def _cannot_reconcile(call: ToolCall) -> None:
+    """Reconcile: the place that would say whether the call took effect cannot be read."""
+    JOURNAL.append(f"reconcile {call.name}")
+    raise RuntimeError("the mail server's log is unreachable")
+
+
+@tool_options(effects="at_most_once", start_to_close_timeout=timedelta(seconds=1), reconcile=_cannot_reconcile)
+@beta_async_tool
+async def email_unreconcilable(to: str) -> str:
+    """An at-most-once tool that never finishes within its timeout, and whose reconcile always fails.
+
+    Args:
+        to: The recipient.
+    """
+    JOURNAL.append(f"email_unreconcilable start {to}")
+    await asyncio.sleep(30)
+    return "never"
+
+
+async def test_at_most_once_reconcile_that_raises_is_asked_once_and_claude_is_told_its_error(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A reconcile that raises could not tell: the call is not run again and Claude is told why, at once."""
+    fake_api.script(call("email_unreconcilable", to="ana"), end_turn("I could not confirm it."))
+    async with worker(email_unreconcilable):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_unreconcilable], thread=False)
+        async with asyncio.timeout(60):
+            await run.until_done()
+    assert JOURNAL == ["email_unreconcilable start ana", "reconcile email_unreconcilable"]
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: The outcome of this call of 'email_unreconcilable' is unknown, and checking it "
+            'failed: RuntimeError("the mail server\'s log is unreachable"). It was not run again. Check before '
+            "calling it again.",
+        }
+    ]
+
+
+async def test_at_most_once_reconcile_whose_worker_keeps_failing_is_tried_5_times_then_claude_is_told_why(
+    client: Client,
+    runner: AgentRunner,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reconcile activity failing on its worker (a store away, say) is tried a bounded number of times, never for
+    ever; the call is not run again and Claude is told its outcome is unknown, with the last attempt's error."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(tool_calls, "RECONCILE_RETRY", dataclasses.replace(tool_calls.RECONCILE_RETRY, **quick))
+    failing = AlwaysFails(RECONCILE_TOOL_ACTIVITY)
+    fake_api.script(call("email_unreconcilable", to="ana"), end_turn("I could not confirm it."))
+    plugin = AgentRunnerPlugin(
+        tools=[email_unreconcilable], claude=ClaudeActivities(anthropic_client_factory(fake_api))
+    )
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[failing]):
+        run = await runner.start(**BASE, messages=[USER], tools=[email_unreconcilable], thread=False)
+        async with asyncio.timeout(60):
+            await run.until_done()
+    assert failing.attempts == [1, 2, 3, 4, 5]
+    assert JOURNAL == ["email_unreconcilable start ana"]  # the reconcile itself never ran; nor did the call again
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": "Error: The outcome of this call of 'email_unreconcilable' is unknown: Tool "
+            "'email_unreconcilable' did not finish within 1 s; it was cancelled.; reconciling failed: the content "
+            "store is unreachable. It may or may not have taken effect, and it was not run again. Check before "
+            "calling it again.",
         }
     ]
 

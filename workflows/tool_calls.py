@@ -69,6 +69,9 @@ before said one more). Asked only where a call gives up so, so other runs carry 
 HOOKS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
 """The result hooks' retries: bounded, so a hook that keeps failing fails the run saying so."""
 
+RECONCILE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
+"""A ``reconcile``'s retries: bounded, so one that keeps failing leaves Claude told the outcome is unknown, and why."""
+
 
 class ToolCalls:
     """The run's tool calls."""
@@ -278,7 +281,7 @@ class ToolCalls:
                     RECONCILE_TOOL_ACTIVITY,
                     spec,
                     call,
-                    RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
+                    RECONCILE_RETRY,
                     ReconcileOutput,
                     toolset,
                 )
