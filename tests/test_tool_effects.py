@@ -30,10 +30,12 @@ from agent_runner.contract.types import RECONCILE_TOOL_ACTIVITY, RUN_TOOL_ACTIVI
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.worker import build_worker
+from agent_runner.worker import WorkerTuning, build_worker
 from agent_runner.workflows import tool_calls
 from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.steering_support import wait_status
 from tests.test_loop import AlwaysFails
+from tests.tools_for_tests import get_weather
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Do it."}
@@ -461,10 +463,44 @@ async def test_at_most_once_reconcile_that_never_finds_the_effect_gives_up_after
             "tool_use_id": "toolu_1",
             "is_error": True,
             "content": "Error: The outcome of this call of 'never_finishes' is unknown: Tool 'never_finishes' did not "
-            "finish within 1 s; it was cancelled.; it was run 3 times without an outcome. It may or may not have taken "
+            "finish within 1 s; it was cancelled; it was run 3 times without an outcome. It may or may not have taken "
             "effect, and it was not run again. Check before calling it again.",
         }
     ]
+
+
+async def test_a_run_that_told_claude_an_unknown_outcome_before_the_cause_was_joined_goes_on_after_the_upgrade(
+    client: Client, runner: AgentRunner, task_queue: str, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that sent the unknown outcome's old text ("cancelled.; it was run") on the code before, then waited,
+    goes on under the current code: it replays the text it sent (its transcript is stored under that text), and its
+    next turn reads it."""
+    fake_api.script(
+        call("never_finishes", job="j1"), call("get_weather", tool_id="toolu_2", city="Paris"), end_turn("Done.")
+    )
+    claude = ClaudeActivities(anthropic_client_factory(fake_api))
+    registry = ToolRegistry([never_finishes, get_weather])
+    with monkeypatch.context() as before:
+        before.setattr(tool_calls, "_joined", lambda cause, more: f"{cause}; {more}")  # the code before the patch
+        async with build_worker(client, registry=registry, task_queue=task_queue, claude=claude):
+            run = await runner.start(
+                **BASE, messages=[USER], tools=[never_finishes, get_weather], step=True, thread=False
+            )
+            for replies in (1, 2):
+                await wait_status(run, "waiting_for_step", replies)
+                if replies == 1:
+                    await run.advance()
+    upgraded = build_worker(
+        client, registry=registry, task_queue=task_queue, claude=claude, tuning=WorkerTuning(max_cached_workflows=0)
+    )
+    async with upgraded:
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 3)  # its third turn read the transcript the old code stored
+        await run.advance()
+        result = await run.result()
+    assert (result.status, result.iterations) == ("completed", 3)
+    assert "it was cancelled.; it was run 3 times" in results_sent(fake_api)[0]["content"]
+    assert fake_api.bodies()[2]["messages"][-3]["content"] == fake_api.bodies()[1]["messages"][-1]["content"]
 
 
 def _cannot_reconcile(call: ToolCall) -> None:
@@ -535,7 +571,7 @@ async def test_at_most_once_reconcile_whose_worker_keeps_failing_is_tried_5_time
             "tool_use_id": "toolu_1",
             "is_error": True,
             "content": "Error: The outcome of this call of 'email_unreconcilable' is unknown: Tool "
-            "'email_unreconcilable' did not finish within 1 s; it was cancelled.; reconciling failed: the content "
+            "'email_unreconcilable' did not finish within 1 s; it was cancelled; reconciling failed: the content "
             "store is unreachable. It may or may not have taken effect, and it was not run again. Check before "
             "calling it again.",
         }

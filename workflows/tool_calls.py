@@ -66,6 +66,11 @@ UNKNOWN_RUNS_COUNTED_PATCH = "unknown-outcome-runs-counted"
 """``workflow.patched`` id of telling Claude how many times an at-most-once call ran without an outcome (runs recorded
 before said one more). Asked only where a call gives up so, so other runs carry no marker."""
 
+UNKNOWN_CAUSE_JOINED_PATCH = "unknown-outcome-cause-joined"
+"""``workflow.patched`` id of joining an unknown outcome's cause to what follows it without the cause's full stop
+(runs recorded before told Claude "it was cancelled.; it was run 3 times"). Asked only there: other runs carry no
+marker."""
+
 HOOKS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
 """The result hooks' retries: bounded, so a hook that keeps failing fails the run saying so."""
 
@@ -260,7 +265,7 @@ class ToolCalls:
                     # `reruns` settlements found nothing after as many runs; runs recorded before said one more.
                     runs = reruns if implied(UNKNOWN_RUNS_COUNTED_PATCH) else reruns + 1
                     return ToolResult(
-                        content=_unknown_text(spec.name, f"{cause}; it was run {runs} times without an outcome"),
+                        content=_unknown_text(spec.name, _joined(cause, f"it was run {runs} times without an outcome")),
                         is_error=True,
                     )
 
@@ -290,7 +295,7 @@ class ToolCalls:
                     raise
                 message = e.cause.message if isinstance(e.cause, FailureError) else str(e)
                 return ToolResult(
-                    content=_unknown_text(spec.name, f"{cause}; reconciling failed: {message}"), is_error=True
+                    content=_unknown_text(spec.name, _joined(cause, f"reconciling failed: {message}")), is_error=True
                 )
             if answer.happened:
                 return answer.result or ToolResult(content=None)
@@ -344,6 +349,11 @@ class ToolCalls:
             summary=summary + (" · reconcile" if reconciling else ""),
         )
         return result
+
+
+def _joined(cause: str, more: str) -> str:
+    """``cause``, then ``more``, in one sentence."""
+    return f"{cause.rstrip('.') if workflow.patched(UNKNOWN_CAUSE_JOINED_PATCH) else cause}; {more}"
 
 
 def _unknown_text(name: str, cause: str) -> str:
