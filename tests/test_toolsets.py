@@ -7,8 +7,11 @@ which actions ran, in which order, and which did not.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
+import time
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +27,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
-from agent_runner.activities.tools import ToolRegistry
+from agent_runner.activities.tools import ToolCall, ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, ToolRegistrationError
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY
-from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
+from agent_runner.contract.toolsets import RECONCILE_TOOLSET_ACTION_ACTIVITY, RUN_TOOLSET_ACTION_ACTIVITY
+from agent_runner.contract.types import ActivityOptions
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows import tool_calls
 from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.heartbeat_support import Heartbeats
 from tests.steering_support import wait_status
 from tests.test_durability import wait_for, worker_process
+from tests.test_loop import AlwaysFails
 from tests.test_tool_effects import FailingBigPuts
 from tests.tools_for_tests import get_time
 from tests.toolsets_for_tests import browser as marking_browser
@@ -171,6 +177,111 @@ async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_e
         result("toolu_5", "computer", "Not executed: an earlier computer action in this turn failed.", error=True),
     ]
     assert fake_api.bodies()[2]["messages"][-1]["content"] == [result("toolu_6", "browser", "click done")]
+
+
+class StuckVault(BetaAsyncRunnableToolset):
+    """An at-most-once toolset whose ``pay`` never finishes within its 1 s timeout."""
+
+    toolset_name = "vault"
+
+    def __init__(self) -> None:
+        self.actions: list[str] = []
+
+    def to_dict(self) -> Any:
+        return {"type": "vault_toolset_20260801"}
+
+    async def call(
+        self,
+        context: BetaToolsetCallContext,  # noqa: ARG002
+        name: str,
+        input: Mapping[str, object],  # noqa: A002
+    ) -> str | BetaToolsetContent:
+        self.actions.append(f"{name} {input.get('amount')}")
+        await asyncio.sleep(30)
+        return "paid"
+
+
+class SlowScanner(BetaRunnableToolset):
+    """A synchronous toolset whose ``scan`` takes 3 s, past its 1 s timeout."""
+
+    toolset_name = "scanner"
+
+    def __init__(self) -> None:
+        self.actions: list[str] = []
+
+    def to_dict(self) -> Any:
+        return {"type": "scanner_toolset_20260801"}
+
+    def call(
+        self,
+        context: BetaToolsetCallContext,  # noqa: ARG002
+        name: str,
+        input: Mapping[str, object],  # noqa: A002, ARG002
+    ) -> str | BetaToolsetContent:
+        self.actions.append(f"{name} start")
+        time.sleep(3)
+        self.actions.append(f"{name} end")
+        return "scanned"
+
+
+ONE_SECOND = ActivityOptions(start_to_close_timeout=timedelta(seconds=1))
+
+
+def _not_reached(call: ToolCall) -> None:
+    raise AssertionError(f"the reconcile of {call.name} never runs: its activity fails before")
+
+
+async def test_an_async_action_past_its_timeout_is_cancelled_by_its_worker_and_an_at_most_once_one_is_unknown(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker enforces an action's own timeout, as a tool's, and says so; the action is not run again. Its
+    reconcile activity failing on its worker is tried a bounded number of times, then Claude is told why."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(tool_calls, "RECONCILE_RETRY", dataclasses.replace(tool_calls.RECONCILE_RETRY, **quick))
+    failing = AlwaysFails(RECONCILE_TOOLSET_ACTION_ACTIVITY)
+    vault = StuckVault()
+    fake_api.script(Reply([action("toolu_1", "vault", "pay", {"amount": 5})], "tool_use"), end_turn("Unsure."))
+    plugin = AgentRunnerPlugin(
+        tools=[toolset_options(vault, options=ONE_SECOND, effects="at_most_once", reconcile=_not_reached)],
+        claude=ClaudeActivities(anthropic_client_factory(fake_api)),
+    )
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[failing]):
+        run = await runner.start(**BASE, tools=["vault"])
+        assert (await run.result()).status == "completed"
+    assert failing.attempts == [1, 2, 3, 4, 5]
+    assert vault.actions == ["pay 5"]
+    assert results_sent(fake_api) == [
+        result(
+            "toolu_1",
+            "vault",
+            "Error: The outcome of this call of 'vault' is unknown: Action 'vault/pay' did not finish within 1 s; "
+            "it was cancelled; reconciling failed: the content store is unreachable. It may or may not have taken "
+            "effect, and it was not run again. Check before calling it again.",
+            error=True,
+        )
+    ]
+
+
+async def test_a_sync_action_past_its_timeout_never_runs_beside_its_own_retry(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Its thread cannot be stopped: the worker reports the timeout as the action's result rather than let Temporal
+    retry it while the thread goes on."""
+    scanner = SlowScanner()
+    fake_api.script(Reply([action("toolu_1", "scanner", "scan")], "tool_use"), end_turn("Too slow."))
+    async with worker(toolset_options(scanner, options=ONE_SECOND)):
+        run = await runner.start(**BASE, tools=["scanner"])
+        assert (await run.result()).status == "completed"
+        await asyncio.sleep(2.5)  # the thread's own end, past the run's: nothing started after it
+    assert scanner.actions == ["scan start", "scan end"]
+    assert results_sent(fake_api) == [
+        result(
+            "toolu_1",
+            "scanner",
+            "Error: Action 'scanner/scan' did not finish within 1 s. It may still be running, so it was not run again.",
+            error=True,
+        )
+    ]
 
 
 async def test_an_unexpected_exception_is_an_error_result_as_in_the_sdk(
