@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from temporalio import activity
 
@@ -51,3 +52,23 @@ class HeartbeatClock:
         if self.left() == 0:
             activity.heartbeat()
             self._last, self._last_wall = self._loop.time(), time.time()
+
+
+async def heartbeat_until(task: asyncio.Future[Any], every: float, deadline: float | None = None) -> bool:
+    """Wait for ``task``, heartbeating as ``HeartbeatClock(every)`` says.
+
+    Returns:
+        ``True`` once it is done; ``False`` if ``deadline`` (on the event loop's clock) passes first, the task still
+        running.
+    """
+    loop = asyncio.get_running_loop()
+    heartbeats = HeartbeatClock(every)
+    while not task.done():
+        left = None if deadline is None else deadline - loop.time()
+        if left is not None and left <= 0:
+            return False
+        due = heartbeats.left()
+        await asyncio.wait({task}, timeout=due if left is None else min(left, due, 1.0))
+        if not task.done():
+            heartbeats.beat_if_due()
+    return True

@@ -37,8 +37,16 @@ from mcp_types import CONNECTION_CLOSED
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
-from agent_runner.activities.tools import _error_text, _own_timeout, _result_of, offloaded, own_run, specs_by_reference
+from agent_runner.activities.heartbeats import EVERY, heartbeat_until
+from agent_runner.activities.tools import (
+    _error_text,
+    _own_timeout,
+    _result_of,
+    offloaded,
+    own_deadline,
+    own_run,
+    specs_by_reference,
+)
 from agent_runner.content import Content
 from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
 from agent_runner.contract.types import (
@@ -354,10 +362,8 @@ class McpActivities:
     async def _heartbeating(self, step: Awaitable[_T]) -> _T:
         """``step``'s result, heartbeating meanwhile: starting a server can take longer than a heartbeat timeout."""
         task = asyncio.ensure_future(step)
-        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
-            while not (await asyncio.wait({task}, timeout=heartbeats.left()))[0]:
-                heartbeats.beat_if_due()
+            await heartbeat_until(task, self._heartbeat_every)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -365,27 +371,18 @@ class McpActivities:
 
     async def _wait(self, task: asyncio.Future[Any], run_id: str, input: McpCallInput) -> None:
         """Heartbeat until the call ends; past the tool's own timeout it is cancelled, and the attempt fails."""
-        own = _own_timeout(activity.info())
-        loop = asyncio.get_running_loop()
-        deadline = None if own is None else loop.time() + own.total_seconds()
-        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
-            while not task.done():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
-                    logger.warning("MCP tool %s of run %s did not finish in time", input.tool, run_id)
-                    raise ApplicationError(
-                        f"MCP tool '{input.tool}' of server {input.server!r} did not finish within "
-                        f"{own.total_seconds() if own else 0:g} s; it was cancelled.",
-                        type="ToolTimedOut",
-                    )
-                due = heartbeats.left()
-                await asyncio.wait({task}, timeout=due if left is None else min(left, due, 1.0))
-                if not task.done():
-                    heartbeats.beat_if_due()
+            if not await heartbeat_until(task, self._heartbeat_every, own_deadline()):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                logger.warning("MCP tool %s of run %s did not finish in time", input.tool, run_id)
+                own = _own_timeout(activity.info())
+                raise ApplicationError(
+                    f"MCP tool '{input.tool}' of server {input.server!r} did not finish within "
+                    f"{own.total_seconds() if own else 0:g} s; it was cancelled.",
+                    type="ToolTimedOut",
+                )
         except asyncio.CancelledError:
             task.cancel()
             raise

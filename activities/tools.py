@@ -52,7 +52,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
-from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, heartbeat_until
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
@@ -462,7 +462,7 @@ class ToolActivities:
                 "agent_runner.iteration": input.iteration,
             },
         ) as span:
-            result = await self._outcome(tool, input, self._deadline(info))
+            result = await self._outcome(tool, input, own_deadline())
             if result.is_error:
                 span.set_status(trace.StatusCode.ERROR)
                 span.set_attribute("error.type", "tool_error")
@@ -506,11 +506,6 @@ class ToolActivities:
             return ReconcileOutput(happened=False)
         return ReconcileOutput(happened=True, result=await self._recorded(input, _safe_result(input.name, answer)))
 
-    def _deadline(self, info: activity.Info) -> float | None:
-        """When the tool's own timeout passes, on the event loop's clock."""
-        own = _own_timeout(info)
-        return None if own is None else asyncio.get_running_loop().time() + own.total_seconds()
-
     async def _outcome(self, tool: Tool, input: RunToolInput, deadline: float | None) -> ToolResult:
         """The call's result: the one this worker already has for the call's idempotency key, or a new call's."""
         key = input.idempotency_key or f"{input.run_id}/{input.tool_use_id}"
@@ -530,19 +525,15 @@ class ToolActivities:
             self._calls[key] = call
             self._forget_old_calls()
         sync = not isinstance(tool, (BetaAsyncFunctionTool, BetaAsyncBuiltinFunctionTool))
-        loop = asyncio.get_running_loop()
-        # Heartbeats at least twice per heartbeat timeout, however short the tool declared it, but not at once: a
-        # quick tool sends none (`heartbeats.py`).
-        heartbeats = HeartbeatClock(self._heartbeat_every)
         try:
-            while not call.done():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    return await self._timed_out(input, call, sync=sync)
-                due = heartbeats.left()
-                await asyncio.wait({call}, timeout=due if left is None else min(left, due, 1.0))
-                if not call.done():
-                    heartbeats.beat_if_due()
+            # Heartbeats at least twice per heartbeat timeout, however short the tool declared it, but not at once: a
+            # quick tool sends none (`heartbeats.py`).
+            if not await heartbeat_until(call, self._heartbeat_every, deadline):
+
+                async def finished() -> ToolResult:
+                    return _result_of(input, call)
+
+                return await past_own_timeout("Tool", input.name, input.tool_use_id, call, sync=sync, finished=finished)
         except asyncio.CancelledError:
             if not sync:
                 call.cancel()  # a sync tool's thread cannot be stopped; its outcome stays remembered
@@ -558,25 +549,6 @@ class ToolActivities:
             return asyncio.ensure_future(_in_thread(tool, input.input))
         finally:
             _current_call.reset(token)
-
-    async def _timed_out(self, input: RunToolInput, call: asyncio.Future[Any], *, sync: bool) -> ToolResult:
-        own = _own_timeout(activity.info())
-        took = f"within {own.total_seconds():g} s" if own else "within its timeout"
-        if sync:
-            # Its thread goes on and cannot be stopped: a retry would run beside it, so the call ends here.
-            logger.error(
-                "Tool %s (tool_use_id=%s) did not finish %s; its thread goes on", input.name, input.tool_use_id, took
-            )
-            return ToolResult(
-                content=f"Error: Tool '{input.name}' did not finish {took}. It may still be running, so it was not "
-                "run again.",
-                is_error=True,
-            )
-        call.cancel()
-        await asyncio.wait({call}, timeout=5)
-        if call.done() and not call.cancelled():
-            return _result_of(input, call)  # it finished as it was cancelled: that is its outcome
-        raise ApplicationError(f"Tool '{input.name}' did not finish {took}; it was cancelled.", type="ToolTimedOut")
 
     def _forget_old_calls(self) -> None:
         while len(self._calls) > REMEMBERED_CALLS:
@@ -625,6 +597,42 @@ async def offloaded(content: Content, name: str, result: ToolResult, *, kind: st
             await asyncio.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
+
+
+def own_deadline() -> float | None:
+    """When this attempt's tool (or action, or MCP call) passes its own timeout, on the event loop's clock."""
+    own = _own_timeout(activity.info())
+    return None if own is None else asyncio.get_running_loop().time() + own.total_seconds()
+
+
+async def past_own_timeout(
+    what: str,
+    name: str,
+    tool_use_id: str,
+    running: asyncio.Future[Any],
+    *,
+    sync: bool,
+    finished: Callable[[], Awaitable[ToolResult]],
+) -> ToolResult:
+    """The outcome of a tool (``what``: ``Tool``) or toolset action (``Action``) still ``running`` past its timeout.
+
+    A sync one's thread goes on and cannot be stopped: a retry would run beside it, so the call ends here, its result
+    saying so. An async one is cancelled, and its attempt fails (``ToolTimedOut``) unless it finished as it was
+    cancelled (``finished``: its result as it leaves the worker).
+    """
+    own = _own_timeout(activity.info())
+    took = f"within {own.total_seconds():g} s" if own else "within its timeout"
+    if sync:
+        logger.error("%s %s (tool_use_id=%s) did not finish %s; its thread goes on", what, name, tool_use_id, took)
+        return ToolResult(
+            content=f"Error: {what} '{name}' did not finish {took}. It may still be running, so it was not run again.",
+            is_error=True,
+        )
+    running.cancel()
+    await asyncio.wait({running}, timeout=5)
+    if running.done() and not running.cancelled():
+        return await finished()  # it finished as it was cancelled: that is its outcome
+    raise ApplicationError(f"{what} '{name}' did not finish {took}; it was cancelled.", type="ToolTimedOut")
 
 
 def _own_timeout(info: activity.Info) -> timedelta | None:

@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
-from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
+from agent_runner.activities.heartbeats import EVERY, heartbeat_until
 from agent_runner.content import Content
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.toolsets import (
@@ -187,7 +187,7 @@ class ToolsetActivities:
             toolset_name=input.toolset,
         )
         # Imported here: activities/tools.py imports this module for the registry.
-        from agent_runner.activities.tools import _call_of, _current_call, _own_timeout
+        from agent_runner.activities.tools import _call_of, _current_call, own_deadline, past_own_timeout
 
         # The action reads `current_tool_call().idempotency_key`, as a tool does (a copied context: the thread too).
         token = _current_call.set(_call_of(call.model_copy(update={"input": tool_input})))
@@ -201,48 +201,19 @@ class ToolsetActivities:
             _current_call.reset(token)
         name = f"{input.toolset}/{call.name}"
         sync = not isinstance(toolset, BetaAsyncRunnableToolset)
-        # The action's own timeout is this worker's to enforce, as a tool's (``tools.py``): the run scheduled it with
-        # a grace, so Temporal's timeout fires only for a silent worker, and an action past its own never runs
-        # beside its retry.
-        own = _own_timeout(activity.info())
-        loop = asyncio.get_running_loop()
-        deadline = None if own is None else loop.time() + own.total_seconds()
         try:
-            # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds.
-            heartbeats = HeartbeatClock(self._heartbeat_every)
-            while not running.done():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    return await self._timed_out(name, running, own, sync=sync)
-                due = heartbeats.left()
-                await asyncio.wait({running}, timeout=due if left is None else min(left, due, 1.0))
-                if not running.done():
-                    heartbeats.beat_if_due()
+            # Heartbeats while the action runs, so a worker that dies mid-action is noticed in seconds. Its own
+            # timeout is this worker's to enforce, as a tool's: the run scheduled it with a grace, so Temporal's
+            # timeout fires only for a silent worker, and an action past its own never runs beside its retry.
+            if not await heartbeat_until(running, self._heartbeat_every, own_deadline()):
+
+                async def finished() -> ToolResult:
+                    return await self._held(name, running.result())
+
+                return await past_own_timeout("Action", name, call.tool_use_id, running, sync=sync, finished=finished)
         finally:
             running.cancel()  # only if the activity itself was cancelled; a sync action's thread runs on
         return await self._held(name, running.result())
-
-    async def _timed_out(
-        self, name: str, running: asyncio.Future[Any], own: timedelta | None, *, sync: bool
-    ) -> ToolResult:
-        """An action past its own timeout, as a tool's (``tools.py``).
-
-        A sync one's result says so: its thread cannot be stopped, so it is not run again. An async one is cancelled,
-        and its attempt fails (``ToolTimedOut``) unless it finished as it was.
-        """
-        took = f"within {own.total_seconds():g} s" if own else "within its timeout"
-        if sync:
-            logger.error("Action %s did not finish %s; its thread goes on", name, took)
-            return ToolResult(
-                content=f"Error: Action '{name}' did not finish {took}. It may still be running, so it was not run "
-                "again.",
-                is_error=True,
-            )
-        running.cancel()
-        await asyncio.wait({running}, timeout=5)
-        if running.done() and not running.cancelled():
-            return await self._held(name, running.result())  # it finished as it was cancelled: that is its outcome
-        raise ApplicationError(f"Action '{name}' did not finish {took}; it was cancelled.", type="ToolTimedOut")
 
     @activity.defn(name=RECONCILE_TOOLSET_ACTION_ACTIVITY)
     async def reconcile_toolset_action(self, input: ToolsetActionInput) -> ReconcileOutput:
