@@ -203,6 +203,24 @@ def history_text(history: WorkflowHistory) -> str:
     return "\n".join(str(event) for event in history.events)
 
 
+def started_attempts(history: WorkflowHistory) -> dict[str, list[int]]:
+    """The attempt of each activity start in ``history``, by activity type.
+
+    Temporal records an activity's last attempt's start only, so a call retried to its bound shows that bound.
+    """
+    types = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    started: dict[str, list[int]] = {}
+    for e in history.events:
+        if e.HasField("activity_task_started_event_attributes"):
+            start = e.activity_task_started_event_attributes
+            started.setdefault(types[start.scheduled_event_id], []).append(start.attempt)
+    return started
+
+
 def stock_start(client: Client, task_queue: str, workflow_id: str, run_input: Any = None) -> str:
     """Start an ``AgentRun`` with ``run_input`` as plain JSON (none if ``None``) through the stock `temporal` CLI."""
     args = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import temporalio.client as client_interceptors
-from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
@@ -31,7 +31,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, bad_request
 from agent_runner.worker import build_worker
 from agent_runner.workflows import subagents
 from tests import subagent_support
-from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.conftest import WorkerFactory, anthropic_client_factory, started_attempts
 from tests.subagent_support import (
     SCOUT,
     ChildAskingApproval,
@@ -421,21 +421,9 @@ async def test_what_a_failed_child_spent_is_not_charged_when_it_cannot_be_read(
         child_status = await child_run.status()
         history = await run.handle.fetch_history()
     assert (child_status.status, child_status.usage) == ("failed", Usage(input_tokens=10, output_tokens=5))
-    asked = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.HasField("activity_task_started_event_attributes")
-        and scheduled_type(history, e.activity_task_started_event_attributes.scheduled_event_id) == CHILD_USAGE_ACTIVITY
-    ]
-    assert asked == [attempts]  # Temporal records the last attempt's start only
+    assert started_attempts(history)[CHILD_USAGE_ACTIVITY] == [attempts]
     assert (result.status, result.usage) == ("completed", Usage(input_tokens=20, output_tokens=10))
     assert parent_bodies(fake_api)[1]["messages"][-1]["content"][0]["is_error"] is True
-
-
-def scheduled_type(history: WorkflowHistory, event_id: int) -> str:
-    """The activity type of the activity scheduled by event ``event_id``."""
-    event = next(e for e in history.events if e.event_id == event_id)
-    return event.activity_task_scheduled_event_attributes.activity_type.name
 
 
 async def test_what_a_cancelled_child_spent_counts_in_the_parents_usage_and_budget(

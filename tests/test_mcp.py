@@ -36,7 +36,7 @@ from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows import mcp as mcp_workflows
 from agent_runner.workflows.agent_run import AgentRun
-from tests.conftest import WorkerFactory, anthropic_client_factory, history_text
+from tests.conftest import WorkerFactory, anthropic_client_factory, history_text, started_attempts
 from tests.heartbeat_support import Heartbeats
 from tests.test_durability import wait_for, worker_process
 
@@ -532,12 +532,7 @@ async def test_a_server_that_cannot_be_reached_is_asked_10_times_then_the_run_fa
         with pytest.raises(AgentRunError) as raised:
             await run.until_done()
         history = await run.handle.fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.HasField("activity_task_started_event_attributes")
-    ]
-    assert attempts == [10]  # Temporal records the last attempt's start only
+    assert started_attempts(history) == {"agent_runner.list_mcp_tools": [10]}
     assert str(raised.value) == (
         "agent_runner.list_mcp_tools gave up: its maximum_attempts were spent, and the last attempt failed "
         "(McpServerLost: Could not list the tools of MCP server 'remote': could not connect: ConnectError('All "

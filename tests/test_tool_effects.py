@@ -32,7 +32,7 @@ from agent_runner.store import ContentStore, open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import WorkerTuning, build_worker
 from agent_runner.workflows import tool_calls
-from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.conftest import WorkerFactory, anthropic_client_factory, started_attempts
 from tests.steering_support import wait_status
 from tests.test_loop import AlwaysFails
 from tests.tools_for_tests import get_weather
@@ -304,19 +304,10 @@ async def test_an_attempt_after_the_tool_returned_reuses_its_outcome_and_does_no
         run = await runner.start(**BASE, messages=[USER], tools=[long_report], thread=False)
         result = RunResult.model_validate(await run.handle.result())
         history = await run.handle.fetch_history()
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    }
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.HasField("activity_task_started_event_attributes")
-        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == "agent_runner.run_tool"
-    ]
     assert result.status == "completed"
-    assert attempts == [2]  # the second attempt gave the result: the first one's was too late
+    assert started_attempts(history)["agent_runner.run_tool"] == [
+        2
+    ]  # the second attempt gave the result: the first one's was too late
     assert store.stalls == 1
     assert JOURNAL == ["long_report Q4"]
     assert results_sent(fake_api) == [
