@@ -50,8 +50,6 @@ from typing import Any
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    import anthropic
-
     # bench/ is this script's directory: the workload, the tool and the floor are bench/peer.py's.
     from peer import (
         MAX_TOKENS,
@@ -71,7 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     import agent_runner.activities.claude as claude_activity
-    from agent_runner.activities.claude import ClaudeActivities
+    from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.activities.live_events import EventPublisher
     from agent_runner.client import AgentRunner
     from agent_runner.plugin import AgentRunnerPlugin
@@ -103,7 +101,7 @@ SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("model call activity, all (ClaudeActivities)", ("ClaudeActivities.",)),
-    ("- the SDK's request and SSE stream (anthropic + httpx2)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
+    ("- the SDK's request and SSE stream (anthropic, httpx2 over aiohttp)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
     ("- live events (EventPublisher, workflow stream client)", ("live_events.py",)),
     ("- content layer and store (transcript append, offload)", ("agent_runner/content.py", "agent_runner/store.py")),
     ("live events, workflow side (workflow stream host)", ("contrib/workflow_streams/_stream.py",)),
@@ -206,7 +204,7 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
 
         def claude() -> ClaudeActivities:
-            return ClaudeActivities(lambda: anthropic.AsyncAnthropic(base_url=fake.url, api_key="bench", max_retries=0))
+            return ClaudeActivities(lambda: default_client(base_url=fake.url, api_key="bench"))  # the worker's client
 
         registry = build_registry(tools=[ping])
         quick = timedelta(seconds=1)
