@@ -101,7 +101,7 @@ SUSPECTS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("model call activity, all (ClaudeActivities)", ("ClaudeActivities.",)),
-    ("- the SDK's request and SSE stream (anthropic, httpx2 over aiohttp)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
+    ("- the SDK's request and SSE stream (over aiohttp)", ("AsyncAPIClient", "BetaAsyncMessageStream")),
     ("- live events (EventPublisher, workflow stream client)", ("live_events.py",)),
     ("- content layer and store (transcript append, offload)", ("agent_runner/content.py", "agent_runner/store.py")),
     ("live events, workflow side (workflow stream host)", ("contrib/workflow_streams/_stream.py",)),
