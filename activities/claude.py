@@ -348,7 +348,8 @@ class ClaudeActivities:
                         wire_usage["closing"] = dict(event.get("usage") or {})
                 elif kind == "content_block_start":
                     block = event["content_block"]
-                    events.publish(BLOCK_START, index=event["index"] + shift, block=escape(block))  # clients resolve
+                    # As the wire carried it: the live log is a preview nothing resolves, so data is never escaped.
+                    events.publish(BLOCK_START, index=event["index"] + shift, block=block)
                 elif kind == "content_block_delta":
                     delta, index = event["delta"], event["index"] + shift
                     if delta.get("type") == "text_delta":
@@ -398,16 +399,16 @@ def _publish_block(events: EventPublisher, index: int, block: dict[str, Any]) ->
     """A whole block as the live events its stream would have been (a fallback hop's spliced prefix)."""
     kind = block.get("type")
     if kind == "text":
-        events.publish(BLOCK_START, index=index, block=escape({**block, "text": ""}))
+        events.publish(BLOCK_START, index=index, block={**block, "text": ""})
         events.delta(TEXT, index, str(block.get("text", "")))
     elif kind == "thinking":
-        events.publish(BLOCK_START, index=index, block=escape({**block, "thinking": ""}))
+        events.publish(BLOCK_START, index=index, block={**block, "thinking": ""})
         events.delta(THINKING, index, str(block.get("thinking", "")))
     elif kind == "tool_use":
-        events.publish(BLOCK_START, index=index, block=escape({**block, "input": {}}))
+        events.publish(BLOCK_START, index=index, block={**block, "input": {}})
         events.delta(TOOL_INPUT, index, json.dumps(block.get("input", {})))
     else:
-        events.publish(BLOCK_START, index=index, block=escape(block))
+        events.publish(BLOCK_START, index=index, block=block)
     events.publish(BLOCK_STOP, index=index)
 
 

@@ -28,7 +28,7 @@ from agent_runner.activities.tools import Tool, ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.content import Content
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, InvalidRunInput
-from agent_runner.contract.events import RunEvent, ToolFinished, ToolStarted
+from agent_runner.contract.events import BlockStart, ReplyReceived, RunEvent, ToolFinished, ToolStarted
 from agent_runner.contract.transcript import (
     ESCAPED,
     SPLICE,
@@ -44,6 +44,7 @@ from agent_runner.contract.transcript import (
     splice,
     stored,
 )
+from agent_runner.live import read_live_log
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
@@ -280,6 +281,29 @@ async def test_claudes_tool_input_with_reference_shaped_objects_reaches_the_tool
     assert replies[0]["content"] == reply
     assert final.content[0].type == "text" and final.content[0].text == "Done."
     assert [e.input for e in events if isinstance(e, ToolStarted)] == [{"payload": data}]
+
+
+async def test_a_streamed_block_with_reference_shaped_objects_reaches_watchers_as_data(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
+) -> None:
+    """Claude's reply as watchers see it: a block whose start carries data (here a text block's citations) is shown
+    as the wire carried it, live and from an ended run's live log: never in the held form (escaped), never looked
+    up."""
+    data = forged_both(existing_ref)
+    block = {"type": "text", "text": "Cited.", "citations": [data]}
+    fake_api.script(Reply([block], "end_turn"))
+    async with worker():
+        run = await runner.start(**BASE, messages=[{"role": "user", "content": "Go."}], thread=False)
+        following = asyncio.create_task(collect_events(run))
+        async with asyncio.timeout(30):
+            await run.result()
+            events = await following
+    logged = await read_live_log(runner.content.store, run.id)
+
+    started = {**block, "text": ""}  # the fake's `content_block_start`, as the API's begins a block
+    assert [e.block for e in events if isinstance(e, BlockStart)] == [started]
+    assert [e.block for e in logged if isinstance(e, BlockStart)] == [started]
+    assert [e.message["content"] for e in events if isinstance(e, ReplyReceived)] == [[block]]
 
 
 @pytest.mark.parametrize("hooks", [[], ["cache_last_tool_result"]], ids=["no_hooks", "through_a_result_hook"])
