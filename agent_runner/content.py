@@ -203,19 +203,10 @@ class Content:
         """
         return await self._offload(escape(value), limit=RESULT_INLINE_LIMIT)
 
-    async def offload_block(self, block: dict[str, Any]) -> dict[str, Any]:
-        """A plain content block as held: stored and replaced by a placeholder if it is too big to carry.
-
-        Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call; of a big
-        ``compaction`` only the summary, so the run still sees its ``tool_changes``. ``tool_addition`` and
-        ``tool_removal`` blocks stay whole: which tools may run follows them (``conversation.tool_changes_in``).
-        """
-        return await self._offload_block(escape(block))
-
     async def offload_reply(
         self, reply: dict[str, Any], *, deferred: dict[str, bytes] | None = None, text_limit: bool = False
     ) -> dict[str, Any]:
-        """Claude's reply (a response body) as held: escaped, each big content block stored (``offload_block``).
+        """Claude's reply (a response body) as held: escaped, each big content block stored (``_offload_block``).
 
         Args:
             reply: The response body.
@@ -265,6 +256,12 @@ class Content:
         return carried
 
     async def _offload_block(self, block: dict[str, Any], deferred: dict[str, bytes] | None = None) -> dict[str, Any]:
+        """A held content block, stored and replaced by a placeholder if it is too big to carry.
+
+        Of a big ``tool_use`` only the ``input`` is stored, so the run still sees which tool to call; of a big
+        ``compaction`` only the summary, so the run still sees its ``tool_changes``. ``tool_addition`` and
+        ``tool_removal`` blocks stay whole: which tools may run follows them (``conversation.tool_changes_in``).
+        """
         if block.get("type") in ("tool_addition", "tool_removal"):
             return block
         for kind, key in (("tool_use", "input"), ("compaction", "content")):
