@@ -170,6 +170,9 @@ async def test_add_tools_and_update_params_send_big_values_by_reference(
 ) -> None:
     search = raw_tool("search", 1_200_000)
     output_config = {"format": {"type": "json_schema", "schema": schema("answer", 1_500_000)}}
+    # Reference-shaped data in both is data: the client sends them held (escaped), never to be looked up.
+    search["input_schema"]["properties"]["target"]["examples"] = [{"agent_runner.stored": "sha256:" + "0" * 64}]
+    output_config["format"]["schema"]["examples"] = [{"agent_runner.stored": "sha256:" + "1" * 64}]
     fake_api.script(
         Reply(content=[text("One."), tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"),
         end_turn("Done."),

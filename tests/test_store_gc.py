@@ -20,12 +20,13 @@ from pathlib import Path
 import psycopg
 import pytest
 import pytest_asyncio
+from anthropic import beta_async_tool
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
-from agent_runner.activities.tools import ToolRegistry
+from agent_runner.activities.tools import Tool, ToolRegistry
 from agent_runner.client import AgentRunner, Run
 from agent_runner.codec import KEYS_ENV, new_key
 from agent_runner.connection import data_converter
@@ -34,7 +35,7 @@ from agent_runner.contract.errors import BlobMissing
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.store import ChainNode, ContentStore, Swept, open_store, ref_for
 from agent_runner.temporal_server import EmbeddedTemporal
-from agent_runner.testing import FakeMessagesAPI, end_turn
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import anthropic_client_factory
 from tests.store_support import fresh_database
@@ -78,11 +79,11 @@ def age(url: str, seconds: float) -> None:
             conn.execute(statement)
 
 
-def worker_with_store(client: Client, fake: FakeMessagesAPI, queue: str, store: ContentStore) -> Worker:
+def worker_with_store(client: Client, fake: FakeMessagesAPI, queue: str, store: ContentStore, *tools: Tool) -> Worker:
     """A worker whose Claude is the fake API, on ``store``, with a fresh cache (so it reads what the store holds)."""
     return build_worker(
         client,
-        registry=ToolRegistry(),
+        registry=ToolRegistry(tools),
         task_queue=queue,
         claude=ClaudeActivities(anthropic_client_factory(fake)),
         store=store,
@@ -321,6 +322,70 @@ async def test_a_run_that_continued_as_new_keeps_its_whole_transcript_through_gc
         ),
         [{"type": "text", "text": "Answer 5."}],
     ]
+
+
+PAGES = 40
+
+
+@beta_async_tool
+async def page(n: int) -> str:
+    """Read a page.
+
+    Args:
+        n: Its number.
+    """
+    return f"Page {n}: " + "words " * 200  # over 256 bytes: stored apart, its tool result message names it
+
+
+@beta_async_tool
+async def finish() -> str:
+    """Say the reading is done."""
+    return "Done."
+
+
+async def test_a_long_runs_oldest_content_is_kept_though_only_stored_messages_name_it(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path, left_open: list[str]
+) -> None:
+    """Past the 64 messages a continuation carries, a run's open execution names its oldest messages by the
+    transcript's head only, and their tool results only inside those messages: gc reads them to keep the results."""
+    url = f"sqlite://{tmp_path}/store.db"
+    client = temporal_env.client
+    queue = f"gc-{uuid.uuid4()}"
+    replies = [Reply([tool_use(f"toolu_{n}", "page", {"n": n})], "tool_use") for n in range(PAGES)]
+    fake_api.script(*replies, Reply([tool_use("toolu_end", "finish", {})], "tool_use"))
+    async with open_store(url, environ={}) as store:
+        async with worker_with_store(client, fake_api, queue, store, page, finish):
+            run = await AgentRunner(client, task_queue=queue, store=store).start(
+                model="claude-fake-1",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "Read every page."}],
+                tools=[page, finish],
+                continue_as_new={"events": 100},
+                approval={"tools": ["finish"]},  # the last call waits: the run stays open
+            )
+            left_open.append(run.id)
+            await wait_status(run, "waiting_for_approval", PAGES + 1)
+            assert (await run.status()).continuations >= 3
+        blobs, heads = rows(url)
+        age(url, 2 * 3600)
+        runs = await open_runs(client)
+
+        done = gc_cli(
+            client, url, {}, "--retention", "0s"
+        )  # the earlier executions closed before it: they count no more
+        assert (done.returncode, done.stderr, done.stdout) == (
+            0,
+            "",
+            f"removed 0 blobs (0 bytes) and 0 chain nodes; kept {len(blobs)} blobs and {len(heads)} chain nodes "
+            f"referenced by {runs} runs, and what was written within the retention\n",
+        )
+        async with worker_with_store(
+            client, fake_api, queue, store, page, finish
+        ):  # a fresh cache: read from the store
+            transcript = await AgentRunner(client, task_queue=queue, store=store).attach(run.id).transcript()
+            await run.handle.terminate("done")
+    results = [m["content"][0]["content"] for m in transcript if m["role"] == "user" and isinstance(m["content"], list)]
+    assert results == [f"Page {n}: " + "words " * 200 for n in range(PAGES)]
 
 
 # ------------------------------------------------------------------------------------------- the sweep itself
