@@ -119,6 +119,21 @@ async def test_replace_history_needs_the_current_version_and_starts_a_new_thread
     assert fake_api.bodies()[1]["thread"] == {"type": "create"}
 
 
+async def test_a_retry_before_the_first_reply_is_refused_before_anything_is_written(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """There is nothing to retry yet: the update's validator refuses it, so it never enters the run's history."""
+    fake_api.script(Reply([text("Sunny.")], delay=1.0))
+    async with worker():
+        run = await runner.start(**BASE)
+        with pytest.raises(EditRejected, match=r"There is no reply to retry yet\."):
+            await run.retry()
+        await run.until_done()
+        history = await run.handle.fetch_history()
+    assert [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")] == []
+    assert [body["messages"] for body in fake_api.bodies()] == [[USER]]
+
+
 async def test_history_with_an_orphan_tool_result_is_refused_before_anything_is_written(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -244,6 +259,8 @@ async def test_approval_with_edited_input_runs_the_tool_with_that_input(
         await wait_status(run, "waiting_for_approval")
         with pytest.raises(EditRejected, match="'toolu_nope' is not waiting for approval. Waiting: \\['toolu_D'\\]"):
             await run.approve("toolu_nope")
+        with pytest.raises(EditRejected, match="'toolu_nope' is not waiting for approval. Waiting: \\['toolu_D'\\]"):
+            await run.deny("toolu_nope", "a call Claude has not made is not denied ahead")
         await run.approve("toolu_D", input={"path": "/tmp/scratch"})
         await run.until_done()
     assert CALLS == ["delete /tmp/scratch"]
