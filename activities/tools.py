@@ -746,8 +746,10 @@ def _checked_result(name: str, content: Any) -> ToolResult:
         for block in content:
             if isinstance(block, pydantic.BaseModel):
                 block = block.model_dump(mode="json", exclude_unset=True, by_alias=True)
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            if not isinstance(block, dict):
                 return _wrong_return(name, f"a list holding {type(block).__name__}")
+            if not isinstance(block.get("type"), str):
+                return _wrong_return(name, "a list holding an object without a string `type`")
             blocks.append(block)
         json.dumps(blocks, allow_nan=False)  # bytes, sets, NaN: refused here, with the reason, not in the store
         return ToolResult(content=_well_formed_content(blocks))

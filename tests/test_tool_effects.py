@@ -204,6 +204,41 @@ async def test_a_result_that_cannot_be_serialized_is_an_error_result_and_the_too
     ]
 
 
+@beta_tool
+def returns_shapes(shape: str) -> list[Any]:
+    """Return a list that is not content blocks.
+
+    Args:
+        shape: Which list.
+    """
+    JOURNAL.append(f"returns_shapes {shape}")
+    return ["just text"] if shape == "strings" else [{"text": "untyped"}]
+
+
+@pytest.mark.parametrize(
+    ("shape", "what"),
+    [("strings", "a list holding str"), ("untyped", "a list holding an object without a string `type`")],
+)
+async def test_a_list_result_that_is_not_content_blocks_is_an_error_result_and_the_tool_ran_once(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, shape: str, what: str
+) -> None:
+    """Sent as it is, the API would refuse the next request and the run would fail: Claude is told instead."""
+    fake_api.script(call("returns_shapes", shape=shape), end_turn("Understood."))
+    async with worker(returns_shapes):
+        run = await runner.start(**BASE, messages=[USER], tools=[returns_shapes], thread=False)
+        await run.until_done()
+    assert JOURNAL == [f"returns_shapes {shape}"]
+    assert results_sent(fake_api) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_1",
+            "is_error": True,
+            "content": f"Error: Tool 'returns_shapes' returned {what}; a tool must return a string or a list of "
+            "content blocks (text, image, document). Nothing else was sent.",
+        }
+    ]
+
+
 class WrappedStore(ContentStore):
     """A store that passes everything to ``inner``: the stores below change one of its operations."""
 
