@@ -117,6 +117,30 @@ async def test_commit_seals_blobs_nodes_and_live_events_alike(encrypted: Content
     assert ref.encode() not in stored and head.encode() not in stored
 
 
+def file_under_another_run(url: str) -> None:
+    """As an attacker with the database could: copy the first live event to the run the last one was filed under."""
+    copy = (
+        "INSERT INTO live (run_id, data, written_at) SELECT (SELECT run_id FROM live ORDER BY seq DESC LIMIT 1), "
+        "data, written_at FROM live ORDER BY seq LIMIT 1"
+    )
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite://")) as conn:
+            conn.execute(copy)
+        return
+    with psycopg.connect(url) as conn:
+        conn.execute(copy)
+
+
+async def test_a_live_event_filed_under_another_run_does_not_open(encrypted: ContentStore, url: str) -> None:
+    """A run's live events are sealed with its id: moved to another run's log, one is dropped, never shown there."""
+    await encrypted.append_live("run-1", [b'{"text":"the vault code"}'])
+    await encrypted.append_live("run-2", [b'{"text":"hello"}'])
+    file_under_another_run(url)
+
+    assert [entry for _, entry in await encrypted.read_live("run-2")] == [b'{"text":"hello"}']
+    assert [entry for _, entry in await encrypted.read_live("run-1")] == [b'{"text":"the vault code"}']
+
+
 async def test_a_run_with_keys_leaves_neither_its_text_nor_its_history_refs_in_the_store(
     temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, url: str
 ) -> None:
