@@ -25,17 +25,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
-from anthropic import AnthropicError, omit
-
-# The SDK's own structured-output helpers (what its `parse` and tool runner use), so a run asks for and parses a
-# format exactly as the SDK does; anthropic is pinned, so these private names cannot move under us.
-from anthropic.lib._parse._response import parse_beta_response
-from anthropic.lib._parse._transform import (
-    merge_output_config,
-    to_json_output_format,
-    validate_output_config_conflict,
-)
-from anthropic.types.beta import BetaMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -86,8 +75,6 @@ from agent_runner.contract.events import (
     RunFinished,
     parse_event,
 )
-from agent_runner.contract.params import param_problems
-from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS, parse_run_input
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -122,7 +109,11 @@ from agent_runner.contract.types import (
 from agent_runner.live import LIVE_POLL, LiveMerge
 from agent_runner.store import ContentStore
 
+# anthropic, and the contract modules built on its types, are imported where they are used: importing anthropic takes
+# seconds, and most CLI commands (status, follow, approve, ...) only talk to Temporal.
 if TYPE_CHECKING:
+    from anthropic.types.beta import BetaMessage
+
     from agent_runner.temporal_server import EmbeddedTemporal
 
 T = TypeVar("T")
@@ -524,6 +515,8 @@ class Run:
         result = await self.result()
         if result.final_message is None:
             raise AgentRunError(f"Run {self.id} ended without a reply from Claude.")
+        from anthropic.types.beta import BetaMessage
+
         return self._parsed(BetaMessage.model_validate(result.final_message))
 
     async def _replies(self, after: int) -> list[BetaMessage]:
@@ -540,12 +533,18 @@ class Run:
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
         replies = await self._content.resolve(held)
+        from anthropic.types.beta import BetaMessage
+
         return [self._parsed(BetaMessage.model_validate(reply)) for reply in replies]
 
     def _parsed(self, message: BetaMessage) -> BetaMessage:
         """``message`` parsed into ``output_format`` as the SDK's ``parse`` does, or as it is without one."""
         if self.output_format is None:
             return message
+        # The SDK's own structured-output helpers (what its `parse` and tool runner use), so a run asks for and parses
+        # a format exactly as the SDK does; anthropic is pinned, so these private names cannot move under us.
+        from anthropic.lib._parse._response import parse_beta_response
+
         return parse_beta_response(output_format=self.output_format, response=message)
 
     async def result(self) -> RunResult:
@@ -1051,6 +1050,8 @@ def check_run_input(run_input: Mapping[str, Any]) -> None:
     Raises:
         InvalidRunInput: The input would fail the run, naming every problem.
     """
+    from agent_runner.contract.run_input import parse_run_input
+
     parse_run_input(dict(run_input))
 
 
@@ -1104,6 +1105,9 @@ async def _store_big_params(content: Content, params: dict[str, Any]) -> bool:
     Returns:
         Whether any was stored.
     """
+    from agent_runner.contract.params import param_problems
+    from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS
+
     api = {key: value for key, value in params.items() if key in API_PARAMS | EXTRA_BODY_PARAMS}
     slim = slim_params(api, keep=read_by_fallbacks(params.get("refusal_fallbacks")))
     big = {key: api[key] for key, value in slim.items() if value is not api[key]}
@@ -1133,6 +1137,13 @@ def _tool_param(tool: Any) -> str | dict[str, Any]:
 
 def _with_output_format(output_config: Any, output_format: type[Any]) -> dict[str, Any]:
     """``output_config`` with ``output_format``'s JSON schema as its ``format``, as the SDK builds each request's."""
+    from anthropic import AnthropicError, omit
+    from anthropic.lib._parse._transform import (
+        merge_output_config,
+        to_json_output_format,
+        validate_output_config_conflict,
+    )
+
     try:
         validate_output_config_conflict(output_config if output_config is not None else omit, output_format)
         format_param = to_json_output_format(output_format)

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
-from agent_runner.example_tools import CITIES
 from agent_runner.temporal_server import DEFAULT_PORT, state_dir
 from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
 
@@ -175,10 +174,15 @@ class ScriptedClaude:
     messages to the conversation it answered before (each reply id it gives names one).
 
     Args:
-        cities: The cities to look for, as the tools spell them.
+        cities: The cities to look for, as the tools spell them; by default the example tools' own.
     """
 
-    def __init__(self, cities: Sequence[str] = CITIES) -> None:
+    def __init__(self, cities: Sequence[str] | None = None) -> None:
+        if cities is None:
+            # Here, not at the top: the example tools import anthropic (seconds), which `dev --stop` does not need.
+            from agent_runner.example_tools import CITIES
+
+            cities = CITIES
         self._cities = tuple(cities)
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}

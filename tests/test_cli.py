@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -721,6 +722,64 @@ def test_only_the_demo_and_dev_commands_load_the_fake_messages_api() -> None:
         "schedules": False,
         "store_gc": False,
     }
+
+
+IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
+"""A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
+
+
+async def test_the_commands_that_only_ask_temporal_do_not_import_anthropic(
+    temporal_address: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    # Importing anthropic takes seconds (its types are pydantic models built at import), so a command that reads a
+    # run must not: only the ones that check a run's input or parameters against the SDK's types (run, fork, params)
+    # need it. The check is that anthropic is imported at all, while the command runs, not how long it takes.
+    fake_api.script(_weather_reply(), end_turn("Sunny, 21C."))
+    async with worker(get_weather, fail_disk):
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER], tools=[get_weather, fail_disk])
+        await run.until_done()
+        commands = [
+            ["status", run.id],
+            ["transcript", run.id],
+            ["transcript", run.id, "--json"],
+            ["follow", run.id],
+            ["list", "--status", "completed"],
+            ["cancel", run.id],
+            ["dev", "--stop"],
+        ]
+        env = {**_subprocess_env(temporal_address), "PYTHONPROFILEIMPORTTIME": "1", "AGENT_RUNNER_HOME": str(tmp_path)}
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agent_runner.cli",
+                *command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=REPO,
+            )
+            for command in commands
+        ]
+        async with asyncio.timeout(60):
+            done = [await proc.communicate() for proc in procs]
+    for command, proc, (out, err) in zip(commands, procs, done, strict=True):
+        assert proc.returncode == 0, (command, out.decode(), err.decode()[-2000:])
+        imported = IMPORTS_ANTHROPIC.search(err.decode()) is not None
+        assert not imported, f"agent-runner {' '.join(command)} imported anthropic"
+    assert b"sunny, 21C in Paris" in done[1][0]
+    assert done[5][0].decode().startswith(f"Run {run.id} already ended")
+    assert done[6][0] == b"No dev stack is running.\n"
+    # The same probe sees anthropic where a command does need it.
+    checked = subprocess.run(
+        [sys.executable, "-c", "from agent_runner.client import check_run_input; check_run_input({})"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert IMPORTS_ANTHROPIC.search(checked.stderr) is not None
 
 
 def test_demo_runs_the_example_agent_on_the_fake_api(temporal_env: WorkflowEnvironment) -> None:
