@@ -1029,14 +1029,21 @@ class Run:
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
                     return task.result()
-                task_queue = await self.task_queue()
-                if await has_worker(self._client, task_queue):
-                    told = False
-                elif not durable:
-                    raise no_worker(task_queue)
-                elif not told and self.no_worker_notice is not None:
-                    self.no_worker_notice(no_worker(task_queue))
-                    told = True
+                try:
+                    task_queue = await self.task_queue()
+                    polled = await has_worker(self._client, task_queue)
+                except RPCError as e:
+                    # The check is advisory: Temporal failing to answer it (an RPC cancelled or timed out under load)
+                    # says nothing of the run, whose own call goes on and fails by itself if Temporal is gone.
+                    logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
+                else:
+                    if polled:
+                        told = False
+                    elif not durable:
+                        raise no_worker(task_queue)
+                    elif not told and self.no_worker_notice is not None:
+                        self.no_worker_notice(no_worker(task_queue))
+                        told = True
                 timeout = min(timeout * 2, _WORKER_RECHECK_MAX)
         finally:
             if not task.done():

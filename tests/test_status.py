@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
@@ -144,6 +145,29 @@ async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_
     async with worker():
         assert (await result).status == "completed"
     assert notices == [no_worker_line(task_queue)]
+
+
+async def test_a_worker_check_temporal_fails_to_answer_does_not_fail_the_wait(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check is advisory: an RPC Temporal cancels under load says nothing of the run, whose result still comes."""
+    service = runner.client.workflow_service
+    failed: list[str] = []
+
+    async def cancelled(request: Any, **_: Any) -> Any:
+        failed.append(request.task_queue.name)
+        raise RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")
+
+    monkeypatch.setattr(service, "describe_task_queue", cancelled)
+    fake_api.script(Reply([text("Sunny.")], "end_turn", delay=2.5))  # answered after the first check
+    async with worker():
+        run = await runner.start(**BASE)
+        notices: list[str] = []
+        run.no_worker_notice = lambda e: notices.append(str(e))
+        result = await run.result()
+    assert result.status == "completed"
+    assert result.final_message is not None and result.final_message["content"] == [{"type": "text", "text": "Sunny."}]
+    assert failed and set(failed) == {runner.task_queue} and notices == []
 
 
 async def test_a_run_id_is_never_reused(runner: AgentRunner, task_queue: str) -> None:
