@@ -31,6 +31,7 @@ from agent_runner.activities.tools import ToolCall, ToolRegistry
 from agent_runner.activities.toolsets import toolset_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, ToolRegistrationError
+from agent_runner.contract.events import ToolFinished, ToolStarted
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY
 from agent_runner.contract.toolsets import RECONCILE_TOOLSET_ACTION_ACTIVITY, RUN_TOOLSET_ACTION_ACTIVITY
 from agent_runner.contract.types import ActivityOptions
@@ -110,6 +111,18 @@ def results_sent(fake: FakeMessagesAPI) -> list[dict[str, Any]]:
     return content
 
 
+async def results_watched(run: Run) -> list[dict[str, Any]]:
+    """The ``tool_result`` blocks of the run's first turn as watchers saw them (``tool_finished``), in block order.
+
+    Each action is also a ``tool_started`` event before it, as a tool call is.
+    """
+    watched = [event async for event in run.events(agents=False) if event.iteration == 1]
+    started = [event.tool_use_id for event in watched if isinstance(event, ToolStarted)]
+    finished = {event.tool_use_id: event.result for event in watched if isinstance(event, ToolFinished)}
+    assert sorted(started) == sorted(finished)
+    return [finished[tool_use_id] for tool_use_id in sorted(finished)]
+
+
 async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -129,6 +142,7 @@ async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
     async with worker(browser, computer):
         run = await runner.start(**BASE, tools=["browser", "computer"])
         assert (await run.result()).status == "completed"
+        watched = await results_watched(run)
     assert fake_api.bodies()[0]["tools"] == [
         {"type": "browser_toolset_20260801"},
         {"type": "computer_toolset_20260801"},
@@ -143,6 +157,7 @@ async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
         result("toolu_2", "computer", [{"type": "text", "text": "screenshot ok"}]),
         result("toolu_3", "browser", "screenshot done"),
     ]
+    assert watched == results_sent(fake_api)
 
 
 async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_executed(
@@ -166,6 +181,7 @@ async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_e
     async with worker(browser, computer):
         run = await runner.start(**BASE, tools=["browser", "computer"])
         assert (await run.result()).status == "completed"
+        watched = await results_watched(run)
     # The later actions never reached the toolsets; a new turn starts afresh.
     assert [name for name, _, _ in browser.actions] == ["navigate", "fail", "click"]
     assert computer.actions == ["fail"]
@@ -176,6 +192,7 @@ async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_e
         result("toolu_4", "browser", "Not executed: an earlier action in this turn failed.", error=True),
         result("toolu_5", "computer", "Not executed: an earlier computer action in this turn failed.", error=True),
     ]
+    assert watched == results_sent(fake_api)  # failures and actions not run included
     assert fake_api.bodies()[2]["messages"][-1]["content"] == [result("toolu_6", "browser", "click done")]
 
 
@@ -304,13 +321,20 @@ async def test_an_unexpected_exception_is_an_error_result_as_in_the_sdk(
 async def test_a_toolset_the_run_does_not_have_is_not_found(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(Reply([action("toolu_1", "computer", "click")], "tool_use"), end_turn("Done."))
+    # Not found is no failure of the toolset: the SDK runs (and answers) the family's later actions all the same.
+    fake_api.script(
+        Reply([action("toolu_1", "computer", "click"), action("toolu_2", "computer", "type")], "tool_use"),
+        end_turn("Done."),
+    )
     async with worker(RecordingBrowser()):
         run = await runner.start(**BASE, tools=["browser"])
         assert (await run.result()).status == "completed"
+        watched = await results_watched(run)
     assert results_sent(fake_api) == [
-        result("toolu_1", "computer", "Error: Toolset 'computer' member 'click' not found", error=True)
+        result("toolu_1", "computer", "Error: Toolset 'computer' member 'click' not found", error=True),
+        result("toolu_2", "computer", "Error: Toolset 'computer' member 'type' not found", error=True),
     ]
+    assert watched == results_sent(fake_api)
 
 
 async def test_a_runs_toolsets_are_fixed_as_a_tool_runners_are(
@@ -512,6 +536,7 @@ async def test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as
     async with worker(browser):
         run = await runner.start(**BASE, tools=["browser"])
         assert (await run.result()).status == "completed"
+        watched = await results_watched(run)
     assert browser.actions == []
     assert results_sent(fake_api) == [
         {
@@ -523,6 +548,7 @@ async def test_a_call_named_after_a_toolset_without_toolset_name_is_malformed_as
         },
         result("toolu_2", "browser", "Not executed: an earlier action in this turn failed.", error=True),
     ]
+    assert watched == results_sent(fake_api)
 
 
 @pytest.mark.slow

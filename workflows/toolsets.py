@@ -53,10 +53,14 @@ class Toolsets:
     async def call(self, block: dict[str, Any], iteration: int) -> dict[str, Any]:
         """The ``tool_result`` block for the toolset action ``block`` (of reply number ``iteration``).
 
-        Called in block order (the turn's calls start in order), so each action waits for the one before it.
+        Called in block order (the turn's calls start in order), so each action waits for the one before it. Every
+        action, run or not, is a ``tool_started`` and a ``tool_finished`` live event, the latter with the block Claude
+        gets, as a tool call is.
         """
+        run = self._run
         malformed = block.get("toolset_name") is None
         family = str(block.get("name") if malformed else block.get("toolset_name"))
+        name, tool_use_id = str(block.get("name")), str(block.get("id"))
         key = (iteration, family)
         for old in [k for k in self._last if k[0] < iteration]:
             del self._last[old]  # a turn's entries stay until the next turn: an action may end before the next starts
@@ -67,22 +71,20 @@ class Toolsets:
         try:
             halted = await previous if previous is not None else False
             outcome = halted
+            run.event(
+                events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=block.get("input")
+            )
             if malformed:
                 # The SDK's answer to a call named after a toolset with no ``toolset_name``: its input holds actions
                 # the runner cannot run; the later actions of the toolset in this turn are not run either.
-                return _malformed_result(block)
-            result, counts = await self._action(block, iteration, family, halted)
-            outcome = halted or (counts and result.is_error)
+                tool_result = _malformed_result(block)
+            else:
+                result, counts = await self._action(block, iteration, family, halted)
+                outcome = halted or (counts and result.is_error)
+                tool_result = {**result.block(tool_use_id), "toolset_name": family}
         finally:
             failed.set_result(True if malformed else outcome)
-        tool_result: dict[str, Any] = {
-            "type": "tool_result",
-            "tool_use_id": str(block.get("id")),
-            "toolset_name": family,
-            "content": result.content,
-        }
-        if result.is_error:
-            tool_result["is_error"] = True
+        run.event(events.TOOL_FINISHED, iteration=iteration, tool_use_id=tool_use_id, name=name, result=tool_result)
         return tool_result
 
     async def _action(
@@ -91,7 +93,6 @@ class Toolsets:
         """The action's result, and whether a failure of it stops the later actions (not for a toolset not found)."""
         run = self._run
         name = str(block.get("name"))
-        tool_use_id = str(block.get("id"))
         if halted:
             return ToolResult(content=HALT_TEXT.get(family, NOT_EXECUTED), is_error=True), True
         spec = run.state.tools.get(family)
@@ -99,22 +100,8 @@ class Toolsets:
             workflow.logger.warning("Toolset %r (action %r) not found in the run", family, name)
             # The SDK's words when a run has no runnable toolset of that family.
             return ToolResult(content=f"Error: Toolset '{family}' member '{name}' not found", is_error=True), False
-        tool_input = block.get("input")
-        run.event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         refusal, tool_input = await run.approvals.gate(block, spec, iteration)
         result = refusal if refusal is not None else await self._execute(spec, family, block, tool_input, iteration)
-        run.event(
-            events.TOOL_FINISHED,
-            iteration=iteration,
-            tool_use_id=tool_use_id,
-            name=name,
-            result={
-                "type": "tool_result",
-                "tool_use_id": tool_use_id,
-                "toolset_name": family,
-                "content": result.content,
-            },
-        )
         return result, True
 
     async def _execute(
