@@ -39,6 +39,13 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
             usage={"input_tokens": 100, "output_tokens": 20},
         ),
         end_turn("ok", usage={"input_tokens": 130, "output_tokens": 7}),
+        # A second run, whose call is denied when its approval times out.
+        Reply(
+            [tool_use("toolu_3", "get_weather", {"city": "Oslo"})],
+            "tool_use",
+            usage={"input_tokens": 1, "output_tokens": 1},
+        ),
+        end_turn("no", usage={"input_tokens": 2, "output_tokens": 1}),
     )
     worker = fake_claude_worker(client, fake_api, queue, get_weather, fail_disk)
     async with worker:
@@ -50,6 +57,14 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
             approval={"tools": ["get_weather"], "timeout": 0.2, "on_timeout": "approve"},
         )
         await run.until_done()
+        denied = await AgentRunner(client, task_queue=queue).start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Hi"}],
+            tools=[get_weather],
+            approval={"tools": ["get_weather"], "timeout": 0.2, "on_timeout": "deny"},
+        )
+        await denied.until_done()
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
             text = await response.text()
     lines = [line for line in text.splitlines() if line.startswith("agent_runner_")]
@@ -63,13 +78,16 @@ async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoin
         assert len(matching) == 1, (name, labels, lines)
         return matching[0]
 
-    assert value("agent_runner_iterations", model="claude-fake-1", task_queue=queue) == 2
-    assert value("agent_runner_tokens", kind="input", task_queue=queue) == 230
-    assert value("agent_runner_tokens", kind="output", task_queue=queue) == 27
-    assert value("agent_runner_tool_calls", tool="get_weather", outcome="ok", task_queue=queue) == 1
+    assert value("agent_runner_iterations", model="claude-fake-1", task_queue=queue) == 4
+    assert value("agent_runner_tokens", kind="input", task_queue=queue) == 233
+    assert value("agent_runner_tokens", kind="output", task_queue=queue) == 29
+    assert (
+        value("agent_runner_tool_calls", tool="get_weather", outcome="ok", task_queue=queue) == 1
+    )  # not the denied one
     assert value("agent_runner_tool_calls", tool="fail_disk", outcome="error", task_queue=queue) == 1
-    assert value("agent_runner_approvals_requested", tool="get_weather", task_queue=queue) == 1
+    assert value("agent_runner_approvals_requested", tool="get_weather", task_queue=queue) == 2
     assert value("agent_runner_approvals_decided", tool="get_weather", outcome="approved", task_queue=queue) == 1
-    assert value("agent_runner_runs_started", task_queue=queue) == 1
-    assert value("agent_runner_runs_finished", status="completed", task_queue=queue) == 1
+    assert value("agent_runner_approvals_decided", tool="get_weather", outcome="denied", task_queue=queue) == 1
+    assert value("agent_runner_runs_started", task_queue=queue) == 2
+    assert value("agent_runner_runs_finished", status="completed", task_queue=queue) == 2
     assert "temporal_workflow_completed" in text

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
+from agent_runner.contract.events import ApprovalDecided
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
@@ -41,6 +42,54 @@ async def test_a_turn_retried_while_its_call_waits_for_approval_never_runs_the_c
     assert CALLS == []
     assert (result.status, result.iterations) == ("completed", 2)
     assert fake_api.bodies()[1]["messages"] == [USER]  # the turn, sent again without the discarded reply
+
+
+async def test_a_call_waiting_for_approval_when_the_run_is_stopped_never_runs_and_says_why(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([text("Deleting."), tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
+        await wait_status(run, "waiting_for_approval")
+        await run.stop("Closing.")
+        result = await run.result()
+        transcript = await run.transcript()
+        decided = [event async for event in run.events(agents=False) if isinstance(event, ApprovalDecided)]
+    why = "The run was stopped before this call was executed."
+    assert CALLS == [] and (result.status, result.detail) == ("stopped", "Closing.")
+    assert transcript[-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_D", "content": why, "is_error": True}],
+    }
+    assert [(e.tool_use_id, e.approved, e.reason) for e in decided] == [("toolu_D", False, why)]
+
+
+async def test_a_run_waits_for_approval_until_its_last_waiting_call_is_decided(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Deciding one of two waiting calls leaves the run waiting (its status, what `list` and the console filter on)."""
+    fake_api.script(
+        Reply(
+            [tool_use("toolu_1", "delete_file", {"path": "/a"}), tool_use("toolu_2", "delete_file", {"path": "/b"})],
+            "tool_use",
+        ),
+        end_turn("Done."),
+    )
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        async with asyncio.timeout(20):
+            while len(await run.pending_approvals()) < 2:
+                await asyncio.sleep(0.05)
+        await run.approve("toolu_1")
+        async with asyncio.timeout(20):
+            while CALLS != ["delete /a"]:
+                await asyncio.sleep(0.05)
+        status = await run.status()
+        waiting = [p.tool_use_id for p in await run.pending_approvals()]
+        await run.deny("toolu_2", "Not that one.")
+        result = await run.result()
+    assert (status.status, waiting) == ("waiting_for_approval", ["toolu_2"])
+    assert result.status == "completed" and CALLS == ["delete /a"]
 
 
 async def test_replace_history_with_the_version_read_while_tools_run_applies(

@@ -55,12 +55,14 @@ BASE: dict[str, Any] = {
 
 
 class RecordingBrowser(BetaAsyncRunnableToolset):
-    """A browser toolset that records each action; ``fail`` raises the SDK's ``ToolError``, ``crash`` a bug."""
+    """A browser toolset that records each action; ``fail`` raises the SDK's ``ToolError``, ``crash`` a bug, ``wait``
+    waits for ``opened``."""
 
     toolset_name = "browser"
 
     def __init__(self) -> None:
         self.actions: list[tuple[str, dict[str, object], str | None]] = []
+        self.opened = asyncio.Event()
 
     def to_dict(self) -> Any:
         return {"type": "browser_toolset_20260801"}
@@ -73,6 +75,8 @@ class RecordingBrowser(BetaAsyncRunnableToolset):
             raise ToolError("The page did not load.")
         if name == "crash":
             raise KeyError("tab")
+        if name == "wait":
+            await self.opened.wait()
         return f"{name} done"
 
 
@@ -194,6 +198,30 @@ async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_e
     ]
     assert watched == results_sent(fake_api)  # failures and actions not run included
     assert fake_api.bodies()[2]["messages"][-1]["content"] == [result("toolu_6", "browser", "click done")]
+
+
+async def test_a_stop_while_an_action_runs_leaves_the_later_actions_of_its_turn_unrun(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The SDK's ``close``: a reply's calls that have not started never run, and Claude's last turn says why."""
+    browser = RecordingBrowser()
+    fake_api.script(Reply([action("toolu_1", "browser", "wait"), action("toolu_2", "browser", "click")], "tool_use"))
+    async with worker(browser):
+        run = await runner.start(**BASE, tools=["browser"])
+        await wait_for(lambda: bool(browser.actions), "the first action")
+        await run.stop("Enough.")
+        browser.opened.set()
+        ended = await run.result()
+        transcript = await run.transcript()
+    assert [name for name, _, _ in browser.actions] == ["wait"]
+    assert (ended.status, ended.detail) == ("stopped", "Enough.")
+    assert transcript[-1] == {
+        "role": "user",
+        "content": [
+            result("toolu_1", "browser", "wait done"),
+            result("toolu_2", "browser", "The run was stopped before this call was executed.", error=True),
+        ],
+    }
 
 
 class StuckVault(BetaAsyncRunnableToolset):
