@@ -134,6 +134,21 @@ async def test_a_retry_before_the_first_reply_is_refused_before_anything_is_writ
     assert [body["messages"] for body in fake_api.bodies()] == [[USER]]
 
 
+async def test_an_advance_for_the_reply_still_coming_waits_for_its_pause_then_lets_the_run_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Accepted, not refused as "not paused": Temporal may hand the run the update with the reply it pauses after."""
+    fake_api.script(Reply([text("Sunny.")], "end_turn", delay=1.0))
+    async with worker():
+        run = await runner.start(**BASE, step=True)
+        async with asyncio.timeout(20):
+            while not fake_api.requests:
+                await asyncio.sleep(0.02)
+        await run.advance(iteration=1)  # the first reply is still on its way
+        result = await run.result()
+    assert (result.status, result.iterations) == ("completed", 1)
+
+
 async def test_history_with_an_orphan_tool_result_is_refused_before_anything_is_written(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
