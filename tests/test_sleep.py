@@ -19,6 +19,7 @@ from temporalio.client import Client
 from agent_runner import cli
 from agent_runner.client import WAITING_STATUSES, AgentRunner, Run
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, NoWorker
+from agent_runner.contract.events import ToolFinished
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import RunResult
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
@@ -84,14 +85,15 @@ async def test_a_short_sleep_runs_out_and_claude_is_told(
 async def test_a_person_wakes_a_long_sleep_with_a_reason(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(sleeps({"seconds": 3600}), end_turn("Reading the report."))
+    fake_api.script(sleeps({"seconds": 7200}), end_turn("Reading the report."))
     async with worker():
-        run = await runner.start(**BASE, sleep=True)
+        run = await runner.start(**BASE, sleep={"max_seconds": 3600})
         await wait_status(run, "sleeping")
         status = await run.status()
         assert status.sleeping_until is not None
         until = datetime.fromisoformat(status.sleeping_until)
-        assert until - datetime.now(UTC) > timedelta(minutes=50)  # an hour's sleep, not a short one
+        # An hour's sleep, not a short one; and not the two hours asked, over the run's limit.
+        assert timedelta(minutes=50) < until - datetime.now(UTC) <= timedelta(hours=1)
         await run.wake("The report is ready.")
         result = await run.result()
     assert result.status == "completed"
@@ -172,7 +174,9 @@ async def test_in_step_mode_a_run_sleeps_between_its_pauses(
 async def test_a_sleep_longer_than_the_run_allows_is_cut_to_the_limit(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(sleeps({"until": "2999-01-01T00:00:00Z"}), end_turn("Awake."))
+    fake_api.script(
+        sleeps({"until": "2999-01-01T00:00:00Z"}, tool_use("toolu_E", "sleep", {"seconds": 1})), end_turn("Awake.")
+    )
     async with worker():
         run = await runner.start(**BASE, sleep={"max_seconds": 1})
         assert (await run.result()).status == "completed"
@@ -180,7 +184,8 @@ async def test_a_sleep_longer_than_the_run_allows_is_cut_to_the_limit(
         result_block(
             "Slept 1 second, the longest this run allows (you asked to sleep until 2999-01-01T00:00:00+00:00): the "
             "time ran out."
-        )
+        ),
+        result_block("Slept 1 second: the time ran out.", "toolu_E"),  # just the limit is not cut
     ]
 
 
@@ -194,6 +199,12 @@ async def test_a_time_already_past_and_a_bad_input_answer_at_once(
                 tool_use("toolu_B", "sleep", {"seconds": 5, "until": "2001-01-01T00:00:00Z"}),
                 tool_use("toolu_C", "sleep", {"until": "tomorrow"}),
                 tool_use("toolu_D", "sleep", {"until": "2030-01-01T09:00:00"}),
+                tool_use("toolu_E", "sleep", {}),
+                tool_use("toolu_F", "sleep", {"seconds": "5"}),
+                tool_use("toolu_G", "sleep", {"seconds": True}),
+                tool_use("toolu_H", "sleep", {"seconds": -1}),
+                tool_use("toolu_J", "sleep", {"seconds": 0}),
+                tool_use("toolu_K", "sleep", {"seconds": 0.5}),
             ],
             "tool_use",
         ),
@@ -224,7 +235,81 @@ async def test_a_time_already_past_and_a_bad_input_answer_at_once(
             ),
             "is_error": True,
         },
+        {
+            **result_block(f"Error: Give `seconds` or `until`, not both and not neither. {usage}", "toolu_E"),
+            "is_error": True,
+        },
+        {**result_block(f"Error: `seconds` must be a number, not '5'. {usage}", "toolu_F"), "is_error": True},
+        {**result_block(f"Error: `seconds` must be a number, not True. {usage}", "toolu_G"), "is_error": True},
+        {**result_block(f"Error: `seconds` must not be negative (-1). {usage}", "toolu_H"), "is_error": True},
+        result_block("Slept 0 seconds: the time ran out.", "toolu_J"),
+        result_block("Slept 0.5 seconds: the time ran out.", "toolu_K"),
     ]
+
+
+async def test_a_sleep_that_ends_leaves_the_run_waiting_on_what_still_holds_it(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """When one of a turn's sleeps runs out, the run stays ``sleeping`` while another lasts, and goes back to
+    ``waiting_for_approval`` while a call waits for a person: not to ``running``."""
+    fake_api.script(
+        Reply(
+            [tool_use("toolu_L", "sleep", {"seconds": 3600}), tool_use("toolu_S", "sleep", {"seconds": 1})], "tool_use"
+        ),
+        Reply(
+            [tool_use("toolu_R", "sleep", {"seconds": 1}), tool_use("toolu_T", "get_time", {"city": "Paris"})],
+            "tool_use",
+        ),
+        end_turn("Noon, and awake."),
+    )
+    async with worker(get_time):
+        run = await runner.start(**BASE, tools=[get_time], sleep=True, approval={"tools": ["get_time"]})
+        await wait_status(run, "sleeping")
+        status = await run.status()  # while both sleep: the later end
+        assert status.sleeping_until is not None
+        assert datetime.fromisoformat(status.sleeping_until) - datetime.now(UTC) > timedelta(minutes=50)
+        await finished(run, "toolu_S")
+        status = await run.status()
+        assert status.status == "sleeping"
+        assert status.sleeping_until is not None  # the hour-long sleep's end
+        assert datetime.fromisoformat(status.sleeping_until) - datetime.now(UTC) > timedelta(minutes=50)
+        await run.wake()
+        await finished(run, "toolu_R")
+        status = await run.status()
+        assert (status.status, status.sleeping_until) == ("waiting_for_approval", None)
+        await run.approve("toolu_T")
+        assert (await run.result()).status == "completed"
+    assert results_sent(fake_api) == [
+        result_block("Woken before the sleep (3600 seconds) was over: a person woke you.", "toolu_L"),
+        result_block("Slept 1 second: the time ran out.", "toolu_S"),
+    ]
+    assert fake_api.bodies()[2]["messages"][-1]["content"] == [
+        result_block("Slept 1 second: the time ran out.", "toolu_R"),
+        result_block("14:05 in Paris", "toolu_T"),
+    ]
+
+
+async def finished(run: Run, tool_use_id: str) -> None:
+    """Wait for the ``tool_finished`` live event of the call ``tool_use_id``."""
+    async with asyncio.timeout(20):
+        async for event in run.events():
+            if isinstance(event, ToolFinished) and event.tool_use_id == tool_use_id:
+                return
+
+
+async def test_a_replaced_history_cuts_a_sleep_short(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(sleeps({"seconds": 3600}), end_turn("Starting over."))
+    replacement = [{"role": "user", "content": "Forget the wait: start over."}]
+    async with worker():
+        run = await runner.start(**BASE, sleep=True)
+        await wait_status(run, "sleeping")
+        snapshot = await run.versioned_transcript()
+        await run.replace_history(replacement, expected_version=snapshot.version)
+        async with asyncio.timeout(20):  # not the hour
+            assert (await run.result()).status == "completed"
+    assert fake_api.bodies()[1]["messages"] == replacement
 
 
 async def test_wake_is_refused_when_nothing_sleeps(
@@ -240,14 +325,15 @@ async def test_wake_is_refused_when_nothing_sleeps(
         assert (await run.result()).status == "completed"
 
 
+@pytest.mark.parametrize("sleep_first", [True, False], ids=["sleep_first", "approval_first"])
 async def test_an_approval_decided_during_a_sleep_leaves_the_run_sleeping(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, sleep_first: bool
 ) -> None:
-    """``approvals.py`` puts the status back when a decision comes: to ``sleeping`` while a sleep lasts."""
-    fake_api.script(
-        sleeps({"seconds": 3600}, tool_use("toolu_T", "get_time", {"city": "Paris"})),
-        end_turn("Noon, and awake."),
-    )
+    """A call waiting for approval outranks a sleep in the run's status, whichever of the reply's calls came first
+    (``list --status waiting_for_approval`` and the console find it); the decision puts the run back to ``sleeping``
+    while a sleep lasts."""
+    calls = [tool_use("toolu_S", "sleep", {"seconds": 3600}), tool_use("toolu_T", "get_time", {"city": "Paris"})]
+    fake_api.script(Reply(calls if sleep_first else calls[::-1], "tool_use"), end_turn("Noon, and awake."))
     async with worker(get_time):
         run = await runner.start(**BASE, tools=[get_time], sleep=True, approval={"tools": ["get_time"]})
         await wait_status(run, "waiting_for_approval")
@@ -256,10 +342,9 @@ async def test_an_approval_decided_during_a_sleep_leaves_the_run_sleeping(
         await wait_status(run, "sleeping")
         await run.wake()
         assert (await run.result()).status == "completed"
-    assert results_sent(fake_api) == [
-        result_block("Woken before the sleep (3600 seconds) was over: a person woke you."),
-        result_block("14:05 in Paris", "toolu_T"),
-    ]
+    woken = result_block("Woken before the sleep (3600 seconds) was over: a person woke you.")
+    paris = result_block("14:05 in Paris", "toolu_T")
+    assert results_sent(fake_api) == ([woken, paris] if sleep_first else [paris, woken])
 
 
 @pytest.mark.usefixtures("temporal_address")

@@ -114,7 +114,8 @@ class Sleeps:
         tool_use_id = str(block.get("id"))
         wakes = self._wakes
         self.until[tool_use_id] = now + timedelta(seconds=seconds)
-        run.set_status("sleeping")
+        # A call waiting for a person outranks a sleep: that is the status an operator looks for.
+        run.set_status("waiting_for_approval" if run.approvals.pending else "sleeping")
         try:
             await workflow.wait_condition(
                 lambda: self._wakes != wakes or run.abandoned() is not None or self._message_queued(),
