@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -28,8 +30,10 @@ import sys
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NoReturn
 
+import temporalio
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
@@ -186,10 +190,29 @@ def build_worker(
         client,
         task_queue=task_queue,
         plugins=[plugin],
+        build_id=build_id(),
         graceful_shutdown_timeout=graceful_shutdown_timeout,
         max_task_queue_activities_per_second=max_activities_per_second,
         **(tuning or WorkerTuning()).worker_options(),
     )
+
+
+@functools.cache
+def build_id() -> str:
+    """The worker's build id: 8 hex digits of a hash of agent-runner's code and the Temporal SDK's version.
+
+    Temporal writes the build id into six of an iteration's twelve history events (each activity's and workflow
+    task's start, each workflow task's completion), and the SDK's default is 32 hex digits (a hash of every loaded
+    module). Eight still tell one build of the runner from another (in the UI, and for ``temporal workflow reset``
+    by build id) and keep an iteration's history about 140 bytes smaller.
+    """
+    digest = hashlib.md5(temporalio.__version__.encode(), usedforsecurity=False)
+    package = Path(__file__).parent
+    sources = (Path(folder, name) for folder, _, names in os.walk(package, followlinks=True) for name in names)
+    for path in sorted(path for path in sources if path.suffix == ".py"):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:8]
 
 
 async def run_worker(

@@ -90,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedTemporal
     from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
-    from agent_runner.worker import build_registry, build_worker
+    from agent_runner.worker import build_id, build_registry, build_worker
 
 # The floor is bench/overhead.py's (this script's directory is on the path when it runs).
 from overhead import STREAMED_MODEL_CALL, FloorWorkflow, StreamingFloorWorkflow, noop
@@ -379,6 +379,7 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
                 task_queue=FLOOR_TASK_QUEUE,
                 workflows=[FloorWorkflow, StreamingFloorWorkflow],
                 activities=[noop, StreamedModelCall(claude_client()).call],
+                build_id=build_id(),  # agent-runner's short build id: the floor's history as small as ours can be
                 graceful_shutdown_timeout=timedelta(seconds=1),
             ),
             # PydanticAIPlugin comes from the client; it registers the agent's activities from __pydantic_ai_agents__.

@@ -9,6 +9,7 @@ same request either way, and the run's transcript holds the result itself.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from anthropic import beta_async_tool
@@ -19,6 +20,7 @@ from agent_runner.contract.tool_result_refs import whole_pending
 from agent_runner.contract.transcript import RESULT_INLINE_LIMIT, STORED, canonical, ref_for, stored
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.worker import build_id
 from tests.conftest import WorkerFactory
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
@@ -94,3 +96,25 @@ async def test_a_tool_result_over_the_limit_crosses_history_as_a_placeholder_and
     ]
     assert "settings" in model_inputs[0]["turn"] and "settings" not in model_inputs[1]["turn"]
     assert BIG not in "".join(str(event) for event in history.events)
+
+
+async def test_the_worker_names_its_build_in_eight_hex_digits(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Temporal writes the build id into six of an iteration's twelve events: the SDK's 32 digits would cost an
+    iteration ~140 bytes of history. The id still changes with the runner's code."""
+    fake_api.script(end_turn("Done."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[{"role": "user", "content": "Go."}])
+        await run.result()
+        history = await run.handle.fetch_history()
+    named = [
+        attributes.worker_version.build_id
+        for event in history.events
+        for field in ("workflow_task_started_event_attributes", "workflow_task_completed_event_attributes")
+        if event.HasField(field)
+        for attributes in [getattr(event, field)]
+    ]
+    assert len(named) >= 2
+    assert set(named) == {build_id()}
+    assert re.fullmatch("[0-9a-f]{8}", build_id())

@@ -29,11 +29,13 @@ BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024}
 ITERATIONS = 6
 LONG_TEXT = "Thinking out loud about the next page. " * 80  # about 3 KB
 RESULT = "r" * 10_000
-HISTORY_PER_ITERATION = 1950
-"""Bytes (protobuf ``ByteSize`` of the events, what Temporal's history limit counts) one iteration may add: 1,883 to
-1,901 here, under issue 14's 2 KB (of which Temporal's own bookkeeping is about 1.3 KB); 2,045 to 2,053 before the
-turn's stored tool results went as pairs (``contract/tool_result_refs.py``), and 5.6 KB before the lean results and
-short references (the 3 KB text was carried inline, and six references of 71 characters)."""
+HISTORY_PER_ITERATION = 1800
+"""Bytes (protobuf ``ByteSize`` of the events, what Temporal's history limit counts) one iteration may add: 1,743 to
+1,755 here, under issue 14's 2 KB (of which Temporal's own bookkeeping is about 1.1 KB); 1,883 to 1,901 before the
+worker's build id went from 32 hex digits to 8 (``agent_runner.worker.build_id``: six events an iteration carry it),
+2,045 to 2,053 before the turn's stored tool results went as pairs (``contract/tool_result_refs.py``), and 5.6 KB
+before the lean results and short references (the 3 KB text was carried inline, and six references of 71
+characters)."""
 
 
 def queue_as_long_as_the_default(prefix: str) -> str:
