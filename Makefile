@@ -21,10 +21,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy agent_runner worker.py
 
-# The default tier first (fast), then the slow tier (real processes killed and restarted).
+# The default tier first (fast), then the slow tier (real processes killed and restarted). Each tier is bounded: a
+# session that hangs where pytest-timeout cannot reach (a teardown after a timed-out test) is sent SIGABRT after
+# 30 minutes, faulthandler prints every thread's stack (where it hung), and the tier fails.
+TIER := timeout --signal=ABRT 1800 $(PY) -X faulthandler -m pytest
 check-tests: $(STAMP)
-	$(PY) -m pytest -m "not slow and not browser" -q
-	$(PY) -m pytest -m slow -q
+	$(TIER) -m "not slow and not browser" -q || { echo "make: the default tier failed (exit $$?; 124: it hung and was stopped after 30 minutes)" >&2; exit 1; }
+	$(TIER) -m slow -q || { echo "make: the slow tier failed (exit $$?; 124: it hung and was stopped after 30 minutes)" >&2; exit 1; }
 
 test: lint check-tests
 
