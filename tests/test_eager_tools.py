@@ -8,6 +8,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.events import ApprovalWaiting, ReplyReceived, RunFinished
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -70,3 +71,26 @@ async def test_an_eager_tool_of_a_reply_that_does_not_run_tools_is_dropped(
         transcript = await run.transcript()
     assert (result.status, result.stop_reason) == ("completed", "max_tokens")
     assert len(transcript) == 2  # the tool ran early, but its result is never sent
+
+
+async def test_a_call_that_needs_approval_waits_for_its_reply_before_a_person_is_asked(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A person must not be asked about a call the reply may yet not run: with ``eager_tools`` an approval-gated
+    call starts with the whole reply, as without."""
+    fake_api.script(*script())
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], eager_tools=True, approval={"tools": ["get_weather"]}
+        )
+        kinds: list[str] = []
+        async with asyncio.timeout(30):
+            async for event in run.events():
+                if isinstance(event, ReplyReceived | ApprovalWaiting):
+                    kinds.append(type(event).__name__)
+                if isinstance(event, ApprovalWaiting):
+                    await run.approve("toolu_E")
+                if isinstance(event, RunFinished):
+                    break
+        assert (await run.result()).status == "completed"
+    assert kinds == ["ReplyReceived", "ApprovalWaiting", "ReplyReceived"]

@@ -164,9 +164,11 @@ async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
     assert watched == results_sent(fake_api)
 
 
+@pytest.mark.parametrize("eager", [False, True], ids=["", "eager_tools"])
 async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_executed(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, eager: bool
 ) -> None:
+    """With ``eager_tools`` too: a toolset's actions start with the reply, in order, never as their blocks stream."""
     browser, computer = RecordingBrowser(), RecordingComputer()
     fake_api.script(
         Reply(
@@ -183,7 +185,7 @@ async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_e
         end_turn("Done."),
     )
     async with worker(browser, computer):
-        run = await runner.start(**BASE, tools=["browser", "computer"])
+        run = await runner.start(**BASE, tools=["browser", "computer"], eager_tools=eager)
         assert (await run.result()).status == "completed"
         watched = await results_watched(run)
     # The later actions never reached the toolsets; a new turn starts afresh.
