@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -10,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import ApprovalWaiting, ReplyReceived, RunFinished
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY
-from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.testing import ErrorMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
 from tests.tools_for_tests import get_weather
 
@@ -94,3 +95,31 @@ async def test_a_call_that_needs_approval_waits_for_its_reply_before_a_person_is
                     break
         assert (await run.result()).status == "completed"
     assert kinds == ["ReplyReceived", "ApprovalWaiting", "ReplyReceived"]
+
+
+async def test_a_tool_started_from_a_failed_attempt_ran_but_only_the_retried_reply_s_calls_are_answered(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """As the SDK's ``run_tools_eagerly``: the first attempt's stream fails after its ``tool_use`` block, so its tool
+    has started; Temporal retries the call, whose reply asks for another call. Only that one's result is sent."""
+    oslo = "sunny, 21C in Oslo"
+    first = Reply([tool_use("toolu_A", "get_weather", {"city": "Paris"}), text("x" * 200)], "tool_use")
+    fake_api.script(
+        ErrorMidStream(first, after_events=9),  # the tool block's stop is event 7
+        Reply([tool_use("toolu_B", "get_weather", {"city": "Oslo"})], "tool_use"),
+        end_turn("Cold."),
+    )
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], eager_tools=True, thread=False)
+        assert (await asyncio.wait_for(run.result(), 30)).status == "completed"
+        tool_inputs = [
+            json.loads(event.activity_task_scheduled_event_attributes.input.payloads[0].data)["input"]
+            async for event in run.handle.fetch_history_events()
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == RUN_TOOL_ACTIVITY
+        ]
+    assert tool_inputs == [{"city": "Paris"}, {"city": "Oslo"}]  # the first attempt's tool ran, early
+    assert fake_api.bodies()[2]["messages"][1:] == [
+        {"role": "assistant", "content": [tool_use("toolu_B", "get_weather", {"city": "Oslo"})]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_B", "content": oslo}]},
+    ]
