@@ -164,6 +164,23 @@ async def test_each_action_runs_on_the_worker_and_results_echo_the_toolset(
     assert watched == results_sent(fake_api)
 
 
+async def test_an_action_named_like_a_tool_is_the_toolset_s_even_with_eager_tools(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A toolset's action block carries its ``toolset_name``: the action goes to the toolset, never to a registered
+    tool of the same name, however early its block streams."""
+    browser = RecordingBrowser()
+    fake_api.script(
+        Reply([action("toolu_1", "browser", "get_time", {"city": "Paris"}), text("x" * 200)], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(browser, get_time):
+        run = await runner.start(**BASE, tools=["browser", get_time], eager_tools=True)
+        assert (await run.result()).status == "completed"
+    assert browser.actions == [("get_time", {"city": "Paris"}, "toolu_1")]
+    assert results_sent(fake_api) == [result("toolu_1", "browser", "get_time done")]
+
+
 @pytest.mark.parametrize("eager", [False, True], ids=["", "eager_tools"])
 async def test_after_a_failing_action_the_later_actions_of_its_toolset_are_not_executed(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, eager: bool
