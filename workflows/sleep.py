@@ -27,6 +27,11 @@ from agent_runner.contract.types import ToolResult
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
 
+APPROVAL_OUTRANKS_SLEEP_PATCH = "approval-outranks-sleep"
+"""``workflow.patched`` id of keeping ``waiting_for_approval`` when a sleep starts while a call waits for a person.
+Runs recorded before set ``sleeping`` there, which with search attributes is an upsert their replays must repeat.
+Asked only there: other runs carry no marker."""
+
 # What Claude reads when a sleep ends (``what`` is ``30 seconds`` or ``until 2026-12-24T09:00:00+00:00``).
 
 
@@ -115,7 +120,8 @@ class Sleeps:
         wakes = self._wakes
         self.until[tool_use_id] = now + timedelta(seconds=seconds)
         # A call waiting for a person outranks a sleep: that is the status an operator looks for.
-        run.set_status("waiting_for_approval" if run.approvals.pending else "sleeping")
+        outranked = bool(run.approvals.pending) and workflow.patched(APPROVAL_OUTRANKS_SLEEP_PATCH)
+        run.set_status("waiting_for_approval" if outranked else "sleeping")
         try:
             await workflow.wait_condition(
                 lambda: self._wakes != wakes or run.abandoned() is not None or self._message_queued(),
