@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 
 from agent_runner.client import AgentRunner, Run
@@ -117,11 +118,16 @@ async def test_auto_compact_in_the_background_does_not_hold_up_the_turn(
     ]
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [Reply([text("No.")], "refusal"), bad_request("No.")],
+    ids=["refused", "failed"],  # a reply without a summary; a 400, not retried
+)
 async def test_a_background_compaction_without_a_summary_leaves_the_history_as_it_was(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, answer: ScriptItem
 ) -> None:
     turns: list[ScriptItem] = [call("toolu_P", "Paris"), end_turn("Sunny.")]
-    fake_api.responder = lambda body: Reply([text("No.")], "refusal") if "compaction" in body else turns.pop(0)
+    fake_api.responder = lambda body: answer if "compaction" in body else turns.pop(0)
     async with worker(get_weather):
         run = await runner.start(
             **BASE, messages=[USER], tools=[get_weather], auto_compact={"input_tokens": 10, "background": True}
@@ -167,24 +173,6 @@ async def test_a_background_summary_is_discarded_when_an_edit_changed_what_it_su
     assert transcript == [*summarized[:-1], joined, sunny]
     assert (result.status, result.iterations) == ("completed", 3)
     assert (status.usage.input_tokens, status.usage.output_tokens) == (40, 20)  # the discarded summary was billed
-
-
-async def test_a_failed_background_compaction_leaves_the_history_as_it_was(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
-) -> None:
-    """The API refuses the compaction request (a 400, not retried): the run goes on and completes with its history."""
-    turns: list[ScriptItem] = [call("toolu_P", "Paris"), end_turn("Sunny.")]
-    fake_api.responder = lambda body: bad_request("No.") if "compaction" in body else turns.pop(0)
-    async with worker(get_weather):
-        run = await runner.start(
-            **BASE, messages=[USER], tools=[get_weather], auto_compact={"input_tokens": 10, "background": True}
-        )
-        result = await run.result()
-        transcript = await run.transcript()
-    assert len(split(fake_api.bodies())[1]) == 1
-    assert result.status == "completed"
-    sunny = {"role": "assistant", "content": [text("Sunny.")]}
-    assert transcript == [USER, asked("toolu_P", "Paris"), answered("toolu_P", "Paris"), sunny]
 
 
 async def test_a_continuation_waits_for_the_background_compaction_and_carries_its_summary(
