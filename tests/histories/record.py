@@ -13,6 +13,8 @@ that must keep determinism; keep the old files, since runs started on the old co
     python tests/histories/record.py NAME compaction_end  # writes NAME.json and NAME_held.json
     python tests/histories/record.py NAME lookalikes   # writes NAME.json (content the client holds, escaped)
     python tests/histories/record.py NAME sleep        # writes NAME.json (a sleep runs out, another is woken)
+    python tests/histories/record.py NAME approval_sleep  # writes NAME.json (a reply's approval-gated call, then
+                                                          # its sleep; search attributes on)
     python tests/histories/record.py NAME plain        # writes NAME.json (plain JSON's lookalikes escaped)
     python tests/histories/record.py NAME big_params   # writes NAME.json and NAME_continued.json (a big system
                                                        # prompt by value, carried by reference)
@@ -81,6 +83,7 @@ from anthropic.lib.tools._toolsets._runnable import (
     BetaToolsetContent,
 )
 from temporalio.client import WorkflowHandle, WorkflowHistory
+from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -93,7 +96,7 @@ from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner, Run  # noqa: E402
 from agent_runner.contract.agents import AgentSpec  # noqa: E402
 from agent_runner.contract.errors import AgentRunnerError  # noqa: E402
-from agent_runner.contract.types import FALLBACK_CREDIT_BETA, ActivityOptions  # noqa: E402
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA, SEARCH_ATTRIBUTE_TYPES, ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
 from agent_runner.testing import (  # noqa: E402
     FakeMessagesAPI,
@@ -177,6 +180,10 @@ async def record(name: str, scenario: str = "steered") -> None:
         dev_server_existing_path=TEMPORAL_BIN,
         dev_server_extra_args=FAST_SERVER_ARGS,
         data_converter=pydantic_data_converter,
+        search_attributes=[
+            SearchAttributeKey.for_int(name) if kind == "Int" else SearchAttributeKey.for_keyword(name)
+            for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
+        ],
     )
     with FakeMessagesAPI() as fake:
         queue = f"record-{uuid.uuid4()}"
@@ -199,6 +206,7 @@ async def record(name: str, scenario: str = "steered") -> None:
                     }
                 }
             ),
+            search_attributes=scenario in WITH_SEARCH_ATTRIBUTES,
         )
         runner = AgentRunner(env.client, task_queue=queue)
         async with worker:
@@ -615,6 +623,28 @@ async def sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     await finish(name, run)
 
 
+async def approval_sleep(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``approval_sleep`` scenario: a reply whose approval-gated call comes before its sleep, with the
+    search attributes on (patch ``approval-outranks-sleep``: recorded before it, the sleep's start upserts
+    ``sleeping``); the call is approved during the sleep, then the sleep is woken."""
+    fake.script(
+        Reply(
+            [tool_use("toolu_1", "get_time", {"city": "Paris"}), tool_use("toolu_2", "sleep", {"seconds": 3600})],
+            "tool_use",
+        ),
+        end_turn("Noon, and awake."),
+    )
+    run = await start(runner, "The time, then wait.", tools=[get_time], sleep=True, approval={"tools": ["get_time"]})
+    for _ in range(400):
+        if (await run.status()).sleeping_until is not None:
+            break
+        await asyncio.sleep(0.05)
+    await run.approve("toolu_1")
+    await wait(run, "sleeping", 1)
+    await run.wake("Go on.")
+    await finish(name, run)
+
+
 async def gave_up(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``gave_up`` scenario: a tool call, then a model call overloaded on both its attempts fails the run
     saying it gave up (patch ``activity-gave-up-says-so``)."""
@@ -937,6 +967,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "compaction_end": compaction_end,
     "lookalikes": lookalikes,
     "sleep": sleep,
+    "approval_sleep": approval_sleep,
     "plain": plain,
     "big_params": big_params,
     "big_values": big_values,
@@ -953,6 +984,9 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "compact_results": compact_results,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
+
+WITH_SEARCH_ATTRIBUTES = {"approval_sleep"}
+"""The scenarios whose worker keeps the ``AgentRun*`` search attributes current (each an upsert command)."""
 
 
 if __name__ == "__main__":
