@@ -714,6 +714,8 @@ def _within_payload_limit(name: str, result: ToolResult) -> ToolResult:
     A big result is stored and carried by reference, but Claude could never be sent one over the API's request
     limit: the model gets a clear error instead, and can ask for less.
     """
+    if isinstance(result.content, str) and 6 * len(result.content) + 64 <= MAX_RESULT_BYTES:
+        return result  # within the limit however its characters are escaped: no need to encode it to know
     size = len(result.model_dump_json())
     if size <= MAX_RESULT_BYTES:
         return result
@@ -766,7 +768,15 @@ def _wrong_return(name: str, what: str) -> ToolResult:
 
 def _well_formed(text: str) -> str:
     """``text`` with each unpaired surrogate replaced by U+FFFD, since UTF-8 cannot encode it."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
+    # Scanning is per character (0.7 ms for a 100 KB result); ASCII is known without a scan, and encoding, which
+    # refuses exactly the surrogates, is five times faster than the search.
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def _well_formed_content(content: Any) -> Any:

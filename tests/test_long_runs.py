@@ -172,19 +172,24 @@ async def test_a_5_mb_tool_result_reaches_claude_whole_and_stays_out_of_history(
     assert len(history.to_json()) < 200_000
 
 
+@pytest.mark.parametrize(
+    ("character", "size", "megabytes"),
+    [("x", 33_000_000, "33.0"), ("\x01", 5_400_000, "32.4")],
+    ids=["long", "short_but_escaped_each_in_six_bytes"],
+)
 async def test_a_tool_result_over_the_api_request_limit_becomes_an_error_the_model_sees(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, character: str, size: int, megabytes: str
 ) -> None:
     @beta_async_tool
     async def dump(size: int) -> str:
-        """Return `size` bytes.
+        """Return `size` characters.
 
         Args:
             size: How many.
         """
-        return "x" * size
+        return character * size
 
-    fake_api.script(Reply([tool_use("toolu_BIG", "dump", {"size": 33_000_000})], "tool_use"), end_turn("ok"))
+    fake_api.script(Reply([tool_use("toolu_BIG", "dump", {"size": size})], "tool_use"), end_turn("ok"))
     async with worker(dump):
         run = await runner.start(**BASE, tools=[dump], thread=False)
         await run.until_done()
@@ -192,8 +197,8 @@ async def test_a_tool_result_over_the_api_request_limit_becomes_an_error_the_mod
         {
             "type": "tool_result",
             "tool_use_id": "toolu_BIG",
-            "content": "Error: Tool 'dump' returned 33.0 MB, more than one request to Claude may carry (32.0 MB). "
-            "Ask for a smaller part of the data.",
+            "content": f"Error: Tool 'dump' returned {megabytes} MB, more than one request to Claude may carry "
+            "(32.0 MB). Ask for a smaller part of the data.",
             "is_error": True,
         }
     ]

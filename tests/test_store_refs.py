@@ -176,6 +176,18 @@ def test_genuine_placeholders_inside_stored_escaped_content_still_resolve() -> N
     assert resolve([splice(ref)], {ref: {"content": "spliced"}}.__getitem__) == [{"type": "text", "text": "spliced"}]
 
 
+def test_a_strings_name_is_that_of_the_json_encoders_bytes() -> None:
+    """Content is named by its bytes, and the names of content stored by earlier code are in histories: a string's
+    bytes are the JSON encoder's for every character, escaped or not, alone or among others."""
+    characters = [
+        chr(c) for c in (*range(0x3000), 0xFEFF, 0xFFFD, 0xFFFF, 0x1F600, 0x10FFFF) if not 0xD800 <= c < 0xE000
+    ]
+    for value in ("", *characters, *(f"a{c}b" for c in characters), "".join(characters), "x" * 100_000 + '"'):
+        assert canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    with pytest.raises(UnicodeEncodeError):  # refused as before: a tool's lone surrogate is replaced before this
+        canonical("a\udc00b")
+
+
 # ---------------------------------------------------------------------------------------- placeholder-shaped data
 
 

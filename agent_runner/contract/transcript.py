@@ -56,7 +56,22 @@ the run's history: a 1 KB result carried inline made an iteration weigh 4.5 KB, 
 
 def canonical(value: Any) -> bytes:
     """The bytes a JSON value is named and stored by: sorted keys, no spaces, UTF-8."""
+    if isinstance(value, str):
+        # A big tool result is a string: one that needs no escape is its UTF-8 between quotes, found in two passes
+        # over its bytes at C speed, twice as fast as the encoder's loop over its characters. The bytes are the
+        # encoder's (a name must never change); a lone surrogate fails `encode` as it fails below.
+        try:
+            data = value.encode()
+        except UnicodeEncodeError:
+            pass
+        else:
+            if len(data.translate(None, _JSON_ESCAPED)) == len(data):
+                return b'"' + data + b'"'
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_JSON_ESCAPED = bytes(range(0x20)) + b'"\\'
+"""The bytes JSON escapes in a string (``ensure_ascii=False``: no others)."""
 
 
 SHORT_PREFIX = "~"
