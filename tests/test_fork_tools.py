@@ -8,6 +8,7 @@ request names stay the input's, so the fork's first request is the run's request
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from agent_runner.workflows.state import RunState
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
+from tests.test_mcp import config, server_tools
 from tests.test_send import (
     ADDED,
     BASE,
@@ -154,6 +156,42 @@ async def test_a_fork_of_a_sent_run_runs_the_tools_the_send_carried(
         TIME_CALL,
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"}]},
         {"role": "assistant", "content": [text("14:05.")]},
+    ]
+
+
+async def test_a_fork_of_a_run_with_an_mcp_server_runs_the_servers_tools_and_the_ones_added(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The fork point names the registered tools only: the fork lists its servers afresh and runs their tools too."""
+    lookup = {
+        "role": "assistant",
+        "content": [tool_use("toolu_L1", "lookup", {"city": "Oslo"}), TIME_CALL["content"][0]],
+    }
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        Reply(lookup["content"], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(get_weather, get_time, mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], mcp=["files"], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(get_time)  # an edit: the run notes its registered tools for the fork points after it
+        await advance_until_done(run, 2)
+        fork = await run.fork(2)
+        await advance_until_done(fork, 2)
+        transcript = await fork.transcript()
+    assert fake_api.bodies()[2]["tools"] == [GET_WEATHER_DEF, *server_tools()]
+    assert transcript[-3:] == [
+        lookup,
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_L1", "content": [text("Oslo: 21C")]},
+                {"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"},
+            ],
+        },
+        {"role": "assistant", "content": [text("Done.")]},
     ]
 
 

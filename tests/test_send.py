@@ -7,6 +7,7 @@ names it in ``continue_from``; the old run is left as it was, its fork points in
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, t
 from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
+from tests.test_mcp import config, server_tools
 from tests.tools_for_tests import get_time, get_weather
 
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
@@ -197,6 +199,32 @@ async def test_send_goes_on_with_the_tools_the_run_ended_with(
     assert fake_api.bodies()[2:] == [
         {**BASE, "messages": history, "tools": [GET_WEATHER_DEF], "stream": True},
         {**BASE, "messages": [*history, TIME_CALL, result], "tools": [GET_WEATHER_DEF], "stream": True},
+    ]
+
+
+async def test_send_of_a_run_with_an_mcp_server_lists_the_server_again_and_runs_its_tools(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """The send point names the run's registered tools only: the new run lists its servers afresh and runs theirs."""
+    lookup = {"role": "assistant", "content": [tool_use("toolu_L1", "lookup", {"city": "Oslo"})]}
+    fake_api.script(end_turn("Sunny."), Reply(lookup["content"], "tool_use"), end_turn("Cold."))
+    async with worker(get_weather, mcp=config(tmp_path)):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], mcp=["files"], thread=False)
+        await run.until_done()
+        after = await run.send("And in Oslo?")
+        await after.until_done()
+        transcript = await after.transcript()
+    assert [body["tools"] for body in fake_api.bodies()] == [[GET_WEATHER_DEF, *server_tools()]] * 3
+    assert transcript == [
+        USER,
+        SUNNY,
+        AGAIN,
+        lookup,
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_L1", "content": [text("Oslo: 21C")]}],
+        },
+        {"role": "assistant", "content": [text("Cold.")]},
     ]
 
 
