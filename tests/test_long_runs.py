@@ -16,10 +16,12 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.events import ModelCallEvent, ReplyReceived, RunFinished, TextDelta, ToolFinished
+from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
+from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
 
 USER = {"role": "user", "content": "Weather in many cities?"}
@@ -117,6 +119,99 @@ async def test_max_iterations_and_edits_carry_across_continue_as_new(
     assert notes == ["note 0", "note 1", "note 2"]
     assert all(v is not None for v in versions) and versions == sorted(versions)
     assert fake_api.bodies()[-1]["messages"] == transcript[: len(fake_api.bodies()[-1]["messages"])]
+
+
+async def test_an_edit_queued_when_the_run_continues_as_new_applies_in_the_continuation_with_its_own_number(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Edits accepted while a tool runs go across with the run (it continues as new after each iteration here) and
+    apply in the next execution; one naming a version is judged against the edits applied over the whole run, so a
+    count started afresh would refuse it; each edit gets a number of its own over the run."""
+    gates = {city: asyncio.Event() for city in ("Paris", "Rome")}
+    held: list[str] = []
+
+    @beta_async_tool
+    async def hold(city: str) -> str:
+        """Report on a city once the test lets it.
+
+        Args:
+            city: The city.
+        """
+        held.append(city)
+        await gates[city].wait()
+        return f"report for {city}"
+
+    async def while_held(city: str, edit: dict[str, Any]) -> dict[str, Any]:
+        async with asyncio.timeout(30):
+            while city not in held:
+                await asyncio.sleep(0.02)
+        accepted: dict[str, Any] = await run.handle.execute_update(INJECT_MESSAGE_UPDATE, edit)
+        gates[city].set()
+        return accepted
+
+    fake_api.script(
+        Reply([tool_use("toolu_H1", "hold", {"city": "Paris"})], "tool_use"),
+        Reply([tool_use("toolu_H2", "hold", {"city": "Rome"})], "tool_use"),
+        end_turn("Done."),
+    )
+    async with worker(hold):
+        run = await runner.start(**BASE, tools=["hold"], thread=False, continue_as_new={"events": 10})
+        first = await while_held("Paris", {"content": "note 1"})
+        async with asyncio.timeout(30):
+            while "Rome" not in held:
+                await asyncio.sleep(0.02)
+        version = (await run.status()).version
+        second = await while_held("Rome", {"content": "note 2", "expected_version": version})
+        await run.until_done()
+        status = await run.status()
+        outcomes = [await run.handle.query(EDIT_OUTCOME_QUERY, seq) for seq in (1, 2)]
+
+    def answered(tool_use_id: str, city: str, note: str) -> dict[str, Any]:
+        result = {"type": "tool_result", "tool_use_id": tool_use_id, "content": f"report for {city}"}
+        return {"role": "user", "content": [result, text(note)]}
+
+    assert (first["seq"], second["seq"]) == (1, 2)
+    assert status.continuations == 2
+    assert [body["messages"][-1] for body in fake_api.bodies()[1:]] == [
+        answered("toolu_H1", "Paris", "note 1"),
+        answered("toolu_H2", "Rome", "note 2"),
+    ]
+    assert outcomes == [{"seq": 1, "version": 3, "error": None}, {"seq": 2, "version": 6, "error": None}]
+
+
+async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_across_and_applies_there(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The run compacts its conversation before it continues as new; an edit accepted meanwhile is queued,
+    goes across and applies in the continuation, its version judged against the edits applied over the whole run (a
+    count started afresh would take it for stale)."""
+    turns = by_kind([Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Ok.")])
+    fake_api.responder = lambda body: Reply([SUMMARY], "compaction", delay=2) if "compaction" in body else turns(body)
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE,
+            tools=[get_weather],
+            thread=False,
+            auto_compact={"input_tokens": 10},
+            continue_as_new={"events": 10},
+        )
+        await run.inject("first")  # applied before the run continues as new
+        async with asyncio.timeout(30):
+            while not split(fake_api.bodies())[1]:
+                await asyncio.sleep(0.02)
+        version = (await run.status()).version
+        accepted = await run.handle.execute_update(
+            INJECT_MESSAGE_UPDATE, {"content": "note", "expected_version": version}
+        )
+        await run.until_done()
+        status = await run.status()
+        outcome = await run.handle.query(EDIT_OUTCOME_QUERY, accepted["seq"])
+    assert (status.iterations, status.replies, status.continuations) == (2, 3, 1)  # the compaction is no iteration
+    assert split(fake_api.bodies())[0][1]["messages"] == [
+        {"role": "assistant", "content": [SUMMARY]},
+        {"role": "user", "content": [text("note")]},
+    ]
+    assert outcome == {"seq": 2, "version": version + 1, "error": None}
 
 
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
