@@ -7,6 +7,7 @@ compare what Claude received with what a run that never continued as new sends.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -179,26 +180,33 @@ async def test_an_edit_queued_when_the_run_continues_as_new_applies_in_the_conti
     assert outcomes == [{"seq": 1, "version": 3, "error": None}, {"seq": 2, "version": 6, "error": None}]
 
 
+async def compacting_before_it_continues_as_new(
+    runner: AgentRunner, fake_api: FakeMessagesAPI, first: Callable[[Run], Awaitable[Any]]
+) -> Run:
+    """A run whose first turn calls get_weather, then compacting (its summary takes 2 s) before it continues as new.
+
+    ``first`` acts on the run before that; the run's second turn ends it. A worker with get_weather must be running.
+    """
+    turns = by_kind([Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Ok.")])
+    fake_api.responder = lambda body: Reply([SUMMARY], "compaction", delay=2) if "compaction" in body else turns(body)
+    run = await runner.start(
+        **BASE, tools=[get_weather], thread=False, auto_compact={"input_tokens": 10}, continue_as_new={"events": 10}
+    )
+    await first(run)
+    async with asyncio.timeout(30):
+        while not split(fake_api.bodies())[1]:
+            await asyncio.sleep(0.02)
+    return run
+
+
 async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_across_and_applies_there(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """The run compacts its conversation before it continues as new; an edit accepted meanwhile is queued,
     goes across and applies in the continuation, its version judged against the edits applied over the whole run (a
     count started afresh would take it for stale)."""
-    turns = by_kind([Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Ok.")])
-    fake_api.responder = lambda body: Reply([SUMMARY], "compaction", delay=2) if "compaction" in body else turns(body)
     async with worker(get_weather):
-        run = await runner.start(
-            **BASE,
-            tools=[get_weather],
-            thread=False,
-            auto_compact={"input_tokens": 10},
-            continue_as_new={"events": 10},
-        )
-        await run.inject("first")  # applied before the run continues as new
-        async with asyncio.timeout(30):
-            while not split(fake_api.bodies())[1]:
-                await asyncio.sleep(0.02)
+        run = await compacting_before_it_continues_as_new(runner, fake_api, lambda run: run.inject("first"))
         version = (await run.status()).version
         accepted = await run.handle.execute_update(
             INJECT_MESSAGE_UPDATE, {"content": "note", "expected_version": version}
@@ -212,6 +220,19 @@ async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_acro
         {"role": "user", "content": [text("note")]},
     ]
     assert outcome == {"seq": 2, "version": version + 1, "error": None}
+
+
+async def test_a_stop_while_the_run_waits_to_continue_as_new_goes_across_and_ends_it(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A client's stop accepted while the run compacts before it continues as new ends the run there: no more turns."""
+    async with worker(get_weather):
+        run = await compacting_before_it_continues_as_new(runner, fake_api, lambda _: asyncio.sleep(0))
+        await run.stop("Enough.")
+        result = await run.result()
+        status = await run.status()
+    assert (result.status, result.detail, status.continuations) == ("stopped", "Enough.", 1)
+    assert len(split(fake_api.bodies())[0]) == 1
 
 
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
