@@ -16,12 +16,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.errors import EditRejected
 from agent_runner.contract.events import ModelCallEvent, ReplyReceived, RunFinished, TextDelta, ToolFinished
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
 from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
 
@@ -233,6 +235,27 @@ async def test_a_stop_while_the_run_waits_to_continue_as_new_goes_across_and_end
         status = await run.status()
     assert (result.status, result.detail, status.continuations) == ("stopped", "Enough.", 1)
     assert len(split(fake_api.bodies())[0]) == 1
+
+
+async def test_a_run_that_continued_as_new_still_refuses_to_add_a_tool_no_worker_registered(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The continuation knows which tools the workers registered: ``add_tools`` of another name is refused at once."""
+    script(fake_api)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, step=True, continue_as_new={"events": 10})
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        status = await run.status()
+        with pytest.raises(EditRejected) as refused:
+            await run.add_tools("get_tide")
+        await run.stop()
+    assert status.continuations == 1
+    assert str(refused.value) == (
+        "add_tools was refused: No worker registered ['get_tide']; registered: ['get_weather']. Register the tool "
+        "with `python worker.py --tools <module>`, or add its definition as a JSON object."
+    )
 
 
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(

@@ -60,3 +60,24 @@ async def test_runs_waiting_for_approval_and_finished_runs_can_be_listed(
             1,
         )
     assert waiting == [run.id] and done == [run.id]
+
+
+async def test_a_run_that_continued_as_new_goes_on_publishing_its_search_attributes(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The continuation knows the fleet registered the attributes: the run is listed by its final status."""
+    fake_api.script(Reply([tool_use("toolu_1", "deploy", {"service": "api"})], "tool_use"), end_turn("done"))
+    async with worker(deploy, search_attributes=True):
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Ship it."}],
+            tools=[deploy],
+            continue_as_new={"events": 10},
+        )
+        await run.until_done()
+        status = await run.status()
+        done = await ids(
+            runner, f'AgentRunStatus = "completed" AND AgentRunIterations = 2 AND WorkflowId = "{run.id}"', 1
+        )
+    assert (status.continuations, done) == (1, [run.id])
