@@ -80,6 +80,23 @@ async def test_an_agent_call_runs_a_child_whose_final_text_is_the_tool_result(
     assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
+async def test_a_parent_that_continued_as_new_still_lists_the_child_it_started(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The child runs an agent call started go across continue-as-new: the parent's status still names them."""
+    fake_api.responder = weather_research()
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, messages=[USER], thread=False, agents=[RESEARCHER], continue_as_new={"events": 10}
+        )
+        await run.until_done()
+        status = await run.status()
+    assert status.continuations == 1
+    assert status.agents == [
+        {"id": f"{run.id}/toolu_P1", "name": "researcher", "tool_use_id": "toolu_P1", "status": "completed"}
+    ]
+
+
 async def test_a_failed_child_is_an_error_result_saying_why(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
