@@ -258,6 +258,21 @@ async def test_a_run_that_continued_as_new_still_refuses_to_add_a_tool_no_worker
     )
 
 
+async def test_a_late_follower_reads_every_reply_of_a_run_that_continued_as_new_after_each_one(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Replies a continuation no longer carries are read from the store's chain of every reply, which goes across."""
+    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(9)]
+    fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
+        await run.until_done()
+        status = await run.status()
+        late = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages()]
+    assert (status.reply_offset, status.continuations) == (1, 9)
+    assert late == [*calls, text("All done.")]
+
+
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
