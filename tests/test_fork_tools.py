@@ -195,6 +195,32 @@ async def test_a_fork_of_a_run_with_an_mcp_server_runs_the_servers_tools_and_the
     ]
 
 
+async def test_a_fork_of_a_run_that_continued_as_new_runs_a_tool_added_before_its_fork_point(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The run's notes of its tools go across continue-as-new, for the fork points it keeps."""
+    fake_api.script(
+        Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        Reply([tool_use("toolu_T1", "get_time", {"city": "Oslo"})], "tool_use"),
+        end_turn("14:05."),
+    )
+    async with worker(get_weather, get_time):
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], thread=False, step=True, continue_as_new={"events": 10}
+        )
+        await wait_status(run, "waiting_for_step", 1)
+        await run.add_tools(get_time)
+        await advance_until_done(run, 2)
+        status = await run.status()
+        fork = await run.fork(2)
+        await advance_until_done(fork, 2)
+        transcript = await fork.transcript()
+    ran = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "14:05 in Oslo"}]}
+    assert status.continuations == 1
+    assert transcript[-3:] == [TIME_CALL, ran, {"role": "assistant", "content": [text("14:05.")]}]
+
+
 def _state(tools: list[str], tools_from: dict[int, list[str]], replies: int = 0) -> RunState:
     specs = {name: ToolSpec(name=name, definition={"name": name}) for name in tools}
     return RunState(
