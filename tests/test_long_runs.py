@@ -7,6 +7,7 @@ compare what Claude received with what a run that never continued as new sends.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from anthropic import beta_async_tool
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import EditRejected
@@ -22,7 +24,7 @@ from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UP
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, anthropic_client_factory
 from tests.steering_support import wait_status
 from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
@@ -271,6 +273,27 @@ async def test_a_late_follower_reads_every_reply_of_a_run_that_continued_as_new_
         late = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages()]
     assert (status.reply_offset, status.continuations) == (1, 9)
     assert late == [*calls, text("All done.")]
+
+
+async def test_a_continuation_sends_its_model_calls_to_the_fleets_model_queue(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The queue the fleet routes model calls to goes across continue-as-new (nothing else serves model calls)."""
+    model_queue = f"claude-{uuid.uuid4()}"
+    fake_api.script(Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    model_worker = build_worker(
+        client, task_queue=model_queue, serve=("model",), claude=ClaudeActivities(anthropic_client_factory(fake_api))
+    )
+    async with worker(get_weather, serve=("workflows", "tools"), model_task_queue=model_queue), model_worker:
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
+        async with asyncio.timeout(20):
+            result = await run.result()
+        status = await run.status()
+        history = await run.handle.fetch_history()
+    attributes = [e.activity_task_scheduled_event_attributes for e in history.events]
+    scheduled = [(a.activity_type.name, a.task_queue.name) for a in attributes if a.activity_id]
+    assert (result.status, status.continuations) == ("completed", 1)
+    assert scheduled == [("agent_runner.create_message", model_queue)]  # the continuation's one model call
 
 
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
