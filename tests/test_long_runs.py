@@ -296,6 +296,22 @@ async def test_a_continuation_sends_its_model_calls_to_the_fleets_model_queue(
     assert scheduled == [("agent_runner.create_message", model_queue)]  # the continuation's one model call
 
 
+async def test_a_run_continues_as_new_after_the_updates_its_limit_allows(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """``continue_as_new.updates`` counts the updates an execution took (a step's advance is one), not only events."""
+    fake_api.script(Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, step=True, continue_as_new={"updates": 1})
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        status = await run.status()
+        await run.advance()
+        await run.until_done()
+    assert status.continuations == 1
+
+
 async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_transcript(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
