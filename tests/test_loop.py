@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from anthropic import beta_async_tool
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor, Worker
 
 import agent_runner.workflows.tool_calls as tool_calls
@@ -23,7 +24,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, ModelRequestRejected, ToolNotRegistered
-from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, anthropic_client_factory
@@ -421,8 +422,9 @@ async def test_retryable_statuses_are_retried_by_temporal_honouring_retry_after(
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake_api.requests)
 
 
-async def gives_up(runner: AgentRunner, worker: WorkerFactory, model_activity: dict[str, Any]) -> str:
-    """What the error says of a run (its retries quick) whose model call spends its ``model_activity`` attempts."""
+async def gives_up(runner: AgentRunner, worker: WorkerFactory, model_activity: dict[str, Any]) -> tuple[str, str]:
+    """The failure's type and what it says, of a run (its retries quick) whose model call spends its
+    ``model_activity`` attempts: the type is the last attempt's own (the client sees an ``AgentRunError``)."""
     async with worker():
         run = await runner.start(
             **BASE,
@@ -432,8 +434,11 @@ async def gives_up(runner: AgentRunner, worker: WorkerFactory, model_activity: d
         with pytest.raises(AgentRunnerError) as e:
             await run.until_done()
         ended = await run.ended()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await run.handle.result()
     assert (type(e.value).__name__, ended) == ("AgentRunError", "failed")
-    return str(e.value)
+    assert isinstance(failure.value.cause, ApplicationError)
+    return failure.value.cause.type or "", str(e.value)
 
 
 async def test_a_model_call_that_keeps_failing_is_sent_only_maximum_attempts_times_then_fails_the_run(
@@ -444,9 +449,10 @@ async def test_a_model_call_that_keeps_failing_is_sent_only_maximum_attempts_tim
 
     fake_api.script(overloaded(), overloaded(), overloaded(), end_turn("never sent"))
     assert await gives_up(runner, worker, {"maximum_attempts": 3}) == (
+        "OverloadedError",
         "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed "
         "(OverloadedError: Claude's API answered 529 (overloaded_error: Overloaded)). Try again later, or give it "
-        "more attempts or time (the run's `model_activity`)."
+        "more attempts or time (the run's `model_activity`).",
     )
     assert len(fake_api.requests) == 3
 
@@ -458,11 +464,33 @@ async def test_a_model_call_past_its_timeout_is_sent_only_maximum_attempts_times
     slow = Reply(content=[text("too late")], delay=3.0)
     fake_api.script(slow, slow, end_turn("never sent"))
     assert await gives_up(runner, worker, {"maximum_attempts": 2, "start_to_close_timeout": "PT1S"}) == (
+        "AgentRunError",
         "agent_runner.create_message gave up: its maximum_attempts were spent, and the last attempt failed (it "
         "passed its start_to_close timeout). Try again later, or give it more attempts or time (the run's "
-        "`model_activity`)."
+        "`model_activity`).",
     )
     assert len(fake_api.requests) == 2
+
+
+async def test_a_model_call_is_retried_under_the_runs_model_activity_options(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Temporal retries the model call with the run's ``model_activity`` intervals and attempts: its history says so."""
+    fake_api.script(end_turn("Hi."))
+    async with worker():
+        options = {"initial_interval": "PT2S", "maximum_interval": "PT7S", "maximum_attempts": 4}
+        run = await runner.start(**BASE, messages=[USER], model_activity=options)
+        await run.until_done()
+        history = await run.handle.fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert [
+        (p.initial_interval.ToTimedelta(), p.maximum_interval.ToTimedelta(), p.maximum_attempts)
+        for p in (s.retry_policy for s in scheduled if s.activity_type.name == CREATE_MESSAGE_ACTIVITY)
+    ] == [(timedelta(seconds=2), timedelta(seconds=7), 4)]
 
 
 class AlwaysFails(Interceptor):
@@ -734,6 +762,44 @@ async def test_cancelling_a_run_ends_it_as_cancelled(
         await run.cancel()
         with pytest.raises(RunCancelled, match="was cancelled"):
             await run.until_done()
+
+
+class Holds(Interceptor):
+    """Holds every attempt of one activity until it is cancelled, and says when one started."""
+
+    def __init__(self, activity_type: str) -> None:
+        self.activity_type = activity_type
+        self.started = asyncio.Event()
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        hold = self
+
+        class Inbound(ActivityInboundInterceptor):
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                if activity.info().activity_type != hold.activity_type:
+                    return await super().execute_activity(input)
+                hold.started.set()
+                await asyncio.sleep(60)
+
+        return Inbound(next)
+
+
+async def test_cancelling_a_run_while_its_result_hooks_run_ends_it_as_cancelled(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+) -> None:
+    """A cancellation stays one whichever activity the run awaits: not a failure saying the hooks' activity failed."""
+    from agent_runner.contract.errors import RunCancelled
+
+    holding = Holds(PROCESS_RESULTS_ACTIVITY)
+    fake_api.script(Reply(content=[tool_use("toolu_W", "get_weather", {"city": "Paris"})], stop_reason="tool_use"))
+    plugin = AgentRunnerPlugin(tools=[get_weather], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[holding]):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], result_hooks=["cache_last_tool_result"])
+        await asyncio.wait_for(holding.started.wait(), 30)
+        await run.cancel()
+        with pytest.raises(RunCancelled, match="was cancelled"):
+            await run.until_done()
+        assert await run.ended() == "canceled"
 
 
 async def test_a_large_max_tokens_is_sent_not_refused_by_the_sdks_streaming_guard(

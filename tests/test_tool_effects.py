@@ -718,7 +718,11 @@ def _filing_tool(tools_queue: str) -> Any:
     """An at-most-once tool on its own task queue, so it reads its (big, stored) input from the store."""
 
     @tool_options(
-        effects="at_most_once", task_queue=tools_queue, maximum_attempts=3, initial_interval=timedelta(seconds=0.1)
+        effects="at_most_once",
+        task_queue=tools_queue,
+        maximum_attempts=3,
+        initial_interval=timedelta(seconds=0.1),
+        maximum_interval=timedelta(seconds=0.15),
     )
     @beta_async_tool
     async def file_report(body: str) -> str:
@@ -743,7 +747,8 @@ async def test_an_at_most_once_tool_whose_stored_input_cannot_be_read_is_tried_a
     task_queue: str,
 ) -> None:
     """ToolNotStarted: the tool did not start, so even an at-most-once call is tried again (never "unknown"), and
-    only ``maximum_attempts`` times."""
+    only ``maximum_attempts`` times, after the delays its options give (doubled from ``initial_interval`` up to
+    ``maximum_interval``)."""
     tools_queue = f"{task_queue}-tools"
     file_report = _filing_tool(tools_queue)
     body = "r" * 6000  # big: stored by the model worker, read back by the tool worker
@@ -762,6 +767,13 @@ async def test_an_at_most_once_tool_whose_stored_input_cannot_be_read_is_tried_a
                     with pytest.raises(Exception) as failure:
                         await run.handle.result()
     assert store.failed == failing
+    history = await run.handle.fetch_history()
+    delays = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert delays == [timedelta(seconds=0.1), timedelta(seconds=0.15)]
     if failing == 2:
         assert JOURNAL == ["file_report 6000"]
         assert results_sent(fake_api) == [
