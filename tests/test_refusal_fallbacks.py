@@ -248,6 +248,8 @@ async def test_the_pin_survives_continue_as_new(
 
 
 def test_a_hop_patches_the_runs_parameters_as_the_middleware_does() -> None:
+    """An entry's ``None`` unsets, ``output_config`` one level deep and dropped when nothing is left of it, a
+    ``between_tools`` thinking disabled unless the entry sets ``thinking``."""
     params = {
         "model": "a",
         "max_tokens": 10,
@@ -263,6 +265,12 @@ def test_a_hop_patches_the_runs_parameters_as_the_middleware_does() -> None:
         "output_config": {"effort": "high"},
     }
     assert apply_hop(params, {"model": "b", "thinking": {"type": "adaptive"}})["thinking"] == {"type": "adaptive"}
+    assert apply_hop(params, {"model": "b", "output_config": {"effort": None, "format": None}}) == {
+        "model": "b",
+        "max_tokens": 10,
+        "thinking": {"type": "disabled"},
+        "speed": "fast",
+    }
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,13 @@ CHAIN = ["claude-fallback-2", "claude-fallback-3"]
 
 
 def refused(
-    *content: dict[str, Any], token: str | None = "tok_A", prefill: bool = True, usage: dict[str, Any] | None = None
+    *content: dict[str, Any],
+    token: str | None = "tok_A",
+    prefill: bool = True,
+    usage: dict[str, Any] | None = None,
+    category: str = "cyber",
 ) -> Reply:
-    details: dict[str, Any] = {"type": "refusal", "category": "cyber", "explanation": "Not this."}
+    details: dict[str, Any] = {"type": "refusal", "category": category, "explanation": "Not this."}
     if token is not None:
         details["fallback_credit_token"] = token
     if prefill:
@@ -51,10 +55,16 @@ def refused(
     return Reply(list(content), "refusal", stop_details=details, usage=usage)
 
 
-def sdk_outcome(fake: FakeMessagesAPI, script: list[ScriptItem], thread: bool = False, **params: Any) -> Outcome:
+def sdk_outcome(
+    fake: FakeMessagesAPI,
+    script: list[ScriptItem],
+    thread: bool = False,
+    chain: list[dict[str, Any]] | None = None,
+    **params: Any,
+) -> Outcome:
     """The SDK's streaming tool runner over a client with the middleware (call it in a thread: it blocks)."""
     _reset(fake, script)
-    middleware = BetaRefusalFallbackMiddleware([{"model": m} for m in CHAIN])
+    middleware = BetaRefusalFallbackMiddleware(chain or [{"model": m} for m in CHAIN])
     client = anthropic.Anthropic(base_url=fake.url, api_key="test-key", max_retries=0, middleware=[middleware])
     with BetaFallbackState():
         wire = {} if thread else {"thread": False}
@@ -76,6 +86,15 @@ PRIMARY_USAGE = {
     "service_tier": "priority",
 }
 FALLBACK_USAGE = {"input_tokens": 12, "output_tokens": 4, "cache_creation_input_tokens": 0, "service_tier": "standard"}
+# A `message_delta` with every count the SDK's accumulator takes from it (a null one it skips).
+CLOSING_USAGE = {
+    "input_tokens": 12,
+    "output_tokens": 4,
+    "cache_read_input_tokens": None,
+    "server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0},
+    "output_tokens_details": {"thinking_tokens": 2},
+    "fallback_credit": {"status": {"type": "redeemed"}},
+}
 
 SCRIPTS: dict[str, list[ScriptItem]] = {
     "the_usage_the_stream_opened_with_stays_under_the_fallbacks_counts": [
@@ -140,6 +159,47 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
         Reply([weather("toolu_W1")], "tool_use"),
         end_turn("Sunny."),
     ],
+    "trailing_redacted_thinking_is_not_resent": [
+        refused(text("Let me"), {"type": "redacted_thinking", "data": "EmwKAhgB"}),
+        end_turn(" see: sunny."),
+    ],
+    "an_empty_credit_token_is_no_token": [refused(text("Here is"), token="")],
+    "when_the_last_hop_is_rate_limited_the_refusal_recommends_it": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B", prefill=False),
+        Fault(429),
+    ],
+    "every_count_the_fallbacks_message_delta_carries_replaces_the_primarys": [
+        refused(text("Here is how to"), usage=PRIMARY_USAGE),
+        Reply([text(" check it.")], usage=FALLBACK_USAGE, closing_usage=CLOSING_USAGE),
+    ],
+    "self_reported_iterations_are_retyped_and_named": [
+        refused(text("Here"), usage={**PRIMARY_USAGE, "iterations": [{"type": "message", "input_tokens": 10}]}),
+        Reply(
+            [text(" it is.")],
+            usage=FALLBACK_USAGE,
+            closing_usage={**CLOSING_USAGE, "iterations": [{"type": "message", "model": "claude-fallback-2-0701"}]},
+        ),
+    ],
+    "an_empty_self_report_of_iterations_is_made_from_the_usage": [
+        refused(text("Here"), usage={**PRIMARY_USAGE, "iterations": []}),
+        end_turn(" it is."),
+    ],
+    "each_seam_names_the_category_of_the_refusal_before_it": [
+        refused(text("Here")),
+        refused(text(" is"), token="tok_B", category="bio"),
+        end_turn(" the weather."),
+    ],
+    "two_hops_that_streamed_keep_the_usage_of_the_first": [
+        refused(text("Here"), usage=PRIMARY_USAGE),
+        refused(text(" is"), token="tok_B", usage={**FALLBACK_USAGE, "service_tier": "batch"}),
+        end_turn(" the weather.", usage=FALLBACK_USAGE),
+    ],
+    "an_assistant_turn_of_only_a_seam_is_left_out_of_the_next_request": [
+        refused(token=None, prefill=False),
+        Reply([], "pause_turn"),
+        end_turn("Sunny."),
+    ],
 }
 
 
@@ -197,16 +257,42 @@ async def test_a_run_without_tools_sends_an_empty_tool_list_down_the_chain(
     assert [b.get("tools") for b in actual.bodies] == [[], []]
 
 
-async def test_an_entry_over_capacity_that_inherited_fast_speed_is_sent_once_more_without_it(
+ENTRIES = [{"model": m} for m in CHAIN]
+
+SPEED_CASES: dict[str, tuple[list[dict[str, Any]], list[ScriptItem], list[tuple[str, bool]]]] = {
+    "inherited_and_over_capacity": (
+        ENTRIES,
+        [refused(text("Here")), Fault(529)],
+        [(CHAIN[0], True), (CHAIN[0], False)],
+    ),
+    "set_by_the_entry_and_over_capacity": (
+        [{**ENTRIES[0], "speed": "fast"}, ENTRIES[1]],
+        [refused(text("Here")), Fault(529)],
+        [(CHAIN[0], True), (CHAIN[1], True)],
+    ),
+    "inherited_and_rejected": (
+        ENTRIES,
+        [refused(text("Here"), prefill=False), bad_request("no such model")],
+        [(CHAIN[0], True), (CHAIN[1], True)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SPEED_CASES))
+async def test_only_an_entry_over_capacity_that_inherited_fast_speed_is_sent_once_more_without_it(
+    case: str,
     parity_runner: AgentRunner,  # noqa: F811 (the fixture imported above)
     fake_server: FakeMessagesAPI,
 ) -> None:
-    script: list[ScriptItem] = [refused(text("Here")), Fault(529), end_turn(" it is.")]
-    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, speed="fast")
-    options = {"refusal_fallbacks": CHAIN, "model_activity": {"maximum_attempts": 1}, "speed": "fast"}
+    """As the middleware: an entry that set ``speed`` itself, or a failure other than over capacity, goes on to the
+    next entry, which inherits ``speed: "fast"``."""
+    chain, failing, hops = SPEED_CASES[case]
+    script: list[ScriptItem] = [*failing, end_turn(" it is.")]
+    expected = await asyncio.to_thread(sdk_outcome, fake_server, script, chain=chain, speed="fast")
+    options = {"refusal_fallbacks": chain, "model_activity": {"maximum_attempts": 1}, "speed": "fast"}
     actual = await durable_outcome(fake_server, parity_runner, script, options, thread=False)
     assert_same(actual, expected)
-    assert ["speed" in b for b in actual.bodies] == [True, True, False]
+    assert [(b["model"], "speed" in b) for b in actual.bodies] == [("claude-fake-1", True), *hops]
 
 
 async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(
