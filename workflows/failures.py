@@ -16,13 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
-from agent_runner.contract.toolsets import RUN_TOOLSET_ACTION_ACTIVITY
-from agent_runner.contract.types import (
-    CALL_MCP_TOOL_ACTIVITY,
-    CREATE_MESSAGE_ACTIVITY,
-    RUN_TOOL_ACTIVITY,
-    ActivityOptions,
-)
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ActivityOptions
 from agent_runner.workflows.patches import implied
 
 
@@ -100,15 +94,10 @@ def activity_failure(error: ActivityError) -> ApplicationError:
     return ApplicationError(str(cause or error), type="AgentRunError", non_retryable=True)
 
 
-_TOOL_OPTIONS = "the tool's `tool_options`, or its MCP server's configuration"
-_OPTIONS: dict[str, str] = {
-    CREATE_MESSAGE_ACTIVITY: "the run's `model_activity`",
-    RUN_TOOL_ACTIVITY: _TOOL_OPTIONS,
-    RUN_TOOLSET_ACTION_ACTIVITY: _TOOL_OPTIONS,
-    CALL_MCP_TOOL_ACTIVITY: _TOOL_OPTIONS,
-}
+_OPTIONS: dict[str, str] = {CREATE_MESSAGE_ACTIVITY: "the run's `model_activity`"}
 """Where a run sets the attempts and timeouts of an activity it gave up on (the others are the runner's own, the
-listing of MCP servers' tools included: ``workflows/mcp.py``, ``LIST_RETRY``)."""
+listing of MCP servers' tools included: ``workflows/mcp.py``, ``LIST_RETRY``; a tool that gives up fails the run
+saying which tool, in ``tool_calls.py``)."""
 
 
 def local_activity_failure(activity_type: str, error: ApplicationError | TimeoutError) -> ApplicationError:
