@@ -499,11 +499,13 @@ class AlwaysFails(Interceptor):
     Args:
         activity_type: The activity.
         only: Fail only the calls whose input this is true of.
+        hang: Hang instead of failing, past any timeout of the attempt.
     """
 
-    def __init__(self, activity_type: str, only: Callable[[Any], bool] = lambda _: True) -> None:
+    def __init__(self, activity_type: str, only: Callable[[Any], bool] = lambda _: True, hang: bool = False) -> None:
         self.activity_type = activity_type
         self.only = only
+        self.hang = hang
         self.attempts: list[int] = []
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
@@ -515,6 +517,8 @@ class AlwaysFails(Interceptor):
                 if info.activity_type != log.activity_type or not log.only(input.args[0]):
                     return await super().execute_activity(input)
                 log.attempts.append(info.attempt)
+                if log.hang:
+                    await asyncio.sleep(60)
                 raise RuntimeError("the content store is unreachable")
 
         return Inbound(next)
@@ -549,6 +553,29 @@ async def test_a_lookup_or_result_hook_that_keeps_failing_is_tried_10_times_then
         "the run again or fork it."
     )
     assert len(fake_api.requests) == (0 if activity_type == DESCRIBE_TOOLS_ACTIVITY else 1)
+
+
+async def test_a_lookup_whose_every_attempt_times_out_fails_the_run_saying_its_attempts_were_spent(
+    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool lookup (a local activity) bounds each attempt, not all of them: when every attempt passes its
+    timeout, its attempts were spent, and the run says so, and what the last one did."""
+    quick = {"initial_interval": timedelta(milliseconds=10), "maximum_interval": timedelta(milliseconds=20)}
+    monkeypatch.setattr(tool_lookup, "RETRY", dataclasses.replace(tool_lookup.RETRY, maximum_attempts=3, **quick))
+    monkeypatch.setattr(tool_lookup, "TIMEOUT", timedelta(milliseconds=300))
+    hanging = AlwaysFails(DESCRIBE_TOOLS_ACTIVITY, hang=True)
+    plugin = AgentRunnerPlugin(tools=[get_weather], claude=ClaudeActivities(anthropic_client_factory(fake_api)))
+    async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[hanging]):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        with pytest.raises(AgentRunnerError) as e:
+            await run.until_done()
+    assert hanging.attempts == [1, 2, 3]
+    assert str(e.value) == (
+        f"{DESCRIBE_TOOLS_ACTIVITY} gave up: its maximum_attempts were spent, and the last attempt failed (it passed "
+        "its start_to_close timeout). Fix what it says on the workers (their logs have each attempt), then start the "
+        "run again or fork it."
+    )
+    assert fake_api.requests == []
 
 
 async def test_invalid_input_fails_the_run_at_once_naming_each_problem(

@@ -104,12 +104,13 @@ def local_activity_failure(activity_type: str, error: ApplicationError | Timeout
     """Fail the run for a local activity that failed: one that gave up says so, as ``activity_failure`` does.
 
     A local activity's failure reaches the workflow as its last attempt's own error, with no ``ActivityError`` (and
-    no retry state) around it: an error its activity marked non-retryable ended it at once, any other spent its
-    retries.
+    no retry state) around it, but for a timeout, which comes wrapped (the caller passes the ``TimeoutError``): an
+    error its activity marked non-retryable ended it at once, any other spent its retries.
     """
     if isinstance(error, ApplicationError) and error.non_retryable:
         return ApplicationError(error.message, *error.details, type=error.type, non_retryable=True)
-    return _gave_up(activity_type, error, timed_out=isinstance(error, TimeoutError))
+    # Its attempts were spent, even when the last one timed out: the runner bounds each attempt, never all of them.
+    return _gave_up(activity_type, error, timed_out=False)
 
 
 def _gave_up(activity_type: str, cause: BaseException, *, timed_out: bool) -> ApplicationError:

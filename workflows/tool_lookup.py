@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, DescribeToolsInput, DescribeToolsOutput
 from agent_runner.workflows.failures import failing_the_run, local_activity_failure
@@ -47,7 +47,12 @@ async def describe_tools(names: list[str], hooks: list[str]) -> DescribeToolsOut
             start_to_close_timeout=TIMEOUT,
             retry_policy=RETRY,
         )
-    except (ApplicationError, TimeoutError) as e:
+    except ApplicationError as e:
         # As above; a local activity's failure is its last attempt's own error, with no ActivityError around it.
         raise local_activity_failure(DESCRIBE_TOOLS_ACTIVITY, e) from None
+    except ActivityError as e:
+        # Except a timeout: the last attempt's timeout comes wrapped (its retry state says "cancel requested").
+        if not isinstance(e.cause, TimeoutError):
+            raise
+        raise local_activity_failure(DESCRIBE_TOOLS_ACTIVITY, e.cause) from None
     return local
