@@ -30,8 +30,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -49,41 +47,9 @@ from temporalio.worker import (
 )
 
 from agent_runner.after_wait import AFTER_WAIT_HEADER
-from agent_runner.contract.errors import ConfigurationError
+from agent_runner.tuning import Backpressure
 
 __all__ = ["Backpressure", "ResponsiveSlotSupplier", "StepDelayInterceptor", "backpressure_options"]
-
-
-@dataclass(frozen=True)
-class Backpressure:
-    """When a worker process stops taking new model and tool calls (``--max-loop-lag``, ``--max-step-delay``).
-
-    Attributes:
-        max_lag: New activity slots are granted only while the event loop's lag (how late a sleeping task wakes,
-            smoothed) is below this.
-        max_step_delay: ... and while runs' steps between two activities (their workflow task: sticky-queue wait
-            and processing, smoothed over recent activities) take less than this. Keep it well under the sticky
-            queue's timeout (10 s), which is where such waits end in a timeout.
-        min_slots: Slots granted whatever the signals say, so a busy process still makes progress.
-        sample_interval: How often the loop's lag is measured.
-    """
-
-    max_lag: timedelta = timedelta(milliseconds=100)
-    max_step_delay: timedelta = timedelta(seconds=2)
-    min_slots: int = 10
-    sample_interval: timedelta = timedelta(milliseconds=20)
-
-    def __post_init__(self) -> None:
-        if self.max_lag <= timedelta(0):
-            raise ConfigurationError(f"--max-loop-lag must be more than 0 seconds, not {self.max_lag.total_seconds()}.")
-        if self.max_step_delay <= timedelta(0):
-            raise ConfigurationError(
-                f"--max-step-delay must be more than 0 seconds, not {self.max_step_delay.total_seconds()}."
-            )
-        if self.min_slots < 1:
-            raise ConfigurationError(f"--min-concurrent-activities must be at least 1, not {self.min_slots}.")
-        if self.sample_interval <= timedelta(0):
-            raise ConfigurationError("The event loop's sample interval must be more than 0 seconds.")
 
 
 STEP_SAMPLES_FRESH = 10.0

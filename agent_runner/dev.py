@@ -507,10 +507,12 @@ async def serve(
     """
     from agent_runner.activities.claude import ClaudeActivities
     from agent_runner.connection import connect
-    from agent_runner.mcp_config import MCP_CONFIG_ENV, load_mcp_config
+    from agent_runner.contract.types import MCP_CONFIG_ENV
+    from agent_runner.mcp_config import load_mcp_config
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedKeeper, configured_address, keep_embedded_server
-    from agent_runner.worker import build_registry, build_worker, configure_logging
+    from agent_runner.worker import build_registry, build_worker
+    from agent_runner.worker_command import configure_logging
 
     lock = _try_lock()
     if lock is None:

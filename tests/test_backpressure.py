@@ -29,7 +29,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, rate_limited, tool_use
 from agent_runner.worker import WorkerTuning
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, scheduled_activities
 from tests.steering_support import delete_file, wait_status
 
 CTX = cast(SlotReserveContext, None)
@@ -197,12 +197,7 @@ async def test_a_runs_own_waits_and_retries_are_not_steps(
         await run.approve("toolu_E")
         await run.until_done()
     history = await run.handle.fetch_history()
-    scheduled = [
-        e.activity_task_scheduled_event_attributes
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
-    assert [(a.activity_type.name, AFTER_WAIT_HEADER in a.header.fields) for a in scheduled] == [
+    assert [(a.activity_type.name, AFTER_WAIT_HEADER in a.header.fields) for a in scheduled_activities(history)] == [
         ("agent_runner.create_message", False),
         ("agent_runner.run_tool", True),  # after the approval
         ("agent_runner.create_message", False),  # after the tool's result

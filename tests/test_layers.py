@@ -13,8 +13,8 @@ client      ``agent_runner/{client,connection,live,temporal_server,process_exit}
             and end a process. Imports the contract, the store and the connection; never activities nor workflows (a
             run's input is checked with the contract's ``parse_run_input``, so a bad input fails before a run
             starts).
-worker      ``agent_runner/{plugin,processes,worker,backpressure,after_wait}.py``: puts workflows and activities on a
-            Temporal worker.
+worker      ``agent_runner/{plugin,processes,worker,worker_command,tuning,backpressure,after_wait}.py``: puts
+            workflows and activities on a Temporal worker.
 testing     ``agent_runner/testing/``: the fake Messages API, public for tests of users' own agents. Imports nothing
             of ours, so such a test can load it alone.
 commands    ``agent_runner/cli/``, ``agent_runner/console/``, ``agent_runner/{dev,gc,schedules,example_tools}.py``:
@@ -53,6 +53,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "agent_runner/plugin.py",
         "agent_runner/processes.py",
         "agent_runner/worker.py",
+        "agent_runner/worker_command.py",
+        "agent_runner/tuning.py",
         "agent_runner/backpressure.py",
         "agent_runner/after_wait.py",
     ),

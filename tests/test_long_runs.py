@@ -24,7 +24,7 @@ from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UP
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
-from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.steering_support import wait_status
 from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
@@ -324,13 +324,8 @@ async def test_history_grows_by_a_bounded_amount_per_iteration_whatever_the_tran
     assert [len(b["messages"]) for b in fake_api.bodies()] == [1 + 2 * i for i in range(9)]
     assert fake_api.bodies()[8]["messages"][0] == big
     history = await run.handle.fetch_history()
-    events = history.events
     total = history.to_json().encode()
-    activity_inputs = [
-        len(e.activity_task_scheduled_event_attributes.input.SerializeToString())
-        for e in events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
+    activity_inputs = [len(s.input.SerializeToString()) for s in scheduled_activities(history)]
     assert max(activity_inputs) < 4096  # every model call's input, the first one included
     assert len(total) < 1_000_000 * 4 / 3 + 200_000  # the input once (base64 in JSON), not nine times
 

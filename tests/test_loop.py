@@ -27,7 +27,7 @@ from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, Mode
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.heartbeat_support import Heartbeats
 from tests.tools_for_tests import fail_disk, get_time, get_weather, image_tool, refuse, returns_dict
 
@@ -482,14 +482,9 @@ async def test_a_model_call_is_retried_under_the_runs_model_activity_options(
         run = await runner.start(**BASE, messages=[USER], model_activity=options)
         await run.until_done()
         history = await run.handle.fetch_history()
-    scheduled = [
-        e.activity_task_scheduled_event_attributes
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
     assert [
         (p.initial_interval.ToTimedelta(), p.maximum_interval.ToTimedelta(), p.maximum_attempts)
-        for p in (s.retry_policy for s in scheduled if s.activity_type.name == CREATE_MESSAGE_ACTIVITY)
+        for p in (s.retry_policy for s in scheduled_activities(history, CREATE_MESSAGE_ACTIVITY))
     ] == [(timedelta(seconds=2), timedelta(seconds=7), 4)]
 
 

@@ -36,7 +36,13 @@ from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.workflows import mcp as mcp_workflows
 from agent_runner.workflows.agent_run import AgentRun
-from tests.conftest import WorkerFactory, anthropic_client_factory, history_text, started_attempts
+from tests.conftest import (
+    WorkerFactory,
+    anthropic_client_factory,
+    history_text,
+    scheduled_activities,
+    started_attempts,
+)
 from tests.heartbeat_support import Heartbeats
 from tests.test_durability import wait_for, worker_process
 
@@ -488,19 +494,14 @@ async def test_each_call_is_an_activity_under_the_policy_the_configuration_gives
         run = await runner.start(**BASE, messages=[USER], mcp=["files"])
         await run.until_done()
     history = await client.get_workflow_handle(run.id).fetch_history()
-    scheduled = {
-        event.activity_task_scheduled_event_attributes.activity_id: event.activity_task_scheduled_event_attributes
-        for event in history.events
-        if event.HasField("activity_task_scheduled_event_attributes")
-    }
-    calls_scheduled = [a for a in scheduled.values() if a.activity_type.name == "agent_runner.call_mcp_tool"]
+    calls_scheduled = scheduled_activities(history, "agent_runner.call_mcp_tool")
     # (timeout in seconds, heartbeat timeout, attempts): the tool's own timeout plus the 10 s the worker is given to
     # report it (TOOL_TIMEOUT_GRACE), as for a registered tool.
     assert sorted(
         (a.start_to_close_timeout.seconds, a.heartbeat_timeout.seconds, a.retry_policy.maximum_attempts)
         for a in calls_scheduled
     ) == [(17, 3, 4), (310, 30, 4)]
-    assert [a.activity_type.name for a in scheduled.values()].count("agent_runner.list_mcp_tools") == 1
+    assert len(scheduled_activities(history, "agent_runner.list_mcp_tools")) == 1
 
 
 async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so(

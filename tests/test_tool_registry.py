@@ -73,7 +73,7 @@ def test_json_log_lines_carry_the_traceback() -> None:
     import json
     import logging
 
-    from agent_runner.worker import JsonFormatter
+    from agent_runner.worker_command import JsonFormatter
 
     try:
         raise ValueError("boom")

@@ -28,7 +28,7 @@ from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import WorkerTuning, build_worker
 from agent_runner.workflows import history_size, live, patches, result_transcript, tool_lookup
 from agent_runner.workflows.agent_run import AgentRun
-from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.test_history_size import payloads
 from tests.test_lean_history import iteration_sizes, queue_as_long_as_the_default
 from tests.test_replay import load, strict_replayer
@@ -146,12 +146,7 @@ async def test_a_new_run_records_one_patch_marker_and_does_what_the_four_patches
             "usage": {"input_tokens": 10, "output_tokens": 5},
         }
     }
-    heartbeats = [
-        e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta()
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == CREATE_MESSAGE_ACTIVITY
-    ]
+    heartbeats = [s.heartbeat_timeout.ToTimedelta() for s in scheduled_activities(history, CREATE_MESSAGE_ACTIVITY)]
     assert heartbeats == [live.MODEL_HEARTBEAT_TIMEOUT] * CALLS
     assert result.last_status is not None
     assert (result.last_status.status, result.last_status.iterations, result.last_status.version) == (

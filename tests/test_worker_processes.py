@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,8 +31,13 @@ from agent_runner.worker import WorkerTuning, build_worker
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def worker_command(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "worker.py"), *args]
+def worker_command(*args: str, importtime: bool = False) -> list[str]:
+    """``python worker.py ARGS``; with ``importtime``, the process (not the workers it starts) lists its imports."""
+    return [sys.executable, *(["-X", "importtime"] if importtime else []), str(ROOT / "worker.py"), *args]
+
+
+IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
+"""A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
 
 
 def children(pid: int) -> set[int]:
@@ -67,7 +73,12 @@ def wait_until(predicate: object, what: str, timeout: float = 60.0) -> None:
 
 @contextmanager
 def supervisor(
-    address: str, fake: FakeMessagesAPI, log: Path, *args: str, env: dict[str, str] | None = None
+    address: str,
+    fake: FakeMessagesAPI,
+    log: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    importtime: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     full_env = {
         **os.environ,
@@ -78,7 +89,8 @@ def supervisor(
         **(env or {}),
     }
     with log.open("ab") as out:
-        proc = subprocess.Popen(worker_command(*args), cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        command = worker_command(*args, importtime=importtime)
+        proc = subprocess.Popen(command, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
     try:
         yield proc
     finally:
@@ -125,8 +137,9 @@ def ready_lines(log: Path) -> list[str]:
     ],
 )
 def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(flags: list[str], message: str) -> None:
+    # Before the worker loads (Anthropic's types take seconds to import): a typo is refused at once.
     done = subprocess.run(
-        worker_command(*flags),
+        worker_command(*flags, importtime=True),
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -134,7 +147,8 @@ def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(fl
         timeout=60,
     )
     assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
+    assert IMPORTS_ANTHROPIC.search(done.stderr) is None, "the worker loaded before refusing a bad flag"
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("import time:")]
     assert len(lines) == 1, done.stderr
     assert lines[0].endswith(message)
 
@@ -243,8 +257,11 @@ def test_a_child_that_cannot_start_with_its_configuration_stops_the_supervisor_a
     temporal_address: str, fake_api: FakeMessagesAPI, tmp_path: Path
 ) -> None:
     log = tmp_path / "worker.log"
-    with supervisor(temporal_address, fake_api, log, "--tools", "no_such_module_here", "--processes", "2") as proc:
+    flags = ("--tools", "no_such_module_here", "--processes", "2")
+    with supervisor(temporal_address, fake_api, log, *flags, importtime=True) as proc:
         assert proc.wait(timeout=90) == 2
-    lines = log.read_text().splitlines()
+    # The supervisor only starts and watches processes: it never loads the worker (nor its memory's worth of types).
+    assert IMPORTS_ANTHROPIC.search(log.read_text()) is None
+    lines = [line for line in log.read_text().splitlines() if not line.startswith("import time:")]
     assert "restarting" not in log.read_text()
     assert lines[-1].endswith("cannot start with this configuration (see its error above); stopping the others"), lines

@@ -20,6 +20,15 @@ from agent_runner.contract.agents import AgentSpec
 TASK_QUEUE = "agent-runner"
 """The default task queue of runs, model calls and tools."""
 
+WORKER_ROLES = ("workflows", "model", "tools")
+"""What a worker can serve; a fleet may split them across processes and task queues."""
+
+TOOLS_ENV = "AGENT_RUNNER_TOOLS"
+"""Comma-separated tool modules a worker registers, in addition to ``--tools``."""
+
+MCP_CONFIG_ENV = "AGENT_RUNNER_MCP_CONFIG"
+"""The path of the worker's MCP configuration file, when ``--mcp-config`` is not given."""
+
 WORKFLOW_TYPE = "AgentRun"
 """The workflow type of a run, as the stock ``temporal`` CLI names it."""
 
