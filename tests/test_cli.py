@@ -728,6 +728,7 @@ IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
 """A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
 
 
+@pytest.mark.slow
 async def test_the_commands_that_only_ask_temporal_do_not_import_anthropic(
     temporal_address: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
 ) -> None:
@@ -1303,6 +1304,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_dev_detach_starts_the_embedded_server_and_stop_leaves_nothing(tmp_path: Path) -> None:
     """`dev --detach` returns once ready and is reused when run again; `--stop` ends it, its server included."""
@@ -1348,6 +1350,7 @@ def test_dev_detach_starts_the_embedded_server_and_stop_leaves_nothing(tmp_path:
     assert _cli(env, "dev", "--stop").stdout == "No dev stack is running.\n"
 
 
+@pytest.mark.slow
 def test_a_dev_stack_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken_tools.py").write_text(BROKEN_TOOLS)
     env = _dev_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1", PYTHONPATH=str(tmp_path))

@@ -118,6 +118,7 @@ async def test_an_append_to_a_long_transcript_allocates_for_its_new_messages_onl
     assert kept < 60_000
 
 
+@pytest.mark.slow
 async def test_a_worker_caching_many_small_messages_keeps_to_its_cache_budget(tmp_path: Path) -> None:
     """The cache's budget bounds its memory, not only its JSON bytes: 20,000 small messages in a 2 MB cache."""
     store = open_store(f"sqlite:///{tmp_path / 'store.db'}")

@@ -260,6 +260,7 @@ async def test_a_run_that_continued_as_new_still_refuses_to_add_a_tool_no_worker
     )
 
 
+@pytest.mark.slow
 async def test_a_late_follower_reads_every_reply_of_a_run_that_continued_as_new_after_each_one(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

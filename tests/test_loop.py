@@ -519,6 +519,7 @@ class AlwaysFails(Interceptor):
         return Inbound(next)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activity_type", [DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY])
 async def test_a_lookup_or_result_hook_that_keeps_failing_is_tried_10_times_then_fails_the_run_saying_so(
     activity_type: str,

@@ -520,6 +520,7 @@ async def test_a_server_whose_command_cannot_run_fails_the_run_at_once_saying_so
     assert fake_api.bodies() == []
 
 
+@pytest.mark.slow
 async def test_a_server_that_cannot_be_reached_is_asked_10_times_then_the_run_fails_saying_so(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -97,6 +97,7 @@ def _normalized(out: str) -> list[str]:
     return [ISO_TIME.sub("TIME", UUID.sub("UUID", line)).rstrip() for line in out.splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_readme_stock_temporal_cli_block_runs_verbatim_and_approves_a_waiting_call(
     temporal: str, tmp_path: Path

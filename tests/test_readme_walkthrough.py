@@ -220,6 +220,7 @@ WAITING_NOTE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, tmp_path: Path) -> None:
     """It prints what the README promises, ends with the stack stopped, and no process of it is left."""

@@ -343,6 +343,7 @@ async def finish() -> str:
     return "Done."
 
 
+@pytest.mark.slow
 async def test_a_long_runs_oldest_content_is_kept_though_only_stored_messages_name_it(
     temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, tmp_path: Path, left_open: list[str]
 ) -> None:

@@ -279,6 +279,7 @@ class FailingBigPuts(WrappedStore):
         return await super().put(blobs)
 
 
+@pytest.mark.slow
 async def test_a_result_the_store_cannot_take_is_an_error_result_and_the_tool_ran_once(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

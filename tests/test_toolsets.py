@@ -542,6 +542,7 @@ class CountingScreenshotComputer(ScreenshotComputer):
         return await super().call(context, name, input)
 
 
+@pytest.mark.slow
 async def test_an_action_whose_result_the_store_cannot_take_is_an_error_result_and_ran_once(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
