@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +19,18 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
+from agent_runner.connection import data_converter
 from agent_runner.contract.errors import EditRejected
 from agent_runner.contract.events import ModelCallEvent, ReplyReceived, RunFinished, TextDelta, ToolFinished
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, TOOL_USE_READY_SIGNAL
 from agent_runner.store import open_store
+from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.steering_support import wait_status
+from tests.test_big_params import executions
 from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
 
@@ -297,6 +302,67 @@ async def test_a_continuation_sends_its_model_calls_to_the_fleets_model_queue(
     assert scheduled == [("agent_runner.create_message", model_queue)]  # the continuation's one model call
 
 
+def task_sizes(history: Any) -> list[tuple[int, bool]]:
+    """Each workflow task's history size as Temporal told the run (bytes), and whether it suggested continuing."""
+    return [
+        (
+            e.workflow_task_started_event_attributes.history_size_bytes,
+            e.workflow_task_started_event_attributes.suggest_continue_as_new,
+        )
+        for e in history.events
+        if e.HasField("workflow_task_started_event_attributes")
+    ]
+
+
+async def test_a_run_continues_as_new_at_the_first_boundary_past_its_history_bytes_limit(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """``continue_as_new.history_bytes`` is Temporal's count of the history's bytes, checked at each boundary.
+
+    A continuation begins with what the run carries (its recent live events, replies and fork points: more than
+    10 KB here), past so low a limit: it makes a model call of its own before it continues, never none (which would
+    continue again at once, without end).
+    """
+    limit = 10_000
+    script(fake_api)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"history_bytes": limit})
+        async with asyncio.timeout(30):
+            await run.until_done()
+        status = await run.status()
+    assert run.handle.first_execution_run_id is not None
+    first, *continuations = await executions(runner.client, run.id, run.handle.first_execution_run_id)
+    sizes = [size for size, _ in task_sizes(first)]
+    # The task that continued saw the limit passed; the boundary before it (two tasks back: a reply's task, then its
+    # tool's) had not.
+    assert sizes[-1] >= limit > sizes[-3], sizes
+    assert len(scheduled_activities(first, CREATE_MESSAGE_ACTIVITY)) == 5
+    for history in continuations:
+        assert task_sizes(history)[0][0] >= limit
+        assert len(scheduled_activities(history, CREATE_MESSAGE_ACTIVITY)) == 1
+    assert status.continuations == len(continuations) == 4
+    assert [len(b["messages"]) for b in fake_api.bodies()] == [1 + 2 * i for i in range(9)]
+
+
+@pytest.mark.parametrize("signals", [2, 3])
+async def test_a_run_continues_as_new_after_the_signals_its_limit_allows(
+    signals: int, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """``continue_as_new.signals`` counts the signals an execution took, whatever they said."""
+    fake_api.script(Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, step=True, continue_as_new={"signals": 3})
+        await wait_status(run, "waiting_for_step", 1)
+        for _ in range(signals):  # no model call is under way: the run takes each and ignores what it says
+            await run.handle.signal(TOOL_USE_READY_SIGNAL, {"iteration": 1, "attempt": 1, "token": "none"})
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        status = await run.status()
+        await run.advance()
+        await run.until_done()
+    assert status.continuations == (1 if signals >= 3 else 0)
+
+
 async def test_a_run_continues_as_new_after_the_updates_its_limit_allows(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -564,3 +630,35 @@ async def test_a_live_event_subscriber_follows_the_run_across_continue_as_new(
     offsets = [e.offset for e in seen if not isinstance(e, ModelCallEvent)]
     assert offsets == sorted(set(offsets))  # streamed pieces share the offset of the stream event before them
     assert [e.offset for e in seen] == sorted(e.offset for e in seen)  # type: ignore[type-var]
+
+
+@pytest.mark.slow
+async def test_a_run_continues_as_new_at_the_first_boundary_temporal_suggests_it(
+    fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """Temporal's own suggestion (its history-count threshold, lowered on a server of this test's) continues the run."""
+    threshold = 20
+    args = ["--dynamic-config-value", f"limit.historyCount.suggestContinueAsNew={threshold}"]
+    script(fake_api)
+    with EmbeddedTemporal(tmp_path / "temporal.db", extra_args=args) as server:
+        client = await Client.connect(server.address, data_converter=data_converter())
+        runner = AgentRunner(client, task_queue="suggested")
+        worker = build_worker(
+            client,
+            registry=ToolRegistry([get_weather]),
+            task_queue="suggested",
+            claude=ClaudeActivities(anthropic_client_factory(fake_api)),
+        )
+        async with worker:
+            run = await runner.start(**BASE, tools=[get_weather], thread=False)
+            async with asyncio.timeout(60):
+                await run.until_done()
+            status = await run.status()
+            assert run.handle.first_execution_run_id is not None
+            histories = await executions(client, run.id, run.handle.first_execution_run_id)
+    for history in histories[:-1]:
+        suggested = [suggest for _, suggest in task_sizes(history)]
+        # The task that continued was told to; the boundary before it (two tasks back) was not.
+        assert suggested[-1] and not suggested[-3], suggested
+    assert status.continuations == len(histories) - 1 >= 1
+    assert [len(b["messages"]) for b in fake_api.bodies()] == [1 + 2 * i for i in range(9)]

@@ -181,6 +181,8 @@ class AgentRun:
         self._updates = 0
         """Updates this execution took (Temporal allows 2,000 per execution)."""
         self._signals = 0
+        self._replies_before = self._state.reply_count
+        """Replies the run had when this execution began: a continuation moves on only once it added one."""
         self._ended = False
         self._continuing = False
         self._draining = False
@@ -375,7 +377,11 @@ class AgentRun:
                 spec.auto_compact.keep_recent_turns,
                 background=spec.auto_compact.background,
             )
-        if should_continue_as_new(spec.continue_as_new, self._updates, self._signals):
+        # A continuation goes on only after a reply of its own: one whose starting history already passes a limit
+        # (a low `history_bytes`, a server that suggests continuing early) would otherwise start the next one at
+        # once, and so on, without end.
+        made_progress = self._carried is None or self._state.reply_count > self._replies_before
+        if made_progress and should_continue_as_new(spec.continue_as_new, self._updates, self._signals):
             await self._continue_as_new(spec)
 
     async def _turn(
