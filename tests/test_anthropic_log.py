@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
@@ -12,6 +13,7 @@ from agent_runner.testing import FakeMessagesAPI, end_turn
 from tests.test_durability import worker_process
 
 
+@pytest.mark.slow
 async def test_a_worker_started_with_anthropic_log_debug_logs_the_sdks_requests(
     temporal_env: WorkflowEnvironment, runner: AgentRunner, fake_api: FakeMessagesAPI, tmp_path: Path
 ) -> None:

@@ -1130,6 +1130,7 @@ async def test_a_store_that_cannot_be_opened_is_one_line(
 BROKEN_TOOLS = 'raise RuntimeError("API_TOKEN is not set")\n'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "args", "error"),
     [
@@ -1369,6 +1370,7 @@ def test_a_dev_stack_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> N
     assert not (tmp_path / "dev.json").exists()
 
 
+@pytest.mark.slow
 async def test_dev_in_the_foreground_stops_on_ctrl_c(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
     address = temporal_env.client.service_client.config.target_host
     queue = f"dev-{uuid.uuid4()}"

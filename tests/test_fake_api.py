@@ -888,6 +888,7 @@ def readme_testing_example() -> str:
     return str(example)
 
 
+@pytest.mark.slow
 def test_the_readme_example_of_testing_your_own_agent_passes(
     temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,6 +58,7 @@ async def test_claude_gets_the_token_and_the_history_never_holds_it(
     assert "tok-secret-4242" not in history
 
 
+@pytest.mark.slow
 async def test_a_password_in_the_store_url_reaches_neither_the_workers_log_nor_history(
     runner: AgentRunner, task_queue: str, fake_api: FakeMessagesAPI, postgres_url: str, tmp_path: Path
 ) -> None:

@@ -610,6 +610,7 @@ async def test_postgres_store_recovers_when_the_server_drops_its_connections(pos
         assert await store.get([ref]) == {ref: data}
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_wrong_store_url_stops_at_start_saying_why() -> None:
     import subprocess
     import sys

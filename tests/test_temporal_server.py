@@ -137,6 +137,7 @@ def test_default_db_path_uses_agent_runner_home(tmp_path: Path) -> None:
     assert EmbeddedTemporal().db_filename == tmp_path / "home" / "temporal.db"
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_workflow_survives_server_kill(tmp_path: Path) -> None:
     db = tmp_path / "state" / "temporal.db"
