@@ -195,6 +195,10 @@ def stock_temporal(client: Client, *args: str) -> str:
     return done.stdout
 
 
+IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
+"""A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
+
+
 def history_text(history: WorkflowHistory) -> str:
     """Every event of ``history`` as protobuf text, where a payload's bytes (JSON here) read as they are.
 

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
-from tests.conftest import WorkerFactory
+from tests.conftest import IMPORTS_ANTHROPIC, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
 
@@ -722,10 +721,6 @@ def test_only_the_demo_and_dev_commands_load_the_fake_messages_api() -> None:
         "schedules": False,
         "store_gc": False,
     }
-
-
-IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
-"""A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from agent_runner.backpressure import Backpressure, ResponsiveSlotSupplier, Step
 from agent_runner.client import AgentRunner
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import WorkerTuning, build_worker
+from tests.conftest import IMPORTS_ANTHROPIC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def worker_command(*args: str, importtime: bool = False) -> list[str]:
     """``python worker.py ARGS``; with ``importtime``, the process (not the workers it starts) lists its imports."""
     return [sys.executable, *(["-X", "importtime"] if importtime else []), str(ROOT / "worker.py"), *args]
-
-
-IMPORTS_ANTHROPIC = re.compile(r"^import time:.*\| +anthropic$", re.M)
-"""A line of ``-X importtime`` output saying the process imported the ``anthropic`` package."""
 
 
 def children(pid: int) -> set[int]:
