@@ -6,7 +6,6 @@ models. The stock ``temporal`` CLI needs nothing special: a run's input and resu
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import threading
@@ -15,12 +14,40 @@ from typing import Any
 
 import temporalio.api.failure.v1
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultFailureConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+    PayloadConverter,
+)
 
 from agent_runner.codec import EncryptionCodec
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.temporal_server import EmbeddedTemporal, TemporalServerError, configured_address, connect_client
+
+_PYDANTIC_JSON = PydanticJSONPlainPayloadConverter()
+"""One for the process: it holds no state but its cache of pydantic type adapters, which all payloads share."""
+
+
+class SharedPydanticPayloadConverter(CompositePayloadConverter):
+    """Temporal's ``PydanticPayloadConverter`` (the same payloads, either way), cheap to construct.
+
+    Temporal constructs a payload converter for every workflow activation and every activity (a data converter's
+    copy builds one, only to replace it). Temporal's own builds a pydantic serializer and a type-adapter cache each
+    time: 24 µs against 4 µs, about four times per iteration of a run. This one shares one of each.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            *(
+                _PYDANTIC_JSON if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
 
 _converting = threading.local()
 """Whether this thread is inside ``BoundedFailureConverter.to_failure`` (which converts causes by calling itself)."""
@@ -116,9 +143,11 @@ def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     """
     codec = EncryptionCodec.from_env(environ)
     if codec is None:
-        return dataclasses.replace(pydantic_data_converter, failure_converter_class=BoundedFailureConverter)
-    return dataclasses.replace(
-        pydantic_data_converter,
+        return DataConverter(
+            payload_converter_class=SharedPydanticPayloadConverter, failure_converter_class=BoundedFailureConverter
+        )
+    return DataConverter(
+        payload_converter_class=SharedPydanticPayloadConverter,
         payload_codec=codec,
         failure_converter_class=BoundedFailureConverterWithEncodedAttributes,
     )

@@ -73,12 +73,12 @@ with workflow.unsafe.imports_passed_through():
     from anthropic import beta_async_tool
     from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
     from temporalio.common import RetryPolicy
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
     from temporalio.worker import Worker
 
     from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
+    from agent_runner.connection import data_converter
     from agent_runner.content import Content
     from agent_runner.store import ContentStore, open_store
     from agent_runner.temporal_server import EmbeddedTemporal
@@ -371,7 +371,7 @@ async def measure_table(iterations: int, sizes: list[str], probe: int, grow: boo
                 logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
             )
         )
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter, runtime=quiet)
+        client = await Client.connect(server.address, data_converter=data_converter(), runtime=quiet)
         bench = TableBench(client, fake, state)
         for design in DESIGNS:  # warm-up: imports, sandbox, first connections; not measured
             await bench.run(design, SIZES["10KB"], 2)
@@ -479,7 +479,7 @@ async def measure_long(iterations: int) -> None:
     store = open_store(store_url)
     try:
         await server.astart()
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=data_converter())
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": server.address,

@@ -64,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client, WorkflowHandle
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -72,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.activities.live_events import EventPublisher
     from agent_runner.client import AgentRunner
+    from agent_runner.connection import data_converter
     from agent_runner.plugin import AgentRunnerPlugin
     from agent_runner.store import ContentStore, open_store
     from agent_runner.temporal_server import EmbeddedTemporal
@@ -201,7 +201,7 @@ async def run_variants(iterations: int, runs: int, size: int, variants: tuple[st
         counters.install(store)
     try:
         await server.astart()
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=data_converter())
 
         def claude() -> ClaudeActivities:
             return ClaudeActivities(lambda: default_client(base_url=fake.url, api_key="bench"))  # the worker's client

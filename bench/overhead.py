@@ -55,12 +55,12 @@ with workflow.unsafe.imports_passed_through():
     import temporalio
     from anthropic import beta_async_tool
     from temporalio.client import Client, WorkflowHandle
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
     from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
+    from agent_runner.connection import data_converter
     from agent_runner.temporal_server import EmbeddedTemporal
     from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, tool_use
     from agent_runner.worker import build_registry, build_worker
@@ -267,7 +267,7 @@ async def measure(iterations: int, repeat: int) -> None:
     try:
         await server.astart()
         # What agent_runner.connect() builds for the embedded server: the pydantic data converter.
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=data_converter())
 
         def claude_client() -> anthropic.AsyncAnthropic:
             return default_client(base_url=fake.url, api_key="bench")

@@ -81,12 +81,12 @@ with workflow.unsafe.imports_passed_through():
     import temporalio
     from anthropic import beta_async_tool
     from temporalio.client import Client, WorkflowHandle
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
     from temporalio.worker import Worker
 
     from agent_runner.activities.claude import ClaudeActivities, default_client
     from agent_runner.client import AgentRunner
+    from agent_runner.connection import data_converter
     from agent_runner.store import open_store
     from agent_runner.temporal_server import EmbeddedTemporal
     from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
@@ -359,7 +359,7 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
                 logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
             )
         )
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter, runtime=quiet)
+        client = await Client.connect(server.address, data_converter=data_converter(), runtime=quiet)
         peer_client = await Client.connect(server.address, plugins=[PydanticAIPlugin()], runtime=quiet)
 
         def claude_client() -> anthropic.AsyncAnthropic:

@@ -83,11 +83,11 @@ async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> float:
 
 async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
     from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
 
     from agent_runner.client import AgentRunner
+    from agent_runner.connection import data_converter
 
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    client = await Client.connect(address, data_converter=data_converter())
     task_queue = f"resume-{case}-{uuid.uuid4()}"
     runner = AgentRunner(client, task_queue=task_queue)
     fake.reset()
