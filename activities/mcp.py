@@ -119,7 +119,9 @@ class McpConnection:
     async def _answers(self, client: Client) -> bool:
         """Whether the connection is still there: a ping it answers, with anything but a closed connection."""
         try:
-            await asyncio.wait_for(client.send_ping(), PING_TIMEOUT)
+            # The session's ping, not `Client.send_ping`, which warns on every call that the 2026-07-28 protocol
+            # removed ping: a server on it answers "method not found", and that is an answer too.
+            await asyncio.wait_for(client.session.send_ping(), PING_TIMEOUT)
         except MCPError as e:
             return e.code != CONNECTION_CLOSED  # an answer, even an error, is a live server
         except TimeoutError:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from anthropic import beta_tool
+from mcp.shared.exceptions import MCPDeprecationWarning
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
@@ -367,9 +368,16 @@ async def test_an_at_most_once_tool_whose_server_dies_mid_call_is_not_called_aga
 
 @pytest.mark.slow
 async def test_an_at_most_once_call_to_a_server_that_died_while_idle_runs_on_a_new_process(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+    recwarn: pytest.WarningsRecorder,
 ) -> None:
-    """The request never left the worker, so the call is not "outcome unknown": it goes to a new server process."""
+    """The request never left the worker, so the call is not "outcome unknown": it goes to a new server process.
+
+    The worker found the server gone by a ping, through no API the ``mcp`` package warns is deprecated.
+    """
     folder = tmp_path / "server"
 
     @beta_tool
@@ -391,6 +399,7 @@ async def test_an_at_most_once_call_to_a_server_that_died_while_idle_runs_on_a_n
     assert results_sent(fake_api, 3) == [result("toolu_3", [{"type": "text", "text": "Rome: 21C"}])]
     assert calls(folder) == ["lookup Paris", "lookup Rome"]
     assert len((folder / "pids").read_text().split()) == 2  # the dead one, and the one that answered
+    assert [str(w.message) for w in recwarn if issubclass(w.category, MCPDeprecationWarning)] == []
 
 
 async def test_a_call_heartbeats_at_least_twice_per_its_servers_heartbeat_timeout(
