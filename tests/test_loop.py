@@ -647,7 +647,7 @@ async def test_a_model_call_heartbeats_once_it_has_lasted_1_5_s_and_a_quicker_on
     """A reply within 1.5 s costs no heartbeat (a write on the server less per iteration, the most under load); a
     slower one heartbeats every 1.5 s, its first after 1.5 s (half the 3 s heartbeat timeout)."""
     log = Heartbeats()
-    fake_api.script(Reply(content=[text("quick")], delay=1.2), Reply(content=[text("slow")], delay=3.4))
+    fake_api.script(Reply(content=[text("quick")], delay=0.8), Reply(content=[text("slow")], delay=3.4))
     plugin = AgentRunnerPlugin(claude=ClaudeActivities(anthropic_client_factory(fake_api)))
     async with Worker(client, task_queue=runner.task_queue, plugins=[plugin], interceptors=[log]):
         for _ in range(2):
