@@ -142,14 +142,12 @@ def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     (an API error echoing the request, a tool's exception).
     """
     codec = EncryptionCodec.from_env(environ)
-    if codec is None:
-        return DataConverter(
-            payload_converter_class=SharedPydanticPayloadConverter, failure_converter_class=BoundedFailureConverter
-        )
     return DataConverter(
         payload_converter_class=SharedPydanticPayloadConverter,
         payload_codec=codec,
-        failure_converter_class=BoundedFailureConverterWithEncodedAttributes,
+        failure_converter_class=(
+            BoundedFailureConverter if codec is None else BoundedFailureConverterWithEncodedAttributes
+        ),
     )
 
 

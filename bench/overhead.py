@@ -266,7 +266,7 @@ async def measure(iterations: int, repeat: int) -> None:
     wall = time.perf_counter()
     try:
         await server.astart()
-        # What agent_runner.connect() builds for the embedded server: the pydantic data converter.
+        # The data converter agent_runner.connect() builds, as the worker's clients use.
         client = await Client.connect(server.address, data_converter=data_converter())
 
         def claude_client() -> anthropic.AsyncAnthropic:
