@@ -8,7 +8,9 @@ for its whole life on the new fleet, and runs the new fleet starts take the new 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio import workflow
@@ -47,11 +49,14 @@ async def wait_status(run: Run, status: str, iterations: int) -> None:
             await asyncio.sleep(0.05)
 
 
-def replaying_worker(client: Client, queue: str, claude: ClaudeActivities, workflow: type = AgentRunV2) -> Worker:
+@contextlib.asynccontextmanager
+async def replaying_worker(
+    client: Client, queue: str, claude: ClaudeActivities, workflow: type = AgentRunV2
+) -> AsyncIterator[Worker]:
     """A worker running ``workflow`` that replays every task from history, as a freshly deployed fleet does."""
     registry = ToolRegistry()
     tools = ToolActivities(registry)
-    return Worker(
+    worker = Worker(
         client,
         task_queue=queue,
         workflows=[workflow],
@@ -60,6 +65,9 @@ def replaying_worker(client: Client, queue: str, claude: ClaudeActivities, workf
         # This module imports HTTP clients, which the sandbox refuses to re-import; the workflow code is the same.
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
+    # A bare Worker has no plugin to close the Anthropic client its model calls open: closed here, as a worker does.
+    async with claude.running(), worker:
+        yield worker
 
 
 def count(history: WorkflowHistory, field: str) -> int:
