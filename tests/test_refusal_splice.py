@@ -38,6 +38,16 @@ from tests.test_parity import (
 )
 
 CHAIN = ["claude-fallback-2", "claude-fallback-3"]
+SERVER_SEAMS = [
+    {
+        "type": "fallback",
+        "from": {"model": "claude-fake-1"},
+        "to": {"model": f"claude-fake-{to}"},
+        "trigger": {"type": "refusal", "category": "cyber"},
+    }
+    for to in ("0", "00")
+]
+"""Seams the API itself streams (its own fallbacks inside one reply) before the output goes on."""
 
 
 def refused(
@@ -158,6 +168,10 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
         refused(text("Checking")),
         Reply([weather("toolu_W1")], "tool_use"),
         end_turn("Sunny."),
+    ],
+    "seams_in_the_refused_output_are_not_resent_and_the_last_model_hands_off": [
+        refused(text("Here"), SERVER_SEAMS[0], text(" is"), SERVER_SEAMS[1], text(" how")),
+        end_turn(" to check it: sunny."),
     ],
     "trailing_redacted_thinking_is_not_resent": [
         refused(text("Let me"), {"type": "redacted_thinking", "data": "EmwKAhgB"}),

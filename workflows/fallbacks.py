@@ -286,7 +286,9 @@ class Splice:
         self.iterations = declined_entries(refusal, model)
         self.base: list[dict[str, Any]] = []
         self.partial = self._partial(refusal)
-        self.from_model = model
+        # As the middleware's chain: a reply the API already handed to another model inside itself (a server
+        # `fallback` seam in its output) was refused by that model, which the first client-side seam hands off from.
+        self.from_model = _last_fallback_to(refusal) or model
         self.category = _category(refusal)
         self.opened_usage = _opened_usage(refusal, opening_usage)
         """The usage of the first refused hop that streamed output (it opened the stream), once one has."""
@@ -377,6 +379,16 @@ def _opened_usage(refusal: dict[str, Any], opening: dict[str, Any] | None) -> di
     if not refusal.get("content") or not isinstance(usage, dict):
         return None
     return {key: value for key, value in usage.items() if key != "iterations"}
+
+
+def _last_fallback_to(reply: dict[str, Any]) -> str | None:
+    """The model the last ``fallback`` seam in ``reply``'s output hands off to, if it has one."""
+    last = None
+    for block in reply.get("content") or []:
+        to = block.get("to") if isinstance(block, dict) and block.get("type") == "fallback" else None
+        if isinstance(to, dict) and isinstance(to.get("model"), str):
+            last = to["model"]
+    return last
 
 
 def _category(refusal: dict[str, Any]) -> str | None:
