@@ -21,7 +21,7 @@ from agent_runner.cli.render import render_block
 from agent_runner.client import AgentRunner
 from agent_runner.contract.events import BlockStart
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA
-from agent_runner.testing import FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
+from agent_runner.testing import DropMidStream, FakeMessagesAPI, Fault, Reply, bad_request, end_turn, text, thinking
 from agent_runner.testing.replies import ScriptItem
 from tests.conftest import WorkerFactory
 from tests.test_events import collect, streamed_text, without_deltas
@@ -343,6 +343,28 @@ async def test_a_watcher_drops_the_refused_stream_and_reads_the_spliced_reply(
         ("reply", 1, None),
         ("run_finished", 1, None),
     ]
+
+
+async def test_a_hop_that_failed_counts_all_its_attempts_before_the_next_hop_streams(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A hop whose every attempt was cut off mid-stream is skipped; the next hop's live events count their attempt on
+    past all of the failed hop's, so retracting what the failed hop streamed never drops what the serving hop
+    streams."""
+    cut = DropMidStream(end_turn(" is how"), after_events=5)  # its text has streamed when the connection drops
+    fake_api.script(refused(text("Here")), cut, cut, end_turn(" to check it."))
+    async with worker(*SYNC_TOOLS):
+        run = await runner.start(
+            **PARAMS, tools=SYNC_TOOLS, thread=False, refusal_fallbacks=CHAIN, model_activity={"maximum_attempts": 2}
+        )
+        events = await asyncio.wait_for(collect(run), 60)
+        final = await run.result()
+    assert final.final_message is not None
+    assert [m["model"] for m in fake_api.bodies()] == ["claude-fake-1", *CHAIN[:1] * 2, CHAIN[1]]
+    assert [a for kind, _, a in without_deltas(events) if kind == "model_call_started"] == [1, 2, 3, 4]
+    kept = "".join(b["text"] for b in final.final_message["content"] if b["type"] == "text")
+    assert kept == "Here to check it."
+    assert streamed_text(events) == kept
 
 
 def test_follow_shows_the_seam_between_the_refused_output_and_the_fallbacks() -> None:
