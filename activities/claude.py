@@ -38,12 +38,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from agent_runner.activities.cut_replies import CUT_REPLY_DETAIL, continuable, cut_reply_ref, with_prefill
 from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.activities.reply_stream import ReplyStream
 from agent_runner.content import Content
 from agent_runner.contract.big_params import big_values, resolve_params, resolve_tool, settings_refs
 from agent_runner.contract.conversation import THREAD_UNSUPPORTED_CODE, THREAD_UNSUPPORTED_ERROR
+from agent_runner.contract.errors import StoreError
 from agent_runner.contract.events import BLOCK_START, BLOCK_STOP, TEXT, THINKING, TOOL_INPUT
 from agent_runner.contract.lean import lean_output
 from agent_runner.contract.params import mcp_token_env
@@ -188,6 +190,9 @@ class ClaudeActivities:
             if splice.prefill:
                 prefill = await self.content.resolve(splice.prefill)
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
+        lead: list[dict[str, Any]] = []  # the text a cut-off attempt before this one kept (`cut_replies.py`)
+        if input.continue_cut and splice is None and turn.replay is None:
+            lead = await self._kept_by_last_attempt()
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
         live: LiveEntries | None = None
         wire_usage: dict[str, Any] = {}  # the usage its `message_start` and `message_delta` carried, for a splice
@@ -197,7 +202,17 @@ class ClaudeActivities:
             async with self._publisher(input, attempt) as events:
                 for index, block in enumerate(prefix):
                     _publish_block(events, index, block)
-                reply = await self._call(request, input, events, shift=len(prefix), wire_usage=wire_usage)
+                try:
+                    continued = {**request, "messages": with_prefill(request["messages"], lead)}
+                    reply = await self._call(
+                        continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead
+                    )
+                except ApplicationError as e:
+                    if not (lead and _status_code(e) == 400):
+                        raise
+                    # A model that takes no prefill: the reply starts over, as without `continue_cut_replies`.
+                    logger.warning("Claude's API refused the kept text of a cut-off reply, so it starts over: %s", e)
+                    reply = await self._call(request, input, events, shift=len(prefix), wire_usage=wire_usage)
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
             reply = spliced_reply(reply, splice, wire_usage.get("closing"))
@@ -222,6 +237,43 @@ class ClaudeActivities:
             return lean_output(message, attempt, opening)
         return CreateMessageOutput(message=message, stored=True, attempt=attempt, opening_usage=opening)
 
+    async def _kept_by_last_attempt(self) -> list[dict[str, Any]]:
+        """The text the attempt before this one kept when its stream was cut off; empty if it kept none."""
+        ref = cut_reply_ref(activity.info().heartbeat_details)
+        if ref is None:
+            return []
+        try:
+            kept = (await self.content.values([ref])).get(ref)
+        except (ApplicationError, StoreError) as e:  # the store lost it: this attempt starts the reply over
+            logger.warning("The text a cut-off attempt kept (%s) cannot be read, so the reply starts over: %s", ref, e)
+            return []
+        return kept if isinstance(kept, list) else []
+
+    async def _keep_cut(
+        self, error: ApplicationError, input: CreateMessageInput, lead: list[dict[str, Any]], reply: ReplyStream
+    ) -> ApplicationError:
+        """``error``, after keeping the text the reply had streamed for the next attempt to go on from.
+
+        Only when the run continues cut replies and Temporal will try again: the text (after ``lead``, what this
+        attempt was sent) is stored, and a last heartbeat names it (``cut_replies.py``).
+        """
+        if not input.continue_cut or error.non_retryable:
+            return error
+        try:
+            streamed = reply.message().get("content") or []
+        except ValueError:  # a tool call's input cut where it cannot be parsed: nothing after the text counts
+            streamed = []
+        kept = [*lead, *continuable(streamed)]
+        if not kept:
+            return error
+        try:
+            ref = await self.content.put_value(kept)
+        except StoreError as e:
+            logger.warning("Could not keep the text of a cut-off reply, so the next attempt starts over: %s", e)
+            return error
+        activity.heartbeat({CUT_REPLY_DETAIL: ref})
+        return error
+
     def _publisher(self, input: CreateMessageInput, attempt: int) -> EventPublisher:
         """The attempt's live events, written to the run's live log (a fallback hop's attempt counts on)."""
         return EventPublisher(self.content.store, input.run_id, iteration=input.iteration, attempt=attempt)
@@ -234,6 +286,7 @@ class ClaudeActivities:
         *,
         shift: int = 0,
         wire_usage: dict[str, Any] | None = None,
+        lead: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """One Messages API request, its stream published to ``events``; the reply's body.
 
@@ -244,7 +297,10 @@ class ClaudeActivities:
             shift: The index its first block is published at (a fallback hop's reply follows the spliced prefix).
             wire_usage: Filled with the ``usage`` the reply's ``message_start`` (``opening``) and ``message_delta``
                 (``closing``) carried.
+            lead: Text a cut-off attempt kept, which the request ends with: published once the stream opens, and the
+                reply's first blocks.
         """
+        lead = lead or []
         request = with_worker_credentials(request)
         info = activity.info()
         logger.info(
@@ -256,7 +312,8 @@ class ClaudeActivities:
         )
         # An explicit timeout (the attempt's own) bounds each read of the stream as well as the connection.
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 600.0
-        call = asyncio.ensure_future(self._stream(request, input, timeout, events, shift, wire_usage))
+        reply = ReplyStream()
+        call = asyncio.ensure_future(self._stream(request, input, timeout, events, reply, shift, wire_usage, lead))
         # Heartbeat while the call runs (waiting for the first byte included), so a slow start does not look like a
         # dead worker and a cancellation of the run reaches the call; not before `EVERY` (1.5 s) has passed, so a
         # reply that comes within it costs the server no heartbeat (`heartbeats.py`).
@@ -269,18 +326,21 @@ class ClaudeActivities:
                     heartbeats.beat_if_due()
             body = call.result()
         except anthropic.APIStatusError as e:
-            raise api_status_error(e) from e
+            raise await self._keep_cut(api_status_error(e), input, lead, reply) from e
         except (TypeError, ValueError) as e:
             raise _bad_request(e) from e
         except (anthropic.APIConnectionError, httpx2.TransportError) as e:
             # A transport error mid-stream (the connection dropped, a read timed out) reaches us as httpx's own
             # error, not as the SDK's APIConnectionError: both are worth another attempt.
-            raise ApplicationError(
+            error = ApplicationError(
                 f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); retrying.",
                 type=type(e).__name__,
-            ) from e
+            )
+            raise await self._keep_cut(error, input, lead, reply) from e
         finally:
             call.cancel()
+        if lead:
+            body = {**body, "content": [*copy.deepcopy(lead), *(body.get("content") or [])]}
         problems = reply_problems(body)
         if problems:
             # Another attempt is billed and would most likely get the same: fail the run, saying what was wrong.
@@ -305,24 +365,29 @@ class ClaudeActivities:
         input: CreateMessageInput,
         timeout: float,
         events: EventPublisher,
+        reply: ReplyStream,
         shift: int = 0,
         wire_usage: dict[str, Any] | None = None,
+        lead: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Read the reply's stream, publishing it as live events; the final message as a response body.
+        """Read the reply's stream into ``reply``, publishing it as live events; the final message as a response body.
 
-        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix), and
-        the ``usage`` its ``message_start`` and ``message_delta`` carried into ``wire_usage`` (``opening``,
-        ``closing``).
+        Its blocks are published from index ``shift`` on (a fallback hop's reply follows the spliced prefix), after
+        the ``lead`` a cut-off attempt kept, and the ``usage`` its ``message_start`` and ``message_delta`` carried
+        into ``wire_usage`` (``opening``, ``closing``).
         """
         eager = input.eager_tools and bool(input.eager_token)
         closed: dict[str, Any] | None = None  # the last `tool_use` block to close, until the model moves on from it
         fallback = shift > 0  # a fallback hop's reply follows its seam block
-        reply = ReplyStream()
         async with (
             self.client.beta.messages.stream(**request, timeout=timeout) as stream,
             contextlib.aclosing(_events(stream)) as wire,
         ):
             reply.betas(stream.response.request.headers.get("anthropic-beta", ""))
+            # The kept text shows once the request is accepted (a refused prefill fails the attempt before).
+            for block in lead or []:
+                _publish_block(events, shift, block)
+                shift += 1
             # No heartbeat per event: `_call` writes live events every `FLUSH_INTERVAL` and heartbeats every 1.5 s
             # while the stream is read, which is as good a sign of life and costs nothing per token.
             async for event in wire:
@@ -441,6 +506,12 @@ def with_worker_credentials(request: dict[str, Any], environ: Mapping[str, str] 
         for server in servers
     ]
     return {**request, "mcp_servers": given}
+
+
+def _status_code(error: ApplicationError) -> object:
+    """The HTTP status of an API error (``api_status_error`` puts it in the details), or ``None``."""
+    details = error.details[0] if error.details else None
+    return details.get("status_code") if isinstance(details, dict) else None
 
 
 def _bad_request(error: Exception) -> ApplicationError:

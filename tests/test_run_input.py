@@ -99,6 +99,12 @@ def test_api_params_pass_through_and_runner_options_split_off() -> None:
             "false.",
             id="eager_tools_not_bool",
         ),
+        pytest.param(
+            {**MINIMAL, "continue_cut_replies": 1},
+            "The run's input was rejected:\n- `continue_cut_replies` must be true (a retry goes on from the text a "
+            "cut-off stream had sent) or false.",
+            id="continue_cut_replies_not_bool",
+        ),
     ],
 )
 def test_invalid_input_is_rejected_with_a_message_that_says_what_to_do(raw: object, message: str) -> None:

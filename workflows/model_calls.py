@@ -155,6 +155,7 @@ class ModelCalls:
                         iteration=reply_number,
                         eager_tools=eager,
                         eager_token=self._eager.token,
+                        continue_cut=spec.continue_cut_replies and compaction is None,
                     ),
                     result_type=CreateMessageOutput,
                     start_to_close_timeout=options.start_to_close_timeout,

@@ -80,6 +80,7 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "continue_as_new",
         "auto_compact",
         "eager_tools",
+        "continue_cut_replies",
         "agents",
         "agent_limits",
         "sleep",
@@ -153,6 +154,10 @@ class RunSpec(BaseModel):
     ``run_tools_eagerly``). A tool started so runs even when the reply then turns out not to run tools (its stop
     reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Tools that need approval
     start with the reply, as usual; ``eager_tools`` is ignored in step mode."""
+    continue_cut_replies: bool = False
+    """When a reply's stream is cut off (a dropped connection, a read timeout, an overload mid-stream), the retried
+    attempt sends the text that had come as the start of Claude's turn, so Claude goes on from there instead of
+    writing the reply again (``activities/cut_replies.py``)."""
 
     agents: list[AgentSpec] = []
     """Agents Claude can call as tools, each run as a child run (``workflows/subagents.py``); their definitions follow
@@ -251,6 +256,11 @@ def parse_run_input(raw: object) -> RunSpec:
     eager_tools = raw.get("eager_tools", False)
     if not isinstance(eager_tools, bool):
         problems.append("`eager_tools` must be true (start tools while the reply streams) or false.")
+    continue_cut_replies = raw.get("continue_cut_replies", False)
+    if not isinstance(continue_cut_replies, bool):
+        problems.append(
+            "`continue_cut_replies` must be true (a retry goes on from the text a cut-off stream had sent) or false."
+        )
     result_hooks = raw.get("result_hooks", [])
     if not isinstance(result_hooks, list) or not all(isinstance(h, str) and h for h in result_hooks):
         problems.append("`result_hooks` must be a list of registered result hook names.")
@@ -293,6 +303,7 @@ def parse_run_input(raw: object) -> RunSpec:
         continue_as_new=continue_as_new,
         auto_compact=auto_compact,
         eager_tools=eager_tools,
+        continue_cut_replies=continue_cut_replies,
         agents=agents,
         agent_limits=agent_limits,
         sleep=sleep,

@@ -321,6 +321,8 @@ class CreateMessageInput(BaseModel):
     """Signal ``TOOL_USE_READY_SIGNAL`` to the run for each ``tool_use`` block as soon as its input is complete."""
     eager_token: str = Field(default="", exclude_if=lambda token: not token)
     """Sent back with each ``tool_use_ready`` signal: the run starts tools early only for the call it gave it to."""
+    continue_cut: bool = Field(default=False, exclude_if=lambda cut: not cut)
+    """A retried attempt goes on from the text a cut-off attempt kept (the run's ``continue_cut_replies``)."""
 
 
 class CreateMessageOutput(BaseModel):
