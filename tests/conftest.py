@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import uuid
@@ -145,8 +146,36 @@ def runner(client: Client, task_queue: str) -> AgentRunner:
     return AgentRunner(client, task_queue=task_queue)
 
 
+OPENED_CLIENTS: list[tuple[anthropic.AsyncAnthropic, str]] = []
+"""Every Anthropic client a test's model calls built, with the test that built it."""
+
+
 def anthropic_client_factory(fake: FakeMessagesAPI) -> Callable[[], anthropic.AsyncAnthropic]:
-    return lambda: default_client(base_url=fake.url, api_key="test-key")
+    def build() -> anthropic.AsyncAnthropic:
+        client = default_client(base_url=fake.url, api_key="test-key")
+        OPENED_CLIENTS.append((client, os.environ.get("PYTEST_CURRENT_TEST", "?")))
+        return client
+
+    return build
+
+
+@pytest.fixture(scope="session", autouse=True)
+def anthropic_clients_closed() -> Iterator[None]:
+    """Every client the tests' model calls opened is closed by the end of the session.
+
+    A worker closes the client it built when it stops (``ClaudeActivities.running``, entered by the plugin); a bare
+    ``Worker`` given ``claude.create_message`` does not, and the client's aiohttp session is then reported unclosed
+    when the interpreter exits, with no test named. This names the test instead.
+    """
+    yield
+    # pytest loads this file as `conftest` and the tests import it as `tests.conftest`: two modules, a list each.
+    modules = {id(m): m for m in (sys.modules.get(__name__), sys.modules.get("tests.conftest")) if m is not None}
+    opened = [entry for module in modules.values() for entry in module.OPENED_CLIENTS]
+    left = sorted({test for client, test in opened if not client.is_closed()})
+    assert not left, (
+        "These tests left an Anthropic client open (a bare Worker: enter `claude.running()` around it): "
+        + ", ".join(left)
+    )
 
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Worker]]

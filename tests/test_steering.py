@@ -497,7 +497,7 @@ async def test_advance_reaches_a_worker_replaying_the_run_and_a_stale_one_is_ref
         activities=[claude.create_message, tools.describe_tools, tools.run_tool],
         max_cached_workflows=0,
     )
-    async with uncached:
+    async with claude.running(), uncached:  # a bare Worker: the client its model calls open is closed here
         run = await runner.start(**BASE, tools=[get_weather], step=True)
         await wait_status(run, "waiting_for_step", 1)
         with pytest.raises(EditRejected, match="advance was refused"):  # stale: the run paused after iteration 1
