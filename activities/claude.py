@@ -210,9 +210,12 @@ class ClaudeActivities:
                 except ApplicationError as e:
                     if not (lead and _status_code(e) == 400):
                         raise
-                    # A model that takes no prefill: the reply starts over, as without `continue_cut_replies`.
+                    # A model that takes no prefill: the reply starts over, as without `continue_cut_replies`, and
+                    # this call's later attempts do too (the empty heartbeat forgets the kept text).
                     logger.warning("Claude's API refused the kept text of a cut-off reply, so it starts over: %s", e)
-                    reply = await self._call(request, input, events, shift=len(prefix), wire_usage=wire_usage)
+                    activity.heartbeat()
+                    plain = input.model_copy(update={"continue_cut": False})
+                    reply = await self._call(request, plain, events, shift=len(prefix), wire_usage=wire_usage)
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
             reply = spliced_reply(reply, splice, wire_usage.get("closing"))

@@ -166,15 +166,20 @@ async def test_a_reply_that_starts_with_thinking_starts_over(
 async def test_a_model_that_refuses_the_prefill_gets_the_turn_again_from_the_start(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
+    """The attempt sends the turn again without the kept text, and the call's later attempts keep none."""
     fake_api.script(
-        DropMidStream(end_turn(LONG), 4), bad_request("This model does not support assistant prefill."), end_turn(LONG)
+        DropMidStream(end_turn(LONG), 4),
+        bad_request("This model does not support assistant prefill."),
+        DropMidStream(end_turn(LONG), 4),
+        end_turn(LONG),
     )
     async with worker():
         run = await runner.start(**BASE, messages=[USER], continue_cut_replies=True, model_activity=FAST_RETRY)
         result = await run.result()
-    first, second, third = fake_api.bodies()
+    first, second, third, fourth = fake_api.bodies()
     assert second == prefilled(first, KEPT)
     assert third == first
+    assert fourth == first
     assert result.final_message is not None and result.final_message["content"] == [text(LONG)]
 
 
