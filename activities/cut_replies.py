@@ -28,16 +28,15 @@ def continuable(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         blocks: The reply's content as far as it streamed.
 
     Returns:
-        Its leading text blocks without citations, as ``{"type": "text", "text": ...}``, the last one's trailing
-        whitespace removed and blank ones left out; empty when the reply did not start with text.
+        Its leading text blocks without citations, as ``{"type": "text", "text": ...}``, blank ones left out and
+        the last one's trailing whitespace removed; empty when the reply did not start with text.
     """
     kept: list[dict[str, Any]] = []
     for block in blocks:
         if block.get("type") != "text" or block.get("citations") or not isinstance(block.get("text"), str):
             break
-        kept.append({"type": "text", "text": block["text"]})
-    while kept and not kept[-1]["text"].strip():
-        kept.pop()
+        if block["text"].strip():  # the API refuses a text block of only whitespace
+            kept.append({"type": "text", "text": block["text"]})
     if kept:
         kept[-1]["text"] = kept[-1]["text"].rstrip()
     return kept

@@ -202,14 +202,14 @@ async def test_a_prefill_of_the_callers_own_is_continued_in_the_same_assistant_m
 @pytest.mark.parametrize(
     ("blocks", "kept"),
     [
-        ([text("a "), text(" \n"), text("b\n\n")], [text("a "), text(" \n"), text("b")]),
+        ([text("a "), text(" \n"), text("b\n\n")], [text("a "), text("b")]),
         ([text("a"), text("  ")], [text("a")]),
         ([text("a"), {**text("b"), "citations": [{"type": "char_location"}]}, text("c")], [text("a")]),
         ([text("a"), tool_use("toolu_1", "f", {}), text("b")], [text("a")]),
         ([thinking("hmm"), text("a")], []),
         ([], []),
     ],
-    ids=["trailing_whitespace", "blank_last", "citations", "tool_call", "thinking_first", "nothing"],
+    ids=["whitespace", "blank_last", "citations", "tool_call", "thinking_first", "nothing"],
 )
 def test_only_leading_plain_text_is_kept(blocks: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
     assert continuable(blocks) == kept
