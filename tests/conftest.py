@@ -168,9 +168,12 @@ def anthropic_clients_closed() -> Iterator[None]:
     when the interpreter exits, with no test named. This names the test instead.
     """
     yield
-    # pytest loads this file as `conftest` and the tests import it as `tests.conftest`: two modules, a list each.
-    modules = {id(m): m for m in (sys.modules.get(__name__), sys.modules.get("tests.conftest")) if m is not None}
-    opened = [entry for module in modules.values() for entry in module.OPENED_CLIENTS]
+    # pytest loads this file as a `conftest` module and the tests import it as `tests.conftest`: two modules, a list
+    # each (and another directory's conftest.py may own the name `conftest` in sys.modules).
+    imported: list[tuple[anthropic.AsyncAnthropic, str]] = getattr(
+        sys.modules.get("tests.conftest"), "OPENED_CLIENTS", []
+    )
+    opened = OPENED_CLIENTS + ([] if imported is OPENED_CLIENTS else imported)
     left = sorted({test for client, test in opened if not client.is_closed()})
     assert not left, (
         "These tests left an Anthropic client open (a bare Worker: enter `claude.running()` around it): "
