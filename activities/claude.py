@@ -62,7 +62,7 @@ from agent_runner.contract.types import (
 )
 from agent_runner.store import LiveEntries
 from agent_runner.workflows.conversation import build_request, compaction_params
-from agent_runner.workflows.fallbacks import spliced_reply, strip_seams
+from agent_runner.workflows.fallbacks import api_status, spliced_reply, strip_seams
 from agent_runner.workflows.reply import reply_problems
 
 logger = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class ClaudeActivities:
                         continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead
                     )
                 except ApplicationError as e:
-                    if not (lead and _status_code(e) == 400):
+                    if not (lead and api_status(e) == 400):
                         raise
                     # A model that takes no prefill: the reply starts over, as without `continue_cut_replies`, and
                     # this call's later attempts do too (the empty heartbeat forgets the kept text).
@@ -509,12 +509,6 @@ def with_worker_credentials(request: dict[str, Any], environ: Mapping[str, str] 
         for server in servers
     ]
     return {**request, "mcp_servers": given}
-
-
-def _status_code(error: ApplicationError) -> object:
-    """The HTTP status of an API error (``api_status_error`` puts it in the details), or ``None``."""
-    details = error.details[0] if error.details else None
-    return details.get("status_code") if isinstance(details, dict) else None
 
 
 def _bad_request(error: Exception) -> ApplicationError:

@@ -361,8 +361,7 @@ class Splice:
         """
         if splice is None or not splice.prefill or not isinstance(error, ApplicationError):
             return False
-        details = error.details[0] if error.details else None
-        return isinstance(details, dict) and details.get("status_code") == 400
+        return api_status(error) == 400
 
     def failed(self, maximum_attempts: int) -> None:
         """A hop failed: the next hop's attempts count on past all of its."""
@@ -379,6 +378,12 @@ def _opened_usage(refusal: dict[str, Any], opening: dict[str, Any] | None) -> di
     if not refusal.get("content") or not isinstance(usage, dict):
         return None
     return {key: value for key, value in usage.items() if key != "iterations"}
+
+
+def api_status(error: ApplicationError) -> object:
+    """The HTTP status of a failed model call (``api_status_error`` puts it in the details), or ``None``."""
+    details = error.details[0] if error.details else None
+    return details.get("status_code") if isinstance(details, dict) else None
 
 
 def _last_fallback_to(reply: dict[str, Any]) -> str | None:
