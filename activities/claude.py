@@ -203,7 +203,7 @@ class ClaudeActivities:
                 for index, block in enumerate(prefix):
                     _publish_block(events, index, block)
                 try:
-                    continued = {**request, "messages": with_prefill(request["messages"], lead)}
+                    continued = {**request, "messages": with_prefill(request["messages"], lead)} if lead else request
                     reply = await self._call(
                         continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead
                     )
