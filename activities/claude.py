@@ -38,7 +38,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from agent_runner.activities.cut_replies import CUT_REPLY_DETAIL, continuable, cut_reply_ref, with_prefill
+from agent_runner.activities.cut_replies import KeptText, cut_reply_ref, with_prefill
 from agent_runner.activities.heartbeats import EVERY, HeartbeatClock
 from agent_runner.activities.live_events import EventPublisher
 from agent_runner.activities.reply_stream import ReplyStream
@@ -191,8 +191,9 @@ class ClaudeActivities:
                 prefill = await self.content.resolve(splice.prefill)
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
         lead: list[dict[str, Any]] = []  # the text a cut-off attempt before this one kept (`cut_replies.py`)
+        lead_ref: str | None = None
         if input.continue_cut and splice is None and turn.replay is None:
-            lead = await self._kept_by_last_attempt()
+            lead, lead_ref = await self._kept_by_last_attempt()
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
         live: LiveEntries | None = None
         wire_usage: dict[str, Any] = {}  # the usage its `message_start` and `message_delta` carried, for a splice
@@ -205,7 +206,7 @@ class ClaudeActivities:
                 try:
                     continued = {**request, "messages": with_prefill(request["messages"], lead)} if lead else request
                     reply = await self._call(
-                        continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead
+                        continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead, lead_ref=lead_ref
                     )
                 except ApplicationError as e:
                     if not (lead and api_status(e) == 400):
@@ -240,41 +241,28 @@ class ClaudeActivities:
             return lean_output(message, attempt, opening)
         return CreateMessageOutput(message=message, stored=True, attempt=attempt, opening_usage=opening)
 
-    async def _kept_by_last_attempt(self) -> list[dict[str, Any]]:
-        """The text the attempt before this one kept when its stream was cut off; empty if it kept none."""
+    async def _kept_by_last_attempt(self) -> tuple[list[dict[str, Any]], str | None]:
+        """The text the attempt before this one kept when its stream was cut off, and its reference; empty if none."""
         ref = cut_reply_ref(activity.info().heartbeat_details)
         if ref is None:
-            return []
+            return [], None
         try:
             kept = (await self.content.values([ref])).get(ref)
         except (ApplicationError, StoreError) as e:  # the store lost it: this attempt starts the reply over
             logger.warning("The text a cut-off attempt kept (%s) cannot be read, so the reply starts over: %s", ref, e)
-            return []
-        return kept if isinstance(kept, list) else []
+            return [], None
+        return (kept, ref) if isinstance(kept, list) and kept else ([], None)
 
-    async def _keep_cut(
-        self, error: ApplicationError, input: CreateMessageInput, lead: list[dict[str, Any]], reply: ReplyStream
-    ) -> ApplicationError:
-        """``error``, after keeping the text the reply had streamed for the next attempt to go on from.
+    @staticmethod
+    async def _keep_cut(error: ApplicationError, kept: KeptText | None, reply: ReplyStream) -> ApplicationError:
+        """``error``, after a last heartbeat that names all the text the reply had streamed (``cut_replies.py``).
 
-        Only when the run continues cut replies and Temporal will try again: the text (after ``lead``, what this
-        attempt was sent) is stored, and a last heartbeat names it (``cut_replies.py``).
+        Only when the run continues cut replies, Temporal will try again, and there is text to keep.
         """
-        if not input.continue_cut or error.non_retryable:
-            return error
-        try:
-            streamed = reply.message().get("content") or []
-        except ValueError:  # a tool call's input cut where it cannot be parsed: nothing after the text counts
-            streamed = []
-        kept = [*lead, *continuable(streamed)]
-        if not kept:
-            return error
-        try:
-            ref = await self.content.put_value(kept)
-        except StoreError as e:
-            logger.warning("Could not keep the text of a cut-off reply, so the next attempt starts over: %s", e)
-            return error
-        activity.heartbeat({CUT_REPLY_DETAIL: ref})
+        if kept is not None and not error.non_retryable:
+            details = await kept.details(reply)
+            if details:
+                activity.heartbeat(*details)
         return error
 
     def _publisher(self, input: CreateMessageInput, attempt: int) -> EventPublisher:
@@ -290,6 +278,7 @@ class ClaudeActivities:
         shift: int = 0,
         wire_usage: dict[str, Any] | None = None,
         lead: list[dict[str, Any]] | None = None,
+        lead_ref: str | None = None,
     ) -> dict[str, Any]:
         """One Messages API request, its stream published to ``events``; the reply's body.
 
@@ -302,6 +291,7 @@ class ClaudeActivities:
                 (``closing``) carried.
             lead: Text a cut-off attempt kept, which the request ends with: published once the stream opens, and the
                 reply's first blocks.
+            lead_ref: Its reference in the content store.
         """
         lead = lead or []
         request = with_worker_credentials(request)
@@ -321,15 +311,18 @@ class ClaudeActivities:
         # dead worker and a cancellation of the run reaches the call; not before `EVERY` (1.5 s) has passed, so a
         # reply that comes within it costs the server no heartbeat (`heartbeats.py`).
         heartbeats = HeartbeatClock(self._heartbeat_every)
+        # With `continue_cut_replies`, each heartbeat names the text kept so far, for an attempt after one that ends
+        # without a word (its worker killed, a timeout) to go on from.
+        kept = KeptText(self.content.put_value, lead, lead_ref) if input.continue_cut else None
         try:
             while not call.done():
                 events.tick()
                 await asyncio.wait({call}, timeout=min(events.interval, heartbeats.left()))
-                if not call.done():
-                    heartbeats.beat_if_due()
+                if not call.done() and heartbeats.left() == 0:
+                    heartbeats.beat(*(await kept.details(reply) if kept is not None else ()))
             body = call.result()
         except anthropic.APIStatusError as e:
-            raise await self._keep_cut(api_status_error(e), input, lead, reply) from e
+            raise await self._keep_cut(api_status_error(e), kept, reply) from e
         except (TypeError, ValueError) as e:
             raise _bad_request(e) from e
         except (anthropic.APIConnectionError, httpx2.TransportError) as e:
@@ -339,7 +332,7 @@ class ClaudeActivities:
                 f"Could not reach Claude's API, or the reply's stream was cut off ({type(e).__name__}: {e}); retrying.",
                 type=type(e).__name__,
             )
-            raise await self._keep_cut(error, input, lead, reply) from e
+            raise await self._keep_cut(error, kept, reply) from e
         finally:
             call.cancel()
         if lead:

@@ -50,8 +50,12 @@ class HeartbeatClock:
     def beat_if_due(self) -> None:
         """Heartbeat if one is due."""
         if self.left() == 0:
-            activity.heartbeat()
-            self._last, self._last_wall = self._loop.time(), time.time()
+            self.beat()
+
+    def beat(self, *details: Any) -> None:
+        """Heartbeat now, with ``details`` (what the next attempt gets if this one ends without another)."""
+        activity.heartbeat(*details)
+        self._last, self._last_wall = self._loop.time(), time.time()
 
 
 async def heartbeat_until(task: asyncio.Future[Any], every: float, deadline: float | None = None) -> bool:

@@ -114,6 +114,46 @@ async def test_a_reply_cut_twice_goes_on_from_all_the_text_kept(
     assert result.final_message["content"] == [*both, {"type": "text", "text": " brings rain."}]
 
 
+STALLS = {"start_to_close_timeout": "PT5S", "heartbeat_timeout": "PT2S", **FAST_RETRY}
+"""An attempt whose stream stalls times out 5 s after it began: it heartbeats every second until then."""
+
+
+async def test_an_attempt_that_times_out_mid_stream_leaves_the_text_its_heartbeats_kept(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """An attempt that ends without a word (here its start-to-close timeout; a worker killed is in
+    test_durability.py) leaves the text it had kept by its last heartbeat."""
+    # The whole text comes within half a second, then the stream hangs until the attempt times out.
+    stalled = DropMidStream(Reply([text(LONG)], "end_turn", event_delay=0.1), 6, delay=10)
+    fake_api.script(stalled, end_turn(" Then sun again."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], continue_cut_replies=True, model_activity=STALLS)
+        result = await run.result()
+    first, second = fake_api.bodies()
+    assert second == prefilled(first, [text(LONG)])
+    assert result.final_message is not None
+    assert result.final_message["content"] == [text(LONG), text(" Then sun again.")]
+
+
+async def test_an_attempt_that_streams_nothing_new_keeps_naming_the_text_it_was_sent(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The second attempt heartbeats while its stream hangs before any text: its heartbeats still name the text the
+    first kept, so the third goes on from it too."""
+    fake_api.script(
+        DropMidStream(end_turn(LONG), 4),
+        DropMidStream(end_turn(" today."), 2, delay=10),
+        end_turn(" today. Tomorrow brings rain."),
+    )
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], continue_cut_replies=True, model_activity=STALLS)
+        result = await run.result()
+    first, second, third = fake_api.bodies()
+    assert second == third == prefilled(first, KEPT)
+    assert result.final_message is not None
+    assert result.final_message["content"] == [*KEPT, text(" today. Tomorrow brings rain.")]
+
+
 async def test_a_tool_call_cut_off_is_written_again_after_the_text_before_it(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

@@ -10,6 +10,7 @@ conversation it carries, so a retried request gets the same reply an uninterrupt
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import RunResult
 from agent_runner.temporal_server import EmbeddedTemporal
-from agent_runner.testing import FakeMessagesAPI, Reply, text, tool_use
+from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import history_text
 
 pytestmark = pytest.mark.slow  # real processes killed and restarted: the slow tier, after the default one
@@ -294,3 +296,49 @@ async def test_injections_from_several_clients_survive_a_worker_kill_each_exactl
         if block.get("type") == "text"
     ]
     assert notes == [f"note {i}" for i in range(12)]
+
+
+async def test_a_reply_streaming_when_its_worker_is_killed_goes_on_from_the_text_its_heartbeats_kept(
+    tmp_path: Path, fake_api: FakeMessagesAPI
+) -> None:
+    """With ``continue_cut_replies``, each heartbeat of a streaming model call names the text kept so far: a worker
+    killed mid-stream says nothing at the end, and the next attempt, on another worker, goes on from that text."""
+    long = "Paris is sunny today. Tomorrow brings rain."
+    kept = [{"type": "text", "text": long}]
+    # The whole text comes within half a second, then the stream hangs: the worker is killed while it waits.
+    fake_api.script(
+        DropMidStream(Reply([text(long)], "end_turn", event_delay=0.1), 6, delay=30), end_turn(" Then sun again.")
+    )
+    marks, log = tmp_path / "marks.txt", tmp_path / "worker.log"
+    async with server(tmp_path) as temporal:
+        runner = AgentRunner(await connect(temporal.address), task_queue=f"kill-stream-{uuid.uuid4()}")
+        with worker_process(temporal.address, runner.task_queue, fake_api, marks, log) as first:
+            run = await runner.start(
+                model="claude-fake-1",
+                max_tokens=512,
+                messages=[{"role": "user", "content": "The weather?"}],
+                continue_cut_replies=True,
+                model_activity=FAST,
+            )
+            # Killed once a heartbeat naming the whole text reached the server.
+            named = {"cut_reply": ref_for(canonical(kept))}
+            async with asyncio.timeout(30):
+                while await heartbeat_details(run.handle) != named:
+                    await asyncio.sleep(0.1)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        with worker_process(temporal.address, runner.task_queue, fake_api, marks, log):
+            result = await run.result()
+            transcript = await run.transcript()
+    first_body, second_body = fake_api.bodies()
+    assert second_body == {**first_body, "messages": [*first_body["messages"], {"role": "assistant", "content": kept}]}
+    reply = [*kept, {"type": "text", "text": " Then sun again."}]
+    assert (result.status, result.iterations) == ("completed", 1)
+    assert transcript == [{"role": "user", "content": "The weather?"}, {"role": "assistant", "content": reply}]
+
+
+async def heartbeat_details(handle: WorkflowHandle[Any, Any]) -> object:
+    """The first heartbeat detail of the run's pending activity, as JSON; ``None`` while there is none."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    payloads = pending[0].heartbeat_details.payloads if pending else []
+    return json.loads(payloads[0].data) if payloads else None

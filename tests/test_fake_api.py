@@ -434,6 +434,26 @@ def test_drop_mid_stream_raises_after_partial_events(fake: FakeMessagesAPI, clie
     assert "content_block_start" in received
 
 
+def test_drop_mid_stream_with_a_delay_stalls_after_its_events_then_closes(
+    fake: FakeMessagesAPI, client: anthropic.Anthropic
+) -> None:
+    fake.script(DropMidStream(end_turn("abcdefghi"), after_events=4, delay=1.0))
+
+    received: list[tuple[str, float]] = []
+    started = time.monotonic()
+    with pytest.raises(httpx2.RemoteProtocolError):
+        with client.messages.stream(model=MODEL, max_tokens=8, messages=HI) as stream:
+            for event in stream:
+                received.append((event.type, time.monotonic() - started))
+    closed = time.monotonic() - started
+
+    # The four events come at once (ping is not surfaced; the text delta also comes as the helper's `text`), and the
+    # connection closes a second after the last.
+    assert [kind for kind, _ in received] == ["message_start", "content_block_start", "content_block_delta", "text"]
+    assert max(at for _, at in received) < 0.5
+    assert closed >= 1.0
+
+
 def test_drop_mid_stream_on_non_streaming_request_disconnects(
     fake: FakeMessagesAPI, client: anthropic.Anthropic
 ) -> None:

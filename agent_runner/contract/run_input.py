@@ -155,9 +155,9 @@ class RunSpec(BaseModel):
     reason, a retry, a failed attempt): its result is dropped, as in the SDK's eager mode. Tools that need approval
     start with the reply, as usual; ``eager_tools`` is ignored in step mode."""
     continue_cut_replies: bool = False
-    """When a reply's stream is cut off (a dropped connection, a read timeout, an overload mid-stream), the retried
-    attempt sends the text that had come as the start of Claude's turn, so Claude goes on from there instead of
-    writing the reply again (``activities/cut_replies.py``)."""
+    """When a reply's stream is cut off (a dropped connection, a read timeout, an overload mid-stream, a worker
+    killed), the retried attempt sends the text that had come as the start of Claude's turn, so Claude goes on from
+    there instead of writing the reply again (``activities/cut_replies.py``)."""
 
     agents: list[AgentSpec] = []
     """Agents Claude can call as tools, each run as a child run (``workflows/subagents.py``); their definitions follow

@@ -173,10 +173,12 @@ class DropMidStream:
     Attributes:
         reply: The reply whose stream is cut short.
         after_events: How many SSE events to send before closing.
+        delay: Seconds the stream stalls after them before the connection closes (a stream that hangs).
     """
 
     reply: Reply
     after_events: int
+    delay: float = 0.0
 
 
 @dataclass

@@ -104,7 +104,7 @@ def parse_script(data: Any) -> list[ScriptItem]:
         {"disconnect": {}}                       {"thread_not_found": {}}
         {"thread_unsupported": {"unsupported": ["fallbacks"]}}
         {"slow_stream": {"reply": {...}, "event_delay": 0.05}}
-        {"drop_mid_stream": {"reply": {...}, "after_events": 4}}
+        {"drop_mid_stream": {"reply": {...}, "after_events": 4, "delay": 0}}
         {"error_mid_stream": {"reply": {...}, "after_events": 4, "error_type": "overloaded_error"}}
 
     Raises:

@@ -693,6 +693,7 @@ class FakeMessagesAPI:
                     await asyncio.sleep(event_delay)
                 await response.write(_encode_sse(event, data))
             if isinstance(item, DropMidStream):
+                await asyncio.sleep(item.delay)
                 return _disconnect(request, response)
             if isinstance(item, ErrorMidStream):
                 error = error_body(500, item.message)
