@@ -144,7 +144,8 @@ async def test_a_servers_tools_are_offered_and_called_with_the_sdks_results(
         result("toolu_2", [{"type": "text", "text": "Error executing tool fail: disk full"}], is_error=True),
         result("toolu_3", [{"type": "text", "text": "authorized"}]),
     ]
-    assert calls(tmp_path) == ["lookup Paris", "fail disk full"]
+    # One call each (the three calls run at once, so the server may get them in any order).
+    assert sorted(calls(tmp_path)) == ["fail disk full", "lookup Paris"]
     # The server got its token from the worker's configuration; the run's history never holds it.
     history = history_text(await client.get_workflow_handle(run.id).fetch_history())
     assert SECRET not in history
