@@ -15,9 +15,11 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from agent_runner.client import AgentRunner
+from agent_runner.contract.steering import UPDATE_PARAMS_UPDATE
 from agent_runner.contract.transcript import canonical, ref_for
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows import carry
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import wait_status
 from tests.test_no_wedge import RAN, forget_launches, launch  # noqa: F401  (the autouse fixture, imported to apply here)
@@ -102,9 +104,11 @@ async def test_a_2_mb_system_prompt_from_the_python_client_goes_by_reference_thr
 async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_into_continuations(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
 ) -> None:
-    """The stock CLI sends by value; once a model call stored the prompt, continuations carry its reference."""
+    """The stock CLI sends by value; once a model call stored the prompt, continuations carry its reference, and a
+    fork or a send of the continued run still sends the prompt whole."""
     system = "Be exact. " + "x" * 1_100_000
     script_three_turns(fake_api)
+    fake_api.script(end_turn("Forked."), end_turn("Sent."))
     run_input: dict[str, Any] = {
         **BASE,
         "system": system,
@@ -118,11 +122,50 @@ async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_in
         run = runner.attach("big-plain")
         async with asyncio.timeout(60):
             result = await run.result()
+            fork = await run.fork(3)
+            await fork.until_done()
+            sent = await run.send("And then?")
+            await sent.until_done()
     assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
-    assert [body["system"] == system for body in fake_api.bodies()] == [True] * 3
+    assert [body["system"] == system for body in fake_api.bodies()] == [True] * 5
     sizes = largest_payloads(await executions(runner.client, run.id, json.loads(started)["runId"]))
     assert sizes["continuations"] >= 1
     assert sizes["continued"] < 64_000
+
+
+async def test_a_continuation_leaves_big_first_messages_and_too_many_event_bytes_out_of_its_input(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A continuation's input stays far below Temporal's payload limit: first messages over 64 KB (here sent by
+    value) give way to a stand-in, the carried conversation holding them, and live events over ``CARRIED_BYTES``
+    (1 MB; a byte here) are left out of the stream it carries."""
+    monkeypatch.setattr(carry, "CARRIED_BYTES", 1)
+    big = {"role": "user", "content": "Launch a. " + "z" * 70_000}
+    fake_api.script(
+        Reply(content=[tool_use("toolu_1", "launch", {"target": "a"})], stop_reason="tool_use"), end_turn("Done.")
+    )
+    run_input = {**BASE, "messages": [big], "tools": ["launch"], "thread": False, "continue_as_new": {"events": 10}}
+    async with worker(launch):
+        started = start_plain(runner, tmp_path, run_input, "big-first-message")
+        run = runner.attach("big-first-message")
+        async with asyncio.timeout(60):
+            result = await run.result()
+        transcript = await run.transcript()
+    histories = await executions(runner.client, run.id, json.loads(started)["runId"])
+    inputs = [
+        json.loads(history.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+        for history in histories
+    ]
+    assert (result.status, result.iterations, len(inputs)) == ("completed", 2, 2)
+    continued = inputs[1]
+    assert continued["messages"] == [{"role": "user", "content": "(the conversation continues from `continued`)"}]
+    assert continued["continued"]["stream"]["log"] == []
+    assert [body["messages"][0] for body in fake_api.bodies()] == [big, big]
+    assert transcript[0] == big
 
 
 async def test_a_run_started_with_a_stored_system_prompt_forks_and_goes_on_with_it(
@@ -147,6 +190,29 @@ async def test_the_stock_cli_refuses_a_run_input_over_the_payload_limit_with_tem
     with pytest.raises(subprocess.CalledProcessError) as refused:
         start_plain(runner, tmp_path, {**BASE, "system": "x" * 2_100_000, "messages": [USER]}, "too-big")
     assert refused.value.stderr.strip() == "Error: failed starting workflow: Blob data size exceeds limit."
+
+
+async def test_a_big_parameter_a_plain_update_sent_goes_whole_into_a_continuation_no_call_stored_it_for(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A plain-JSON ``update_params`` (the stock CLI's) holds a big ``system`` by value until a model call stores it:
+    a continuation that comes first carries the value, never a reference to nothing."""
+    system = "Be brief. " + "q" * 100_000
+    fake_api.script(
+        Reply([text("One."), tool_use("toolu_1", "launch", {"target": "a"})], "tool_use", delay=2), end_turn("Done.")
+    )
+    async with worker(launch):
+        run = await runner.start(
+            **BASE, system="terse", messages=[USER], tools=[launch], thread=False, continue_as_new={"events": 10}
+        )
+        async with asyncio.timeout(30):
+            while not fake_api.requests:
+                await asyncio.sleep(0.05)
+        await run.handle.execute_update(UPDATE_PARAMS_UPDATE, {"params": {"system": system}})
+        result = await run.result()
+        status = await run.status()
+    assert (result.status, status.continuations) == ("completed", 1)
+    assert [body["system"] for body in fake_api.bodies()] == ["terse", system]
 
 
 async def test_update_params_stores_a_big_system_prompt_and_the_next_request_has_it_whole(

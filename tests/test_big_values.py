@@ -249,20 +249,32 @@ async def test_a_run_with_big_values_forks_and_goes_on_with_them(
 async def test_a_big_output_config_a_refusal_fallback_patches_is_held_by_value_and_patched_exactly(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """A hop merges its entry's ``output_config`` into the run's key by key, which needs the value itself."""
+    """A hop merges its entry's ``output_config`` into the run's key by key, which needs the value itself: held by
+    value by the run, and by the continuation it carries the run into."""
     output_config = {"effort": "high", "format": {"type": "json_schema", "schema": schema("answer", 200_000)}}
     details = {"type": "refusal", "category": "cyber", "explanation": "Not this.", "fallback_credit_token": "tok_A"}
-    fake_api.script(Reply([text("No.")], "refusal", stop_details=details), end_turn("Yes."))
-    async with worker():
+    fake_api.script(
+        Reply([text("One."), tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"),
+        Reply([text("No.")], "refusal", stop_details=details),
+        end_turn("Yes."),
+    )
+    async with worker(launch):
         run = await runner.start(
             **BASE,
             messages=[USER],
+            tools=[launch],
             output_config=output_config,
             thread=False,
             refusal_fallbacks=[{"model": "claude-fallback-2", "output_config": {"effort": "low"}}],
+            continue_as_new={"events": 10},
         )
         assert (await run.result()).status == "completed"
-    assert [body["output_config"] for body in fake_api.bodies()] == [output_config, {**output_config, "effort": "low"}]
+        assert (await run.status()).continuations == 1
+    assert [body["output_config"] for body in fake_api.bodies()] == [
+        output_config,
+        output_config,
+        {**output_config, "effort": "low"},
+    ]
 
 
 @pytest.mark.parametrize(

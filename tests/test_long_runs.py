@@ -20,7 +20,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.connection import data_converter
-from agent_runner.contract.errors import EditRejected
+from agent_runner.contract.errors import AgentRunError, EditRejected
 from agent_runner.contract.events import ModelCallEvent, ReplyReceived, RunFinished, TextDelta, ToolFinished
 from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, TOOL_USE_READY_SIGNAL
@@ -28,6 +28,7 @@ from agent_runner.store import open_store
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
+from agent_runner.workflows import carry
 from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.steering_support import wait_status
 from tests.test_big_params import executions
@@ -279,6 +280,58 @@ async def test_a_late_follower_reads_every_reply_of_a_run_that_continued_as_new_
         late = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages()]
     assert (status.reply_offset, status.continuations) == (1, 9)
     assert late == [*calls, text("All done.")]
+
+
+async def test_a_continuation_carries_its_last_reply_however_big_and_leaves_older_ones_to_the_store(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``CARRIED_REPLY_BYTES`` (256 KB; a byte here) a continuation carries only the last reply, which the run
+    goes on reading (its status says how the last reply stopped); a follower reads every reply all the same."""
+    monkeypatch.setattr(carry, "CARRIED_REPLY_BYTES", 1)
+    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(3)]
+    fake_api.script(*(Reply([call], "tool_use") for call in calls), Reply([text("All done.")], "end_turn", delay=2))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
+        # The last model call takes 2 s: the run has continued as new for the last time and holds one reply.
+        async with asyncio.timeout(30):
+            while len(fake_api.requests) < 4:
+                await asyncio.sleep(0.05)
+        waiting = await run.status()
+        await run.until_done()
+        status = await run.status()
+        replies = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages()]
+        later = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages(from_iteration=3)]
+    assert (waiting.continuations, waiting.replies, waiting.reply_offset) == (3, 3, 2)
+    assert waiting.stop_reason == "tool_use"
+    assert (status.continuations, status.replies, status.reply_offset) == (3, 4, 2)
+    assert replies == [*calls, text("All done.")]
+    assert later == [calls[2], text("All done.")]
+
+
+async def test_a_continuation_keeps_its_last_fork_points_and_refuses_the_older_by_number(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A continuation carries the last ``CARRIED_FORK_POINTS`` fork points (2 here, 1,024 in a run): a fork from one
+    it kept starts from that turn's own request; one from an older turn is refused, saying where forks can start."""
+    monkeypatch.setattr(carry, "CARRIED_FORK_POINTS", 2)
+    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(4)]
+    fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."), end_turn("Forked."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
+        await run.until_done()
+        status = await run.status()
+        with pytest.raises(AgentRunError) as refused:
+            await run.fork(2)
+        fork = await run.fork(4)
+        await fork.until_done()
+    assert status.continuations == 4
+    assert str(refused.value) == (
+        f"Run {run.id} could not answer 'fork_point': Iteration 2 is too old to fork from this run (it continued as "
+        "new since); fork from iteration 3 or later, or start a run from the transcript."
+    )
+    bodies = fake_api.bodies()
+    assert len(bodies) == 6
+    assert bodies[5] == bodies[3]
 
 
 async def test_a_continuation_sends_its_model_calls_to_the_fleets_model_queue(
