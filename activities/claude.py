@@ -34,6 +34,7 @@ from typing import Any
 
 import anthropic
 import httpx2
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -519,7 +520,13 @@ def default_client(**options: Any) -> anthropic.AsyncAnthropic:
     Its HTTP goes through aiohttp (the SDK's ``DefaultAioHttpClient``), not httpx: a streamed reply costs the worker
     about a third less CPU (``bench/peer.py``), and the SDK maps aiohttp's errors and timeouts to the httpx errors it
     reports either way. Proxies still come from ``HTTPS_PROXY``/``NO_PROXY``, as with httpx.
+
+    When no OpenTelemetry tracer provider is set up as the client is built (the worker's first model call), nothing
+    could record or propagate the SDK's spans, so the client is built without them: it would otherwise work out
+    each request's span attributes for a no-op span. Give ``open_telemetry`` to decide otherwise.
     """
+    if "open_telemetry" not in options and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        options["open_telemetry"] = False
     return anthropic.AsyncAnthropic(max_retries=0, http_client=anthropic.DefaultAioHttpClient(), **options)
 
 

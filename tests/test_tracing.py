@@ -3,6 +3,8 @@ and the SDK's span names; a replayed workflow emits no span again."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import opentelemetry.trace
@@ -98,3 +100,19 @@ async def test_model_and_tool_calls_are_spans_of_one_trace_and_replay_adds_none(
     )
     await replayer.replay_workflow(history)
     assert len(EXPORTER.get_finished_spans()) == before
+
+
+def test_the_workers_client_makes_the_sdks_spans_only_once_a_tracer_provider_is_set_up() -> None:
+    """Without a provider the SDK's spans are no-ops that still cost each request their attributes: the worker's
+    client is then built without them (in a fresh process, since a provider, once set, stays for the process)."""
+    script = (
+        "import opentelemetry.trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from agent_runner.activities.claude import default_client\n"
+        "print(default_client(api_key='k').open_telemetry['traces']['enabled'])\n"
+        "print(default_client(api_key='k', open_telemetry={}).open_telemetry['traces']['enabled'])\n"
+        "opentelemetry.trace.set_tracer_provider(TracerProvider())\n"
+        "print(default_client(api_key='k').open_telemetry['traces']['enabled'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True", "True"]
