@@ -7,6 +7,7 @@ compare what Claude received with what a run that never continued as new sends.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -306,6 +307,29 @@ async def test_a_continuation_carries_its_last_reply_however_big_and_leaves_olde
     assert (status.continuations, status.replies, status.reply_offset) == (3, 4, 2)
     assert replies == [*calls, text("All done.")]
     assert later == [calls[2], text("All done.")]
+
+
+async def test_a_continuation_carries_the_last_64_marks_of_its_transcript_and_the_run_still_reads_it_whole(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A long run's continuation input does not grow with the run: its transcript names the last 64 messages (and the
+    head of the chain before them), and the whole conversation is still read back from the store."""
+    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(40)]
+    fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 40})
+        await run.until_done()
+        transcript = await run.transcript()
+        assert run.handle.first_execution_run_id is not None
+        histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
+    carried = [
+        json.loads(h.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)["continued"]
+        for h in histories[1:]
+    ]
+    marks = [len(c["conversation"]["transcript"]["marks"]) for c in carried]
+    assert len(carried) >= 5 and max(marks) == marks[-1] == 64
+    assert len(transcript) == 82
+    assert [m["content"][0] for m in transcript[1::2]] == [*calls, text("All done.")]
 
 
 async def test_a_continuation_keeps_its_last_fork_points_and_refuses_the_older_by_number(
