@@ -191,10 +191,12 @@ class ClaudeActivities:
             if splice.prefill:
                 prefill = await self.content.resolve(splice.prefill)
                 request["messages"] = [*request["messages"], {"role": "assistant", "content": prefill}]
-        lead: list[dict[str, Any]] = []  # the text a cut-off attempt before this one kept (`cut_replies.py`)
-        lead_ref: str | None = None
+        # What this attempt keeps for the next if its stream is cut off (`cut_replies.py`), starting with the text a
+        # cut-off attempt before it kept (`lead`): only for the run's own turns, not a fallback hop's.
+        kept: KeptText | None = None
         if input.continue_cut and splice is None and turn.replay is None:
-            lead, lead_ref = await self._kept_by_last_attempt()
+            kept = KeptText(self.content.put_value, *await self._kept_by_last_attempt())
+        lead = kept.lead if kept is not None else []
         attempt = activity.info().attempt + (splice.attempt_base if splice is not None else 0)
         live: LiveEntries | None = None
         wire_usage: dict[str, Any] = {}  # the usage its `message_start` and `message_delta` carried, for a splice
@@ -207,7 +209,7 @@ class ClaudeActivities:
                 try:
                     continued = {**request, "messages": with_prefill(request["messages"], lead)} if lead else request
                     reply = await self._call(
-                        continued, input, events, shift=len(prefix), wire_usage=wire_usage, lead=lead, lead_ref=lead_ref
+                        continued, input, events, shift=len(prefix), wire_usage=wire_usage, kept=kept
                     )
                 except ApplicationError as e:
                     if not (lead and api_status(e) == 400):
@@ -216,8 +218,7 @@ class ClaudeActivities:
                     # this call's later attempts do too (the empty heartbeat forgets the kept text).
                     logger.warning("Claude's API refused the kept text of a cut-off reply, so it starts over: %s", e)
                     activity.heartbeat()
-                    plain = input.model_copy(update={"continue_cut": False})
-                    reply = await self._call(request, plain, events, shift=len(prefix), wire_usage=wire_usage)
+                    reply = await self._call(request, input, events, shift=len(prefix), wire_usage=wire_usage)
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
             reply = spliced_reply(reply, splice, wire_usage.get("closing"))
@@ -278,8 +279,7 @@ class ClaudeActivities:
         *,
         shift: int = 0,
         wire_usage: dict[str, Any] | None = None,
-        lead: list[dict[str, Any]] | None = None,
-        lead_ref: str | None = None,
+        kept: KeptText | None = None,
     ) -> dict[str, Any]:
         """One Messages API request, its stream published to ``events``; the reply's body.
 
@@ -290,11 +290,11 @@ class ClaudeActivities:
             shift: The index its first block is published at (a fallback hop's reply follows the spliced prefix).
             wire_usage: Filled with the ``usage`` the reply's ``message_start`` (``opening``) and ``message_delta``
                 (``closing``) carried.
-            lead: Text a cut-off attempt kept, which the request ends with: published once the stream opens, and the
-                reply's first blocks.
-            lead_ref: Its reference in the content store.
+            kept: What the attempt keeps for the next if the stream is cut off (the run's ``continue_cut_replies``);
+                its ``lead``, the text a cut-off attempt before kept, is what the request ends with: published once
+                the stream opens, and the reply's first blocks.
         """
-        lead = lead or []
+        lead = kept.lead if kept is not None else []
         request = with_worker_credentials(request)
         info = activity.info()
         logger.info(
@@ -314,7 +314,6 @@ class ClaudeActivities:
         heartbeats = HeartbeatClock(self._heartbeat_every)
         # With `continue_cut_replies`, each heartbeat names the text kept so far, for an attempt after one that ends
         # without a word (its worker killed, a timeout) to go on from.
-        kept = KeptText(self.content.put_value, lead, lead_ref) if input.continue_cut else None
         try:
             while not call.done():
                 events.tick()

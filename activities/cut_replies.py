@@ -91,9 +91,10 @@ class KeptText:
         lead_ref: str | None = None,
     ) -> None:
         self._put = put
-        self._lead = lead or []
-        self._kept = self._lead
-        self._ref = lead_ref if self._lead else None
+        self.lead = lead or []
+        """The text a cut-off attempt before this one kept, which this attempt's request ends with."""
+        self._kept = self.lead
+        self._ref = lead_ref if self.lead else None
 
     async def details(self, reply: ReplyStream) -> tuple[dict[str, str], ...]:
         """The heartbeat details that name what is kept now, once ``reply`` streamed what it has: none if nothing.
@@ -105,7 +106,7 @@ class KeptText:
             streamed = reply.message().get("content") or []
         except ValueError:  # a tool call's input cut where it cannot be parsed: what was kept before still holds
             streamed = None
-        kept = self._kept if streamed is None else [*self._lead, *continuable(streamed)]
+        kept = self._kept if streamed is None else [*self.lead, *continuable(streamed)]
         if kept != self._kept:
             try:
                 self._ref = await self._put(kept)
