@@ -63,6 +63,14 @@ async def executions(client: Client, run_id: str, first: str) -> list[History]:
     return histories
 
 
+def started_inputs(histories: list[History]) -> list[dict[str, Any]]:
+    """The input each of these executions started with, as JSON."""
+    return [
+        json.loads(history.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+        for history in histories
+    ]
+
+
 def largest_payloads(histories: list[History]) -> dict[str, int]:
     """The biggest continue-as-new input and model call input of these histories, in bytes."""
     continued, scheduled = [0], [0]
@@ -93,7 +101,7 @@ async def test_a_2_mb_system_prompt_from_the_python_client_goes_by_reference_thr
     assert [body["system"] == system for body in bodies] == [True] * 3  # every request, whole
     assert run.handle.first_execution_run_id is not None
     histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
-    first_input = json.loads(histories[0].events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+    first_input = started_inputs(histories)[0]
     assert first_input["system"] == {"agent_runner.stored": ref_for(canonical(system))}
     sizes = largest_payloads(histories)
     assert sizes["continuations"] >= 1
@@ -156,10 +164,7 @@ async def test_a_continuation_leaves_big_first_messages_and_too_many_event_bytes
             result = await run.result()
         transcript = await run.transcript()
     histories = await executions(runner.client, run.id, json.loads(started)["runId"])
-    inputs = [
-        json.loads(history.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
-        for history in histories
-    ]
+    inputs = started_inputs(histories)
     assert (result.status, result.iterations, len(inputs)) == ("completed", 2, 2)
     continued = inputs[1]
     assert continued["messages"] == [{"role": "user", "content": "(the conversation continues from `continued`)"}]

@@ -26,7 +26,15 @@ from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_us
 from agent_runner.workflows.edits import check_add_tools, check_params
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import wait_status
-from tests.test_big_params import BASE, USER, executions, largest_payloads, script_three_turns, start_plain
+from tests.test_big_params import (
+    BASE,
+    USER,
+    executions,
+    largest_payloads,
+    script_three_turns,
+    start_plain,
+    started_inputs,
+)
 
 LIMIT = 64_000
 RAN: list[str] = []
@@ -91,7 +99,7 @@ async def test_megabytes_of_tool_schemas_and_output_config_from_the_python_clien
     assert run.handle.first_execution_run_id is not None
     histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
     assert len(histories) >= 2  # it continued as new
-    first_input = json.loads(histories[0].events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+    first_input = started_inputs(histories)[0]
     assert first_input["output_config"] == {"agent_runner.stored": ref_for(canonical(OUTPUT_CONFIG))}
     assert first_input["tools"][1] == {
         "name": "search",

@@ -7,7 +7,6 @@ compare what Claude received with what a run that never continued as new sends.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from agent_runner.worker import build_worker
 from agent_runner.workflows import carry
 from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.steering_support import wait_status
-from tests.test_big_params import executions
+from tests.test_big_params import executions, started_inputs
 from tests.test_newest_models import SUMMARY, by_kind, split
 from tests.tools_for_tests import get_weather
 
@@ -267,12 +266,17 @@ async def test_a_run_that_continued_as_new_still_refuses_to_add_a_tool_no_worker
     )
 
 
+def weather_calls(count: int) -> list[dict[str, Any]]:
+    """``count`` calls of ``get_weather``, ``toolu_0`` for ``City0`` and on."""
+    return [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(count)]
+
+
 @pytest.mark.slow
 async def test_a_late_follower_reads_every_reply_of_a_run_that_continued_as_new_after_each_one(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """Replies a continuation no longer carries are read from the store's chain of every reply, which goes across."""
-    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(9)]
+    calls = weather_calls(9)
     fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."))
     async with worker(get_weather):
         run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
@@ -289,7 +293,7 @@ async def test_a_continuation_carries_its_last_reply_however_big_and_leaves_olde
     """Past ``CARRIED_REPLY_BYTES`` (256 KB; a byte here) a continuation carries only the last reply, which the run
     goes on reading (its status says how the last reply stopped); a follower reads every reply all the same."""
     monkeypatch.setattr(carry, "CARRIED_REPLY_BYTES", 1)
-    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(3)]
+    calls = weather_calls(3)
     fake_api.script(*(Reply([call], "tool_use") for call in calls), Reply([text("All done.")], "end_turn", delay=2))
     async with worker(get_weather):
         run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
@@ -314,7 +318,7 @@ async def test_a_continuation_carries_the_last_64_marks_of_its_transcript_and_th
 ) -> None:
     """A long run's continuation input does not grow with the run: its transcript names the last 64 messages (and the
     head of the chain before them), and the whole conversation is still read back from the store."""
-    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(40)]
+    calls = weather_calls(40)
     fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."))
     async with worker(get_weather):
         run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 40})
@@ -322,10 +326,7 @@ async def test_a_continuation_carries_the_last_64_marks_of_its_transcript_and_th
         transcript = await run.transcript()
         assert run.handle.first_execution_run_id is not None
         histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
-    carried = [
-        json.loads(h.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)["continued"]
-        for h in histories[1:]
-    ]
+    carried = [started["continued"] for started in started_inputs(histories[1:])]
     marks = [len(c["conversation"]["transcript"]["marks"]) for c in carried]
     assert len(carried) >= 5 and max(marks) == marks[-1] == 64
     assert len(transcript) == 82
@@ -338,7 +339,7 @@ async def test_a_continuation_keeps_its_last_fork_points_and_refuses_the_older_b
     """A continuation carries the last ``CARRIED_FORK_POINTS`` fork points (2 here, 1,024 in a run): a fork from one
     it kept starts from that turn's own request; one from an older turn is refused, saying where forks can start."""
     monkeypatch.setattr(carry, "CARRIED_FORK_POINTS", 2)
-    calls = [tool_use(f"toolu_{i}", "get_weather", {"city": f"City{i}"}) for i in range(4)]
+    calls = weather_calls(4)
     fake_api.script(*(Reply([call], "tool_use") for call in calls), end_turn("All done."), end_turn("Forked."))
     async with worker(get_weather):
         run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
