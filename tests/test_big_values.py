@@ -22,6 +22,7 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.steering import AddTools, UpdateParams
 from agent_runner.contract.transcript import canonical, ref_for
+from agent_runner.contract.types import FALLBACK_CREDIT_BETA
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.edits import check_add_tools, check_params
 from tests.conftest import WorkerFactory, stock_temporal
@@ -254,8 +255,17 @@ async def test_a_run_with_big_values_forks_and_goes_on_with_them(
     assert [(body["tools"], body["output_config"]) == ([search], output_config) for body in bodies] == [True] * 3
 
 
+@pytest.mark.parametrize(
+    "betas",
+    [
+        pytest.param({}, id="hops-add-the-beta"),
+        # Its own turns then send what its hops' first does, so the settings its model calls stored are the run's
+        # own, and the continuation holds what is stored by reference: all but what a hop patches.
+        pytest.param({"betas": [FALLBACK_CREDIT_BETA]}, id="run-has-the-beta"),
+    ],
+)
 async def test_a_big_output_config_a_refusal_fallback_patches_is_held_by_value_and_patched_exactly(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, betas: dict[str, Any]
 ) -> None:
     """A hop merges its entry's ``output_config`` into the run's key by key, which needs the value itself: held by
     value by the run, and by the continuation it carries the run into."""
@@ -275,6 +285,7 @@ async def test_a_big_output_config_a_refusal_fallback_patches_is_held_by_value_a
             thread=False,
             refusal_fallbacks=[{"model": "claude-fallback-2", "output_config": {"effort": "low"}}],
             continue_as_new={"events": 10},
+            **betas,
         )
         assert (await run.result()).status == "completed"
         assert (await run.status()).continuations == 1
