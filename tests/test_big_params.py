@@ -109,8 +109,16 @@ async def test_a_2_mb_system_prompt_from_the_python_client_goes_by_reference_thr
     assert sizes["activity"] < 64_000
 
 
+@pytest.mark.parametrize(
+    "fallbacks",
+    [
+        pytest.param({}, id="own-model"),
+        # Each of its turns is sent as a fallback chain's first hop (with the chain's beta), not as its settings say.
+        pytest.param({"refusal_fallbacks": [{"model": "claude-fallback-2"}]}, id="refusal-fallbacks"),
+    ],
+)
 async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_into_continuations(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path, fallbacks: dict[str, Any]
 ) -> None:
     """The stock CLI sends by value; once a model call stored the prompt, continuations carry its reference, and a
     fork or a send of the continued run still sends the prompt whole."""
@@ -124,6 +132,7 @@ async def test_a_big_system_prompt_sent_as_plain_json_is_carried_by_reference_in
         "tools": ["launch"],
         "thread": False,
         "continue_as_new": {"events": 10},
+        **fallbacks,
     }
     async with worker(launch):
         started = start_plain(runner, tmp_path, run_input, "big-plain")

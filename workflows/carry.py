@@ -198,7 +198,7 @@ def _carried_settings(
     assert conversation is not None
     params, tools = conversation.params, conversation.tools
     big = big_values(params, tools)
-    if not big or conversation.turn().settings_ref != state.settings_stored:
+    if not big or conversation.turn().settings_ref not in (state.settings_stored, state.own_settings_stored):
         return params, tools, state.tools  # nothing big, or not stored yet: carried as before
     if implied(BIG_VALUES_PATCH):
         known = {ref_for(canonical(value)) for value in big}

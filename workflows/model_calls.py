@@ -23,12 +23,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.contract.errors import MalformedReply
     from agent_runner.contract.run_input import RunSpec
-    from agent_runner.contract.transcript import message_ref, next_head
+    from agent_runner.contract.transcript import canonical, message_ref, next_head, ref_for
     from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
         THREAD_LOST_ERROR,
         CreateMessageInput,
         CreateMessageOutput,
+        ModelTurn,
         Usage,
     )
     from agent_runner.workflows import live
@@ -96,6 +97,22 @@ def take_reply(state: RunState, conversation: Conversation, reply: dict[str, Any
         transcript.store_pending()
 
 
+def own_settings_ref(
+    own: ModelTurn, sent: ModelTurn, spec: RunSpec, fallback_index: int | None, short: bool
+) -> str | None:
+    """The ref of the run's own settings when the ``sent`` turn carries all their big values as they are, else ``None``.
+
+    A call stores the settings it sends (``RunState.own_settings_stored``). The first hop of a refusal-fallback chain
+    (``fallback_index`` ``None``) adds only the chain's beta (and a credit token) to the run's own; a later hop's entry
+    may replace any of them.
+    """
+    if not spec.refusal_fallbacks:
+        return sent.settings_ref
+    if fallback_index is not None or own.settings is None:
+        return None
+    return ref_for(canonical(own.settings), short=short)
+
+
 class ModelCalls:
     """The run's model calls, and which one is under way."""
 
@@ -132,6 +149,7 @@ class ModelCalls:
         while True:
             take_sdk_request_shape(conversation, compaction is not None)
             turn = conversation.turn(compaction, keep_from)
+            own = turn  # the run's own settings, which a refusal-fallback chain's hop sends changed
             if spec.refusal_fallbacks:
                 index = state.fallback_index
                 splice = None
@@ -141,6 +159,7 @@ class ModelCalls:
                 turn = hop_turn(turn, entries, index, token, splice)
             model = str((turn.settings or {}).get("params", {}).get("model"))
             turn, lean = lean_turn(turn, conversation.transcript)
+            own_ref = own_settings_ref(own, turn, spec, state.fallback_index, conversation.transcript.short_refs)
             if turn.settings_ref == state.settings_stored:
                 turn = turn.model_copy(update={"settings": None})
             try:
@@ -172,6 +191,8 @@ class ModelCalls:
                 hop = self._falls_back(spec, conversation, output.message)
                 if output.stored:
                     state.settings_stored = turn.settings_ref
+                    if own_ref is not None:
+                        state.own_settings_stored = own_ref
                     if not hop:  # a refused hop is not one of the run's replies
                         state.replies_head = next_head(state.replies_head, message_ref(output.message, lean))
                     if keep_from is None:
