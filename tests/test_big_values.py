@@ -297,6 +297,50 @@ async def test_a_big_output_config_a_refusal_fallback_patches_is_held_by_value_a
 
 
 @pytest.mark.parametrize(
+    "fallbacks",
+    [
+        pytest.param({}, id="own-model"),
+        pytest.param({"refusal_fallbacks": [{"model": "claude-fallback-2"}]}, id="chain"),
+    ],
+)
+async def test_a_run_given_big_values_as_plain_json_is_sent_a_message_once_it_ended(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path, fallbacks: dict[str, Any]
+) -> None:
+    """``Run.send`` reads the ended run's input and its conversation in one query answer. Both held the big values
+    by value, so a run given a prompt of over half Temporal's 2 MB limit could not be sent a message; the
+    conversation goes by reference once a model call stored them, and the new run sends them whole."""
+    system = "Be exact. " + "x" * 1_100_000
+    search = raw_tool("search", 250_000)
+    output_config = {"format": {"type": "json_schema", "schema": schema("answer", 250_000)}}
+    fake_api.script(end_turn("Done."), end_turn("Sent."))
+    run_input: dict[str, Any] = {
+        **BASE,
+        "system": system,
+        "output_config": output_config,
+        "messages": [USER],
+        "tools": [search],
+        "thread": False,
+        **fallbacks,
+    }
+    async with worker(launch):
+        start_plain(runner, tmp_path, run_input, "big-values-sent")
+        run = runner.attach("big-values-sent")
+        async with asyncio.timeout(60):
+            assert (await run.result()).status == "completed"
+            sent = await run.send("And then?")
+            assert (await sent.result()).status == "completed"
+    first, second = fake_api.bodies()
+    assert [(body["system"], body["tools"], body["output_config"]) for body in (first, second)] == [
+        (system, [search], output_config)
+    ] * 2
+    assert second["messages"] == [
+        USER,
+        {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+        {"role": "user", "content": [{"type": "text", "text": "And then?"}]},
+    ]
+
+
+@pytest.mark.parametrize(
     "field",
     [
         pytest.param({"metadata": {"agent_runner.stored": "sha256:" + "0" * 64}}, id="param"),

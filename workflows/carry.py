@@ -198,7 +198,7 @@ def _carried_settings(
     assert conversation is not None
     params, tools = conversation.params, conversation.tools
     big = big_values(params, tools)
-    if not big or conversation.turn().settings_ref not in (state.settings_stored, state.own_settings_stored):
+    if not big or not _settings_stored(state):
         return params, tools, state.tools  # nothing big, or not stored yet: carried as before
     if implied(BIG_VALUES_PATCH):
         known = {ref_for(canonical(value)) for value in big}
@@ -210,6 +210,29 @@ def _carried_settings(
     if big_params(params) and implied(PARAMS_BY_REFERENCE_PATCH):
         return by_reference(params), tools, state.tools
     return params, tools, state.tools
+
+
+def _settings_stored(state: RunState) -> bool:
+    """Whether a model call stored the big values of the run's current settings (``RunState.own_settings_stored``)."""
+    assert state.conversation is not None
+    return state.conversation.turn().settings_ref in (state.settings_stored, state.own_settings_stored)
+
+
+def sent_conversation(state: RunState, keep: frozenset[str]) -> Conversation:
+    """The run's conversation as a new run is sent it (``Run.send``): by reference, as a continuation carries it.
+
+    Its big parameters and tool fields go by reference too once a model call stored them (``keep``: those read by
+    value), so a run started with a prompt near Temporal's payload limit can be continued: the query that answers
+    with it holds the run's input as well.
+    """
+    conversation = state.conversation
+    assert conversation is not None
+    carried = conversation.model_copy(update={"transcript": conversation.transcript.carry()})
+    if not big_values(conversation.params, conversation.tools) or not _settings_stored(state):
+        return carried
+    return carried.model_copy(
+        update={"params": slim_params(conversation.params, keep=keep), "tools": slim_tools(conversation.tools)}
+    )
 
 
 def held_definition(tool: dict[str, Any], held: bool) -> dict[str, Any]:

@@ -25,15 +25,14 @@ from agent_runner.contract.types import ToolSpec, Usage
 def send_point(
     run_id: str, conversation: Conversation, usage: Usage, fallback_index: int | None, tools: dict[str, ToolSpec]
 ) -> dict[str, Any]:
-    """An ended run's ``continue_from``: its conversation (by reference, as continue-as-new carries it).
+    """An ended run's ``continue_from``: its ``conversation`` (``carry.sent_conversation``).
 
     The tool set goes by name: the new run looks the tools up again, as any run does, so a worker's newer
     registration counts. The tools of MCP servers are left out, since the new run lists its servers afresh.
     """
-    carried = conversation.model_copy(update={"transcript": conversation.transcript.carry()})
     point = ContinueFrom(
         run_id=run_id,
-        conversation=carried,
+        conversation=conversation,
         usage=usage,
         fallback_index=fallback_index,
         tools=[name for name, tool in tools.items() if tool.mcp is None],

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.big_params import read_by_fallbacks
     from agent_runner.contract.transcript import Transcript
     from agent_runner.contract.types import RunStatus
+    from agent_runner.workflows.carry import sent_conversation
     from agent_runner.workflows.continuation import send_point
     from agent_runner.workflows.forking import ForkedFrom, started_with, tools_at
 
@@ -94,7 +96,8 @@ def send_point_of(run: RunView) -> dict[str, Any]:
     params = state.conversation.params if state.input_trimmed else {}
     left_out = ("messages", "continue_from", "forked_from")
     run_input = {k: v for k, v in {**params, **run.run_input}.items() if k not in left_out}
-    point = send_point(workflow.info().workflow_id, state.conversation, state.usage, state.fallback_index, state.tools)
+    conversation = sent_conversation(state, read_by_fallbacks(run.run_input.get("refusal_fallbacks")))
+    point = send_point(workflow.info().workflow_id, conversation, state.usage, state.fallback_index, state.tools)
     return {"input": run_input, "continue_from": point}
 
 
