@@ -46,7 +46,8 @@ whose run needs the server to go on.
 
 Exit codes: 0 success (a followed run that completed, reached ``max_iterations`` or was stopped), 1 an error or a
 failed or cancelled run (printed as ``error: <message>``, one line, such as ``No worker is polling task queue ...``
-with the command that starts one), 2 a usage error, 130 interrupted (Ctrl-C stops following or waiting, not the run).
+with the command that starts one), 2 a usage error, 130 interrupted (Ctrl-C stops following or waiting, not the run),
+141 output cut off (whatever read it, such as ``| head``, stopped reading; the command stops quietly, as Unix tools do).
 
 The package is a client of the client: every command goes through ``AgentRunner``/``Run`` (``agent_runner.client``).
 ``parser`` holds the flags; ``runs``, ``steering``, ``demo``, ``dev_stack`` and ``store_gc`` the commands (the parser
@@ -58,13 +59,23 @@ events, tested line by line); and ``errors`` the one mapping of an error to its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from agent_runner.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, NO_KEY_NOTICE, default_model, err
+from agent_runner.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    NO_KEY_NOTICE,
+    default_model,
+    err,
+)
 from agent_runner.cli.errors import report
 from agent_runner.cli.parser import build_parser, check_args, parse_param
 from agent_runner.cli.render import (
@@ -162,7 +173,21 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except KeyboardInterrupt:
         err("interrupted")
         code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        code = _output_cut_off()
     except Exception:  # not one of the runner's errors: a bug, whose traceback helps
         traceback.print_exc()
         code = EXIT_ERROR
     exit_now(code)
+
+
+def _output_cut_off() -> int:
+    """Stop quietly once whatever read stdout (``| head``) has gone, and give the exit code that says so.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises ``BrokenPipeError`` instead of ending the process as it
+    ends a C tool; nobody is there to read a message about it. Stdout goes to ``os.devnull`` so that the final flush
+    of what is still buffered cannot raise again (Python's documented recipe).
+    """
+    with contextlib.suppress(OSError, ValueError):  # stdout already closed, or not a file: nothing left to flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE

@@ -26,7 +26,13 @@ from agent_runner.cli.common import (
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
 from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
 from agent_runner.client import AgentRunner, Run, check_run_input
-from agent_runner.contract.errors import AgentRunError, ConfigurationError, RunAlreadyExists, RunCancelled
+from agent_runner.contract.errors import (
+    AgentRunError,
+    ConfigurationError,
+    RunAlreadyExists,
+    RunCancelled,
+    RunNotFound,
+)
 
 
 def _load_run_file(path: str) -> dict[str, Any]:
@@ -251,8 +257,20 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_terminate(args: argparse.Namespace) -> int:
-    """``terminate``: end a run at once, without letting it finish anything."""
+    """``terminate``: end a run at once, without letting it finish anything; an ended run is left as it ended."""
     async with connected(args.task_queue) as runner:
-        await runner.attach(args.run_id).terminate(args.reason)
-        print(f"Run {args.run_id} is terminated: {args.reason}", flush=True)
+        run = runner.attach(args.run_id)
+        ended = await run.ended()  # raises RunNotFound for an id no run has
+        if ended is None:
+            try:
+                await run.terminate(args.reason)
+            except RunNotFound:
+                # Temporal says NOT_FOUND for a run that is closed, as for one that never was: this one ended since.
+                ended = await run.ended()
+                if ended is None:
+                    raise
+        if ended is not None:
+            print(f"Run {run.id} already ended ({ended}); there is nothing to terminate.", flush=True)
+            return EXIT_OK
+        print(f"Run {run.id} is terminated: {args.reason}", flush=True)
         return EXIT_OK
