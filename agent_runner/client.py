@@ -1002,7 +1002,10 @@ class Run:
                 if not event.HasField("workflow_execution_started_event_attributes"):
                     return False
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                values = await self._client.data_converter.decode(payloads) if payloads else []
+                try:
+                    values = await self._client.data_converter.decode(payloads) if payloads else []
+                except (ValueError, RuntimeError):  # input no converter reads: the run failed on it at once
+                    return False
                 raw = values[0] if values else None
                 return isinstance(raw, Mapping) and raw.get("step") not in (None, False)
         except RPCError as e:

@@ -8,17 +8,19 @@ at once with a clear error: judged by how the run ended, what Claude received an
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 from anthropic import beta_tool
 from temporalio.client import Client, WorkflowFailureError
 
+from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory, stock_start
+from tests.conftest import WorkerFactory, stock_start, stock_temporal
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
@@ -159,6 +161,74 @@ async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_in
     cause = failure.value.cause
     assert (getattr(cause, "type", None), getattr(cause, "message", None)) == ("InvalidRunInput", expected)
     assert fake_api.requests == []
+
+
+DEEP = json.dumps({**BASE, "messages": [USER]})[:-1] + ', "metadata": ' + "[" * 300 + "]" * 300 + "}"
+"""An input nested deeper than the data converter's JSON decoder goes (about 255 levels), and only 700 bytes long."""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--input", DEEP],
+            "The run's input cannot be read (Invalid JSON: recursion limit exceeded at line 1 column 309). Start the "
+            "run with one JSON object (encoding `json/plain`) holding at least `model`, `max_tokens` and `messages`.",
+        ),
+        (
+            ["--input", json.dumps({**BASE, "messages": [USER]}), "--input-meta", "encoding=json/protobuf"],
+            "The run's input cannot be read (Payload at index 0 with encoding json/protobuf could not be converted). "
+            "Start the run with one JSON object (encoding `json/plain`) holding at least `model`, `max_tokens` and "
+            "`messages`.",
+        ),
+        (
+            ["--input", json.dumps({**BASE, "messages": [USER]}), "--input", json.dumps({**BASE, "messages": [USER]})],
+            "A run takes one input, a JSON object, and was started with 2: give it once (the stock CLI's `--input` or "
+            "`--input-file`), as one object holding at least `model`, `max_tokens` and `messages`.",
+        ),
+        (
+            ["--input", json.dumps({**BASE, "messages": [USER], "continued": {"conversation": 5}})],
+            "`continued` is not the state a run hands its continuation (conversation: Input should be a valid "
+            "dictionary or instance of Conversation; and 1 more): a run writes it when it continues as new; start "
+            "the run without it.",
+        ),
+    ],
+    ids=["nested-too-deep", "unknown-encoding", "two-inputs", "forged-continued"],
+)
+@pytest.mark.usefixtures("temporal_address")
+async def test_input_no_converter_can_read_or_more_than_one_input_fails_the_run_at_once(
+    args: list[str],
+    expected: str,
+    client: Client,
+    task_queue: str,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Temporal decodes a workflow's arguments before its code runs, and a failure there fails the workflow task, for
+    ever: the run reads its own input, so these fail it at once with the reason instead, which the commands that read
+    an ended run's history then show (they read its input too)."""
+    workflow_id = f"unreadable-{task_queue}"
+    start = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
+    async with worker(launch):
+        await asyncio.to_thread(stock_temporal, client, *start, *args)
+        async with asyncio.timeout(30):
+            with pytest.raises(WorkflowFailureError) as failure:
+                await client.get_workflow_handle(workflow_id).result()
+    cause = failure.value.cause
+    assert (getattr(cause, "type", None), getattr(cause, "message", None)) == ("InvalidRunInput", expected)
+    assert fake_api.requests == []
+    capsys.readouterr()
+    assert await cli.amain(["status", workflow_id, "--json", "--task-queue", task_queue]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert await cli.amain(["transcript", workflow_id, "--json", "--task-queue", task_queue]) == 0
+    # Of two inputs, the commands read the first, as the run's input: its messages are what it was given.
+    given = [USER] if args.count("--input") == 2 else []
+    assert (status["status"], status["stop_reason_detail"], json.loads(capsys.readouterr().out)) == (
+        "failed",
+        expected,
+        given,
+    )
 
 
 async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_run_goes_on(

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.start_input import NO_INPUT, one_raw_input
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -56,11 +58,12 @@ class AgentRunReadingTheClock(AgentRun):
     """A careless change: the wall clock read in workflow code (`datetime.now()` instead of `workflow.now()`)."""
 
     @workflow.run
-    async def run(self, raw_input: Any = None) -> dict[str, Any]:
+    @one_raw_input
+    async def run(self, raw_input: RawValue = NO_INPUT, *more: object) -> dict[str, Any]:
         import datetime
 
         datetime.datetime.now()
-        return await super().run(raw_input)
+        return await super().run(raw_input, *more)
 
 
 async def test_a_clock_read_in_workflow_code_fails_the_strict_replay() -> None:
@@ -76,9 +79,10 @@ class AgentRunWithAnExtraTimer(AgentRun):
     """A careless change: a pause before the run starts, shipped without `workflow.patched`."""
 
     @workflow.run
-    async def run(self, raw_input: Any = None) -> dict[str, Any]:
+    @one_raw_input
+    async def run(self, raw_input: RawValue = NO_INPUT, *more: object) -> dict[str, Any]:
         await workflow.sleep(1)
-        return await super().run(raw_input)
+        return await super().run(raw_input, *more)
 
 
 async def test_a_non_deterministic_change_fails_the_replay() -> None:

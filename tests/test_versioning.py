@@ -15,6 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
+from temporalio.common import RawValue
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_runner.activities.claude import ClaudeActivities
@@ -24,6 +25,7 @@ from agent_runner.client import AgentRunner, Run
 from agent_runner.testing import FakeMessagesAPI, end_turn
 from agent_runner.worker import build_worker
 from agent_runner.workflows.agent_run import AgentRun
+from agent_runner.workflows.start_input import NO_INPUT, one_raw_input
 from tests.conftest import anthropic_client_factory
 
 PATCH = "pause-before-model-call"
@@ -34,8 +36,9 @@ class AgentRunV2(AgentRun):
     """The next version: a short pause before each model call, behind a patch."""
 
     @workflow.run
-    async def run(self, raw_input: Any = None) -> dict[str, Any]:
-        return await super().run(raw_input)
+    @one_raw_input
+    async def run(self, raw_input: RawValue = NO_INPUT, *more: object) -> dict[str, Any]:
+        return await super().run(raw_input, *more)
 
     async def _boundary(self) -> None:
         if workflow.patched(PATCH):

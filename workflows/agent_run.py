@@ -35,6 +35,7 @@ import asyncio
 from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import CancelledError, FailureError
 
@@ -83,7 +84,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         RunStatusName,
     )
-    from agent_runner.workflows import tool_lookup
+    from agent_runner.workflows import start_input, tool_lookup
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.boundary import Boundary, paused
@@ -122,6 +123,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.result_transcript import result_status, result_transcript
     from agent_runner.workflows.run_input import RunSpec, parse_run_input
     from agent_runner.workflows.search_attributes import publish
+    from agent_runner.workflows.start_input import NO_INPUT, one_raw_input
     from agent_runner.workflows.state import RunState
     from agent_runner.workflows.subagents import STOP_FROM_PARENT_SIGNAL
     from agent_runner.workflows.tool_calls import ToolCalls
@@ -155,13 +157,24 @@ class AgentRun:
     """One agent run: Claude and its tools in a loop until a stop reason, ``max_iterations`` or a stop ends it."""
 
     @workflow.init
-    def __init__(self, raw_input: Any = None) -> None:
-        # `Any`, with a default: the stock CLI can start a run with no input or a non-object one, and the data
-        # converter must hand it over as it is, so that the run fails with InvalidRunInput instead of the workflow
-        # task failing (and being retried) for ever.
-        continued = raw_input.get("continued") if isinstance(raw_input, dict) else None
-        self._carried = Carried.model_validate(continued) if continued is not None else None
+    @one_raw_input
+    def __init__(self, raw_input: RawValue = NO_INPUT, *more: object) -> None:
+        # Undecoded, with a default and room for more: the stock CLI can start a run with no input, several, or one
+        # no converter can read, and the run must fail with InvalidRunInput instead of its workflow task failing (and
+        # being retried) for ever (`start_input.py`).
+        raw, self._unreadable = start_input.read(raw_input, more)
+        """Why the run's input cannot be read, if it cannot: the run fails with it at once."""
+        continued = raw.get("continued") if isinstance(raw, dict) else None
+        self._carried: Carried | None = None
         """The state a previous run of this chain handed over (``continued``)."""
+        if continued is not None:
+            try:
+                self._carried = Carried.model_validate(continued)
+            except ValueError as e:
+                self._unreadable = (
+                    f"`continued` is not the state a run hands its continuation ({start_input.first_line(e)}): a "
+                    "run writes it when it continues as new; start the run without it."
+                )
         # Restored here rather than in `run`, so edits that reach the continuation first find the run's state.
         self._state = (
             self._carried.state()
@@ -171,8 +184,10 @@ class AgentRun:
         """Everything the run keeps; continue-as-new carries it whole."""
         self._stream = WorkflowStream(prior_state=self._carried.stream if self._carried else None)
         """The run's live events (``EVENTS_TOPIC``), offset-addressed for late subscribers."""
+        self._raw_input = raw
+        """The run's input, decoded."""
         self._input: dict[str, Any] = (
-            {k: v for k, v in raw_input.items() if k != "continued"} if isinstance(raw_input, dict) else {}
+            {k: v for k, v in raw.items() if k != "continued"} if isinstance(raw, dict) else {}
         )
         """The run's input as the client sent it (without the state a continuation carries)."""
         self._spec: RunSpec | None = None
@@ -197,17 +212,23 @@ class AgentRun:
         self._edits = Boundary(self, self._compactions, self._background, self._stops_here)
 
     @workflow.run
-    async def run(self, raw_input: Any = None) -> dict[str, Any]:
+    @one_raw_input
+    async def run(self, raw_input: RawValue = NO_INPUT, *more: object) -> dict[str, Any]:  # noqa: ARG002
         """Run the loop.
 
         Args:
-            raw_input: The run's JSON input: Messages API parameters plus runner options (see ``run_input.py``).
+            raw_input: The run's JSON input: Messages API parameters plus runner options (see ``run_input.py``),
+                undecoded (``__init__`` read it).
+            more: Further inputs, which a run never takes: it fails saying so.
 
         Returns:
             A ``RunResult`` as JSON.
         """
         try:
-            spec = parse_run_input(raw_input if not isinstance(raw_input, dict) else self._input)
+            if self._unreadable is not None:
+                raise InvalidRunInput(self._unreadable)
+            raw = self._raw_input
+            spec = parse_run_input(raw if not isinstance(raw, dict) else self._input)
         except InvalidRunInput as e:
             raise fail(e) from None
         self._spec = spec

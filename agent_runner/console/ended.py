@@ -170,7 +170,12 @@ class EndedRun:
 
 async def _payload(converter: DataConverter, payloads: Payloads) -> Any:
     # The client's converter, codec included: an encrypting fleet's console holds its keys.
-    values = await converter.decode(payloads.payloads) if payloads.payloads else []
+    try:
+        values = await converter.decode(payloads.payloads) if payloads.payloads else []
+    except (ValueError, RuntimeError):
+        # Input no converter can read (JSON nested too deep, an unknown encoding): the run failed on it at once
+        # (`workflows/start_input.py`), and the reader goes on without it, as without any input.
+        return None
     return values[0] if values else None
 
 
