@@ -21,6 +21,7 @@ from agent_runner.contract.errors import EditRejected, InvalidRunInput, Malforme
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_start, stock_temporal
+from tests.steering_support import wait_status
 
 BASE = {"model": "claude-fake-1", "max_tokens": 256}
 USER = {"role": "user", "content": "Hi."}
@@ -244,8 +245,7 @@ async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_r
             await run.update_params(temperature=7)
         result = await run.result()
     assert str(refused.value) == (
-        "update_params was refused: The new parameters were rejected:\n- `max_tokens` is not what the Messages API "
-        "takes (Input should be a valid integer). See the API reference for `max_tokens`."
+        "update_params was refused: The new parameters were rejected:\n- `max_tokens` must be a positive integer."
     )
     assert (result.status, result.iterations) == ("completed", 1)
 
@@ -280,3 +280,85 @@ async def test_a_system_prompt_near_the_payload_limit_is_never_carried_twice_int
     assert (result.status, result.iterations, RAN) == ("completed", 3, ["a", "b"])
     assert status.continuations >= 2
     assert [body["system"] == system for body in fake_api.bodies()] == [True] * 4  # the fork's request too
+
+
+EDITS_THE_INPUT_CHECK_REFUSES: list[Any] = [
+    (
+        "update_params",
+        {"max_tokens": -1},
+        "The new parameters were rejected:\n- `max_tokens` must be a positive integer.",
+    ),
+    (
+        "update_params",
+        {"model": ""},
+        'The new parameters were rejected:\n- `model` must be a non-empty string such as "claude-sonnet-5-5".',
+    ),
+    (
+        "update_params",
+        {"model": 5},
+        'The new parameters were rejected:\n- `model` must be a non-empty string such as "claude-sonnet-5-5".',
+    ),
+    ("inject", [{"type": "text"}], "The injected content was rejected:\n- content[0].text: Field required."),
+    (
+        "inject",
+        [{"type": "image", "source": "x"}],
+        "The injected content was rejected:\n- content[0].source: Input should be a valid dictionary.",
+    ),
+    (
+        "inject",
+        [{"type": "text", "text": "Fine."}, {"type": "bogus"}],
+        "The injected content was rejected:\n- content[1].type is 'bogus', not a content block type that goes here;",
+    ),
+    (
+        "inject",
+        [{"type": "text", "text": "  "}],
+        "The injected content was rejected:\n- content[0] is a text block with no text but whitespace; the API "
+        "rejects it. Leave the block out.",
+    ),
+    ("inject", "", "There is nothing to inject: give text or content blocks."),
+    ("inject", [], "There is nothing to inject: give text or content blocks."),
+    (
+        "add_tools",
+        [{"name": 5}],
+        "The tools were rejected:\n- `tools[0]` is a tool definition without a `name` or `type`.",
+    ),
+    (
+        "add_tools",
+        ["launch", {"foo": "bar"}],
+        "The tools were rejected:\n- `tools[1]` is a tool definition without a `name` or `type`.",
+    ),
+]
+"""Edits whose value a run's input check refuses (``parse_run_input``): once accepted, each would have failed every
+later request of the run (and of its forks and sends) with a 400, or sent content the API refuses."""
+
+
+@pytest.mark.parametrize(("edit", "value", "expected"), EDITS_THE_INPUT_CHECK_REFUSES)
+async def test_an_edit_the_input_check_would_refuse_is_refused_and_the_run_goes_on_unchanged(
+    edit: str, value: Any, expected: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected) as refused:
+            if edit == "update_params":
+                await run.update_params(**value)
+            elif edit == "inject":
+                await run.inject(value)
+            else:
+                await run.add_tools(*value)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    name = {"update_params": "update_params", "inject": "inject_message", "add_tools": "add_tools"}[edit]
+    assert str(refused.value).startswith(f"{name} was refused: {expected}")
+    call = {"type": "tool_use", "id": "toolu_1", "name": "launch", "input": {"target": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}
+    assert fake_api.bodies()[1] == {
+        **BASE,
+        "messages": [USER, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}],
+        "tools": [launch.to_dict()],
+        "stream": True,
+    }
+    assert RAN == ["a"]

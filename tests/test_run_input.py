@@ -150,6 +150,8 @@ def test_a_tool_result_answering_the_previous_assistant_tool_use_is_accepted() -
             id="reply_block_as_returned",
         ),
         pytest.param({"role": "user", "content": [{"agent_runner.stored": "sha256:0"}]}, id="stored_block"),
+        pytest.param({"role": "assistant", "content": ""}, id="empty_prefill"),
+        pytest.param({"role": "assistant", "content": [{"type": "text", "text": " "}]}, id="blank_prefill_block"),
     ],
 )
 def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, object]) -> None:
@@ -212,6 +214,24 @@ def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, o
             {"role": "system", "content": [{"type": "tool_removal", "tool": {"type": "tool_reference"}}]},
             "`messages[1]`.content[0].tool.name: Field required.",
             id="nested_missing_field",
+        ),
+        pytest.param(
+            {"role": "user", "content": []},
+            "`messages[1]` has empty content; the API takes that only in a last assistant message (a prefill). "
+            "Give it text or content blocks, or leave the message out.",
+            id="empty_content",
+        ),
+        pytest.param(
+            {"role": "user", "content": ""},
+            "`messages[1]` has empty content; the API takes that only in a last assistant message (a prefill). "
+            "Give it text or content blocks, or leave the message out.",
+            id="empty_text_content",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "text", "text": "\n "}]},
+            "`messages[1]`.content[0] is a text block with no text but whitespace; the API rejects it. Leave the "
+            "block out.",
+            id="blank_text_block",
         ),
     ],
 )

@@ -23,7 +23,13 @@ from agent_runner.contract.big_params import by_reference, lookalike_problems, r
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.params import param_problems
-from agent_runner.contract.run_input import API_PARAMS, EXTRA_BODY_PARAMS, message_problems
+from agent_runner.contract.run_input import (
+    API_PARAMS,
+    EXTRA_BODY_PARAMS,
+    message_problems,
+    required_param_problems,
+    tool_problems,
+)
 from agent_runner.contract.steering import (
     AddTools,
     Compact,
@@ -138,7 +144,7 @@ def adds_to_conversation(edit: Edit) -> bool:
 
 
 def check_inject(edit: InjectMessage) -> None:
-    """Injected content is the user's: content blocks, never a tool's result or call."""
+    """Injected content is the user's: content blocks a user message takes, never a tool's result or call."""
     if isinstance(edit.content, list):
         for i, block in enumerate(edit.content):
             if is_placeholder(block):
@@ -150,6 +156,15 @@ def check_inject(edit: InjectMessage) -> None:
                     f"content[{i}] is a `{block['type']}` block: tool results come from the run's tools (or "
                     "from `advance` in step mode), never from an injected message."
                 )
+    if edit.content in ("", []):
+        raise ValueError("There is nothing to inject: give text or content blocks.")
+    # As a run's first messages are checked: content the API would refuse must not reach every later request.
+    problems = [
+        problem.replace("`messages[0]`.content", "content").replace("`messages[0]`", "The content")
+        for problem in message_problems([{"role": "user", "content": edit.content}])
+    ]
+    if problems:
+        raise ValueError("The injected content was rejected:\n- " + "\n- ".join(problems))
 
 
 def check_history(edit: ReplaceHistory) -> None:
@@ -170,6 +185,9 @@ def check_params(
     for required in ("model", "max_tokens"):
         if required in edit.params and edit.params[required] is None:
             raise ValueError(f"`{required}` cannot be removed.")
+    required = required_param_problems(edit.params)  # as a run's input is checked
+    if required:
+        raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(required))
     current = conversation.params if conversation is not None else {}
     merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
     merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
@@ -198,10 +216,11 @@ def check_params(
 
 
 def check_add_tools(edit: AddTools, registered: list[str] | None) -> None:
-    """A tool added by name must be one the workers registered (when they said which)."""
+    """A tool added is a name the workers registered (when they said which) or a definition, as in a run's input."""
     lookalikes = [] if edit.held else lookalike_problems({}, edit.tools)
-    if lookalikes:  # plain JSON: a reference-shaped field is data no tool definition takes, never a reference
-        raise ValueError("The tools were rejected:\n- " + "\n- ".join(lookalikes))
+    shapes = tool_problems(edit.tools)
+    if lookalikes or shapes:  # plain JSON: a reference-shaped field is data no tool definition takes, never a reference
+        raise ValueError("The tools were rejected:\n- " + "\n- ".join([*shapes, *lookalikes]))
     unknown = [t for t in edit.tools if isinstance(t, str) and registered is not None and t not in registered]
     if unknown:
         raise ValueError(

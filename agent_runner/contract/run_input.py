@@ -13,7 +13,7 @@ exists. This module is imported by workflow code, so it holds no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar, get_args, get_type_hints
 
 from anthropic.types.beta import BetaMessageParam
@@ -222,11 +222,7 @@ def parse_run_input(raw: object) -> RunSpec:
     for key in ("model", "max_tokens", "messages"):
         if key not in raw:
             problems.append(f"Missing required field `{key}`.")
-    if "model" in raw and (not isinstance(raw["model"], str) or not raw["model"]):
-        problems.append('`model` must be a non-empty string such as "claude-sonnet-5-5".')
-    max_tokens = raw.get("max_tokens")
-    if "max_tokens" in raw and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        problems.append("`max_tokens` must be a positive integer.")
+    problems.extend(required_param_problems(raw))
     if not problems or all("`model`" not in p and "`max_tokens`" not in p for p in problems):
         params = {k: v for k, v in raw.items() if k in API_PARAMS | EXTRA_BODY_PARAMS}
         if raw.get("held") is True:  # the client stored the big ones (``big_params.py``): only the store has them
@@ -238,7 +234,7 @@ def parse_run_input(raw: object) -> RunSpec:
     if "messages" in raw:
         problems.extend(message_problems(messages))
     tools = raw.get("tools", [])
-    problems.extend(_tool_problems(tools))
+    problems.extend(tool_problems(tools))
     max_iterations = raw.get("max_iterations")
     if max_iterations is not None and (
         not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1
@@ -340,6 +336,17 @@ def entries(raw: list[str | dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"model": e} if isinstance(e, str) else dict(e) for e in raw]
 
 
+def required_param_problems(params: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``model`` and ``max_tokens``, where ``params`` gives them: a run's input or an edit's."""
+    problems: list[str] = []
+    if "model" in params and (not isinstance(params["model"], str) or not params["model"]):
+        problems.append('`model` must be a non-empty string such as "claude-sonnet-5-5".')
+    max_tokens = params.get("max_tokens")
+    if "max_tokens" in params and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        problems.append("`max_tokens` must be a positive integer.")
+    return problems
+
+
 def message_problems(messages: object) -> list[str]:
     """What makes ``messages`` a conversation the Messages API would reject, or the runner could not continue.
 
@@ -370,10 +377,22 @@ def message_problems(messages: object) -> list[str]:
                 "it. Give it one."
             )
         blocks = content if isinstance(content, list) else []
+        prefill = role == "assistant" and i == len(messages) - 1  # the API takes an empty final assistant turn
+        if content in ("", []) and not prefill:
+            problems.append(
+                f"{where} has empty content; the API takes that only in a last assistant message (a prefill). Give "
+                "it text or content blocks, or leave the message out."
+            )
         tool_use_ids: set[str] = set()
         for j, block in enumerate(blocks):
             if not isinstance(block, dict) or is_placeholder(block):
                 continue
+            text = block.get("text")
+            if block.get("type") == "text" and isinstance(text, str) and not text.strip() and not prefill:
+                problems.append(
+                    f"{where}.content[{j}] is a text block with no text but whitespace; the API rejects it. Leave "
+                    "the block out."
+                )
             if block.get("type") == "tool_use":
                 tool_use_ids.add(str(block.get("id")))
             if block.get("type") == "tool_result":
@@ -528,7 +547,8 @@ def _value_at(message: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _tool_problems(tools: object) -> list[str]:
+def tool_problems(tools: object) -> list[str]:
+    """What makes ``tools`` not a list of registered tools' names and raw tool definitions, one line each."""
     if not isinstance(tools, list):
         return ["`tools` must be a list of registered tool names and/or raw tool definitions."]
     problems: list[str] = []
