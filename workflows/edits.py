@@ -185,9 +185,9 @@ def check_params(
     for required in ("model", "max_tokens"):
         if required in edit.params and edit.params[required] is None:
             raise ValueError(f"`{required}` cannot be removed.")
-    required = required_param_problems(edit.params)  # as a run's input is checked
-    if required:
-        raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(required))
+    invalid = required_param_problems(edit.params)  # as a run's input is checked
+    if invalid:
+        raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(invalid))
     current = conversation.params if conversation is not None else {}
     merged = {**current, **{k: v for k, v in edit.params.items() if v is not None}}
     merged = {**merged, "model": str(merged.get("model") or "m"), "max_tokens": merged.get("max_tokens", 1)}
