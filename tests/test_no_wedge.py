@@ -362,3 +362,34 @@ async def test_an_edit_the_input_check_would_refuse_is_refused_and_the_run_goes_
         "stream": True,
     }
     assert RAN == ["a"]
+
+
+async def test_a_history_replaced_before_its_calls_ran_is_refused_and_their_results_are_kept(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The transcript a client reads while a reply's calls wait (for a step, an approval) ends with those calls: put
+    back as it is, after the tools ran, it dropped their results and the next request was one the API refuses."""
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        snapshot = await run.versioned_transcript()
+        with pytest.raises(EditRejected) as refused:
+            await run.replace_history(snapshot.messages, expected_version=snapshot.version)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert str(refused.value) == (
+        "replace_history was refused: The new history was rejected:\n- `messages[1]` ends the conversation with tool "
+        "calls that have no results (toolu_1); the API refuses that. End it with the user message that holds their "
+        "`tool_result` blocks, or leave the calls out (a run's own calls get their results from its tools: let them "
+        "run, then read the transcript again)."
+    )
+    call = {"type": "tool_use", "id": "toolu_1", "name": "launch", "input": {"target": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}
+    assert fake_api.bodies()[1]["messages"] == [
+        USER,
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]

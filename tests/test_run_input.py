@@ -233,6 +233,13 @@ def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, o
             "block out.",
             id="blank_text_block",
         ),
+        pytest.param(
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]},
+            "`messages[1]` ends the conversation with tool calls that have no results (toolu_1); the API refuses "
+            "that. End it with the user message that holds their `tool_result` blocks, or leave the calls out (a "
+            "run's own calls get their results from its tools: let them run, then read the transcript again).",
+            id="unanswered_calls_at_the_end",
+        ),
     ],
 )
 def test_a_malformed_message_is_refused_naming_its_index_and_field(message: dict[str, object], problem: str) -> None:

@@ -408,6 +408,14 @@ def message_problems(messages: object) -> list[str]:
                     )
         if role != "system":
             previous_tool_use_ids = tool_use_ids
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") == "assistant" and previous_tool_use_ids:
+        problems.append(
+            f"`messages[{len(messages) - 1}]` ends the conversation with tool calls that have no results "
+            f"({', '.join(sorted(previous_tool_use_ids))}); the API refuses that. End it with the user message that "
+            "holds their `tool_result` blocks, or leave the calls out (a run's own calls get their results from its "
+            "tools: let them run, then read the transcript again)."
+        )
     return problems
 
 
