@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from anthropic import beta_async_tool
 
 from agent_runner.client import AgentRunner
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, tool_use
 from tests.conftest import WorkerFactory
 
 
@@ -81,3 +82,28 @@ async def test_a_run_that_continued_as_new_goes_on_publishing_its_search_attribu
             runner, f'AgentRunStatus = "completed" AND AgentRunIterations = 2 AND WorkflowId = "{run.id}"', 1
         )
     assert (status.continuations, done) == (1, [run.id])
+
+
+@pytest.mark.parametrize("end", ["failed", "cancelled"])
+async def test_a_run_that_failed_or_was_cancelled_while_waiting_no_longer_lists_as_waiting(
+    end: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Its search attributes say how it ended, as a completed run's do: `AgentRunWaiting = "approval"` finds only
+    runs that still wait."""
+    fake_api.script(Reply([tool_use("toolu_1", "deploy", {"service": "api"})], "tool_use"), bad_request("No."))
+    async with worker(deploy, search_attributes=True):
+        run = await runner.start(
+            model="claude-fake-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Ship it."}],
+            tools=[deploy],
+            approval={"tools": ["deploy"]},
+        )
+        await ids(runner, f'AgentRunWaiting = "approval" AND WorkflowId = "{run.id}"', 1)
+        if end == "failed":
+            await run.approve("toolu_1")  # the next model call is refused with a 400: the run fails
+        else:
+            await run.cancel()
+        ended = await ids(runner, f'AgentRunStatus = "{end}" AND AgentRunWaiting = "" AND WorkflowId = "{run.id}"', 1)
+        closed = await run.ended()
+    assert (ended, closed) == ([run.id], {"failed": "failed", "cancelled": "canceled"}[end])

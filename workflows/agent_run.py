@@ -148,6 +148,11 @@ def tool_uses(reply: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in reply.get("content") or [] if b.get("type") == "tool_use"]
 
 
+ENDED_STATUS_PATCH = "search-attributes-say-failed-or-cancelled"
+"""``workflow.patched`` id of a failed or cancelled run publishing its last status, as a completed run does: runs
+recorded before failed without it."""
+
+
 # Outside Temporal's sandbox: the sandbox re-imports a workflow's module for every run and routes each activation
 # through its restricted importer (about a sixth of a worker's CPU per iteration here), and what it checks is pinned
 # instead by the replay tests, which replay every recorded history inside Temporal's strict sandbox
@@ -266,6 +271,10 @@ class AgentRun:
                     status=self._status,
                 )
                 self._stream.detach_pollers()  # subscribers' long polls must not keep the run open
+                if self._status in ("failed", "cancelled") and workflow.patched(ENDED_STATUS_PATCH):
+                    # Its search attributes say how it ended, as a completed run's do, so a query for running or
+                    # waiting runs leaves it out (a terminated run's cannot: none of its code runs then).
+                    self._publish_search_attributes()
         self._publish_search_attributes()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result.model_dump(mode="json")
