@@ -88,6 +88,7 @@ from agent_runner.contract.steering import (
     REPLACE_HISTORY_UPDATE,
     RETRY_TURN_UPDATE,
     STOP_UPDATE,
+    TO_GO_ON,
     UPDATE_PARAMS_UPDATE,
     WAKE_UPDATE,
     PendingApproval,
@@ -792,10 +793,7 @@ class Run:
             raise EditRejected(f"{update} was refused: {message}") from e
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND and "already completed" in e.message:
-                raise EditRejected(
-                    f"{update} was refused: run {self.id} has already ended. Start a new run from its transcript "
-                    "to go on."
-                ) from e
+                raise EditRejected(f"{update} was refused: run {self.id} has already ended. {TO_GO_ON}") from e
             raise _rpc_error(self.id, e) from e
         seq = accepted.get("seq") if isinstance(accepted, dict) else None
         if seq is None or not (wait if wait is not None else not self.step):
@@ -838,7 +836,7 @@ class Run:
                 if outcome is None:
                     raise EditRejected(
                         f"{update} did not apply: run {self.id} ended ({(await self.status()).status}) before its "
-                        "next turn; nothing was changed. Start a new run from its transcript to go on."
+                        f"next turn; nothing was changed. {TO_GO_ON}"
                     )
                 continue
             if not self.wait_for_people:

@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
+from agent_runner.contract.steering import TO_GO_ON
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory, stock_temporal
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
@@ -228,8 +229,7 @@ async def test_stop_waits_for_the_end_and_the_replys_tools_never_run(
         assert capsys.readouterr().out.splitlines()[-2:] == ["version      1", "stopped      the user closed the tab"]
         assert await cli.amain(["inject", run.id, "hello?"]) == 1
         assert capsys.readouterr().err == (
-            f"error: inject_message was refused: run {run.id} has already ended. Start a new run from its transcript "
-            "to go on.\n"
+            f"error: inject_message was refused: run {run.id} has already ended. {TO_GO_ON}\n"
         )
     assert CALLS == []
     assert len(fake_api.requests) == 1

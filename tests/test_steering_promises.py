@@ -18,6 +18,7 @@ from temporalio.client import Client
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
 from agent_runner.contract.events import ApprovalDecided
+from agent_runner.contract.steering import TO_GO_ON
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
@@ -188,7 +189,7 @@ async def test_a_client_waiting_for_its_edit_is_told_when_the_run_is_terminated(
                 await waiting
     assert str(refused.value) == (
         f"inject_message did not apply: run {run.id} ended (terminated) before its next turn; nothing was changed. "
-        "Start a new run from its transcript to go on."
+        + TO_GO_ON
     )
     assert CALLS == []
 
@@ -280,6 +281,6 @@ async def test_an_edit_still_queued_when_the_run_stops_is_answered_with_the_reas
                 await waiting
     assert str(refused.value) == (
         "inject_message could not apply: The run ended (stopped) before this edit could apply; nothing was changed. "
-        "Start a new run from its transcript to go on."
+        + TO_GO_ON
     )
     assert len(fake_api.requests) == 1

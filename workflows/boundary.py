@@ -15,6 +15,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.steering import (
+        TO_GO_ON,
         AddTools,
         Compact,
         EditOutcome,
@@ -202,6 +203,6 @@ class Boundary:
             state.outcomes[edit.seq] = EditOutcome(
                 seq=edit.seq,
                 error=f"The run ended ({self._run.current_status}) before this edit could apply; nothing was changed. "
-                "Start a new run from its transcript to go on.",
+                + TO_GO_ON,
             )
         state.queue.clear()

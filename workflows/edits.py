@@ -31,6 +31,7 @@ from agent_runner.contract.run_input import (
     tool_problems,
 )
 from agent_runner.contract.steering import (
+    TO_GO_ON,
     AddTools,
     Compact,
     InjectMessage,
@@ -298,9 +299,7 @@ def check_open(ended: bool, status: str) -> None:
     # An edit sent before the run set up its conversation is queued like any other: it applies at the first
     # boundary, before the first request.
     if ended:
-        raise ValueError(
-            f"The run has ended ({status}); it takes no edits. Start a new run from its transcript to go on."
-        )
+        raise ValueError(f"The run has ended ({status}); it takes no edits. {TO_GO_ON}")
 
 
 def check_version(expected: int | None, version: int) -> None:

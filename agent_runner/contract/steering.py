@@ -20,6 +20,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+TO_GO_ON = (
+    "To go on with its conversation, send it a message (`Run.send`, `agent-runner send`: a new run that starts "
+    "where it ended), or start a new run from its transcript."
+)
+"""What an edit refused because its run ended says to do instead."""
+
 INJECT_MESSAGE_UPDATE = "inject_message"
 RETRY_TURN_UPDATE = "retry_turn"
 REPLACE_HISTORY_UPDATE = "replace_history"
