@@ -29,6 +29,7 @@ from temporalio.worker import WorkerConfig
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
+from agent_runner.activities.no_mcp import list_mcp_tools_elsewhere
 from agent_runner.activities.subagents import child_usage
 from agent_runner.activities.tools import Registrable, ToolActivities, ToolRegistry
 from agent_runner.activities.toolsets import ToolsetActivities
@@ -85,7 +86,9 @@ class AgentRunnerPlugin(SimplePlugin):
         store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names.
         model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
         search_attributes: Runs keep the ``AgentRun*`` search attributes current.
-        mcp: MCP servers whose tools runs may use (``agent_runner.mcp_config``); served with the tools.
+        mcp: MCP servers whose tools runs may use (``agent_runner.mcp_config``); served with the tools. A worker
+            that serves no MCP server (none given, or no ``tools`` role) hands a run's listing of their tools back
+            to its task queue, for a worker that does (``activities/no_mcp.py``).
 
     Raises:
         ConfigurationError: An unknown role.
@@ -134,6 +137,8 @@ class AgentRunnerPlugin(SimplePlugin):
         mcp_activities = _mcp_activities(mcp, content) if mcp is not None and "tools" in serve else None
         if mcp_activities is not None:
             activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]
+        else:
+            activities.append(list_mcp_tools_elsewhere)
         self.registry = registry
         """The tools this plugin's workers run."""
         super().__init__(

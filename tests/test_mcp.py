@@ -35,6 +35,7 @@ from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.worker import build_worker
 from agent_runner.workflows import mcp as mcp_workflows
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import (
@@ -285,6 +286,61 @@ async def test_a_server_no_worker_is_configured_with_fails_the_run_saying_so(
         "run's `mcp`."
     )
     assert fake_api.bodies() == []  # nothing was sent to Claude
+
+
+async def test_a_server_named_on_workers_with_no_mcp_configuration_fails_the_run_within_seconds_saying_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker with no MCP configuration hands the listing back to the queue, a second later each time, and its
+    last attempt says no worker has the server: it used to leave Temporal retrying an activity it had not registered
+    for a minute, then fail with ``NotFoundError``. With the runner's 10 attempts that takes about 9 s; 3 here."""
+    monkeypatch.setattr(mcp_workflows, "LIST_RETRY", dataclasses.replace(mcp_workflows.LIST_RETRY, maximum_attempts=3))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+        with pytest.raises(ToolNotRegistered) as raised:
+            await asyncio.wait_for(run.until_done(), 5)
+        history = await run.handle.fetch_history()
+    assert str(raised.value) == (
+        f"No worker on task queue {runner.task_queue!r} is configured with MCP server 'files' (they have none). "
+        "Add it to the file the workers get as --mcp-config (or AGENT_RUNNER_MCP_CONFIG), or leave it out of the "
+        "run's `mcp`."
+    )
+    assert started_attempts(history) == {"agent_runner.list_mcp_tools": [3]}  # handed back twice, then answered
+    assert fake_api.bodies() == []  # nothing was sent to Claude
+
+
+async def test_a_worker_with_no_mcp_configuration_leaves_the_listing_to_one_of_the_queue_that_has_it(
+    runner: AgentRunner,
+    client: Client,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fleet whose workers without MCP configuration share the run's queue with one that has it: the listing one of
+    them gets goes back to the queue, and the worker with the configuration lists the tools."""
+    # More attempts than the runner's 10: which worker the queue offers each to is chance, and the test must not be.
+    monkeypatch.setattr(mcp_workflows, "LIST_RETRY", dataclasses.replace(mcp_workflows.LIST_RETRY, maximum_attempts=50))
+    fake_api.script(end_turn("Sunny."))
+    # Another client: the SDK refuses a second worker of the same task types on one client's queue.
+    other = await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
+    )
+    async with worker():  # every role, no MCP configuration
+        run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+
+        async def handed_back() -> bool:
+            pending = (await run.handle.describe()).raw_description.pending_activities
+            return any(a.activity_type.name == "agent_runner.list_mcp_tools" and a.attempt > 1 for a in pending)
+
+        async with asyncio.timeout(10):
+            while not await handed_back():
+                await asyncio.sleep(0.05)
+        with_servers = build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=config(tmp_path))
+        async with with_servers:
+            final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "Sunny."
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools()]
 
 
 def test_the_runs_mcp_is_a_list_of_server_names() -> None:

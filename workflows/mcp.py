@@ -22,7 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.failures import fail, failing_the_run
 
 LIST_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
-"""The listing's retries: a server that cannot be reached is tried again, 10 times in all, then the run fails."""
+"""The listing's retries: a server that cannot be reached is tried again, 10 times in all, then the run fails. A worker
+with no MCP servers hands an attempt back to the queue, and answers on the last (``activities/no_mcp.py``)."""
 
 
 async def pin_mcp_tools(servers: list[str], taken: list[str]) -> list[ToolSpec]:
