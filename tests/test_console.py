@@ -28,6 +28,7 @@ from agent_runner.console import create_app, main, serving
 from agent_runner.console.listing import NO_ATTRIBUTES_NOTE
 from agent_runner.console.security import COOKIE, is_loopback
 from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
+from agent_runner.contract.steering import TO_GO_ON
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -524,8 +525,7 @@ async def test_stop_ends_a_run_that_waits_for_approval_without_running_the_tool(
         again = await post(http, f"{console}/api/runs/{run.id}/stop", {})
     assert stopped == (200, {"ok": True})
     assert (result.status, result.detail) == ("stopped", "the operator said no")
-    assert again == (409, {"error": "stop was refused: run " + run.id + " has already ended. Start a new run from "
-                                    "its transcript to go on."})  # fmt: skip
+    assert again == (409, {"error": f"stop was refused: run {run.id} has already ended. {TO_GO_ON}"})
     assert CALLS == [] and len(fake_api.requests) == 1
 
 
