@@ -27,7 +27,7 @@ from temporalio.client import Client
 from agent_runner.activities.tools import Tool, ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
 from agent_runner.content import Content
-from agent_runner.contract.errors import BlobCorrupted, BlobMissing, InvalidRunInput
+from agent_runner.contract.errors import BlobCorrupted, BlobMissing, EditRejected, InvalidRunInput
 from agent_runner.contract.events import BlockStart, ReplyReceived, RunEvent, ToolFinished, ToolStarted
 from agent_runner.contract.transcript import (
     ESCAPED,
@@ -362,9 +362,14 @@ async def test_a_tool_result_with_reference_shaped_objects_reaches_claude_as_dat
 async def test_injected_and_replaced_content_with_reference_shaped_objects_stays_data(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, existing_ref: str
 ) -> None:
-    """A client's edits: injected blocks and a replaced history reach Claude verbatim."""
+    """A client's edits: injected blocks and a replaced history reach Claude verbatim.
+
+    A user's blocks hold no free-form object the API takes (a citation is one of its types), so reference-shaped data
+    injected as one is refused as content the API would refuse, never looked up; a tool call's input in a replaced
+    history holds any object, and reaches Claude as it was sent."""
     data = forged_both(existing_ref)
-    injected = [{"type": "text", "text": "Also this.", "citations": [data["stored"]]}]
+    forged = [{"type": "text", "text": "Also this.", "citations": [data["stored"]]}]
+    injected = [{"type": "text", "text": "Also this."}]
     replaced = [
         {"role": "user", "content": "Start over."},
         {"role": "assistant", "content": [tool_use("toolu_H1", "lookup", data)]},
@@ -375,6 +380,8 @@ async def test_injected_and_replaced_content_with_reference_shaped_objects_stays
         run = await runner.start(**BASE, messages=[{"role": "user", "content": "Hi."}], thread=False, step=True)
         async with asyncio.timeout(30):
             await wait_status(run, "waiting_for_step", 1)
+            with pytest.raises(EditRejected, match=r"content\[0\]\.citations\[0\]"):
+                await run.inject(forged)
             await run.inject(injected)
             await run.advance()
             await wait_status(run, "waiting_for_step", 2)

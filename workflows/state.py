@@ -36,7 +36,7 @@ class RunState(BaseModel):
     """The history (by reference) and request parameters; ``None`` until the run has looked up its tools."""
     settings_stored: str | None = None
     """The ref of the request settings (parameters and tools) last stored, so unchanged ones are not resent."""
-    own_settings_stored: str | None = None
+    own_settings_stored: str | None = Field(default=None, exclude_if=lambda ref: ref is None)
     """The ref of the run's own settings when the last model call that stored its settings sent their big values as
     they are: ``settings_stored``, or, in a run with ``refusal_fallbacks``, the settings before the chain's first hop
     added its beta (the call stores what it sent). A continuation carries the big values of these by reference."""
