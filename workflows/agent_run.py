@@ -176,6 +176,10 @@ class AgentRun:
             try:
                 self._carried = Carried.model_validate(continued)
             except ValueError as e:
+                if workflow.info().continued_run_id is not None:
+                    # A real continuation this code cannot read was written by newer code: its workflow task fails
+                    # and is retried, for a worker of that code to take (upgrade every worker before rolling back).
+                    raise
                 self._unreadable = (
                     f"`continued` is not the state a run hands its continuation ({start_input.first_line(e)}): a "
                     "run writes it when it continues as new; start the run without it."
