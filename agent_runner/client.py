@@ -21,10 +21,11 @@ import contextlib
 import logging
 import shlex
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -41,6 +42,7 @@ from temporalio.client import (
 )
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.converter import DataConverter
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -327,6 +329,19 @@ class AgentRunner:
         except RPCError as e:
             raise AgentRunError(f"Temporal refused to list runs: {e.message}") from e
         return summaries
+
+
+async def first_value(converter: DataConverter, payloads: Sequence[Payload]) -> Any:
+    """The first of ``payloads`` decoded (codec included), or ``None`` if there is none or it cannot be decoded.
+
+    A run's start input may be what no converter reads (JSON nested too deep, an unknown encoding): the run failed on
+    it at once (``workflows/start_input.py``), and a reader of its history goes on as without an input.
+    """
+    try:
+        values = await converter.decode(payloads) if payloads else []
+    except (ValueError, RuntimeError):
+        return None
+    return values[0] if values else None
 
 
 class Transcript(NamedTuple):
@@ -1000,11 +1015,7 @@ class Run:
                 if not event.HasField("workflow_execution_started_event_attributes"):
                     return False
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                try:
-                    values = await self._client.data_converter.decode(payloads) if payloads else []
-                except (ValueError, RuntimeError):  # input no converter reads: the run failed on it at once
-                    return False
-                raw = values[0] if values else None
+                raw = await first_value(self._client.data_converter, payloads)
                 return isinstance(raw, Mapping) and raw.get("step") not in (None, False)
         except RPCError as e:
             raise _rpc_error(self.id, e) from e

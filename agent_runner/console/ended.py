@@ -39,7 +39,7 @@ from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
-from agent_runner.client import AgentRunner, Run
+from agent_runner.client import AgentRunner, Run, first_value
 from agent_runner.contract.agents import agent_answer
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
@@ -170,13 +170,7 @@ class EndedRun:
 
 async def _payload(converter: DataConverter, payloads: Payloads) -> Any:
     # The client's converter, codec included: an encrypting fleet's console holds its keys.
-    try:
-        values = await converter.decode(payloads.payloads) if payloads.payloads else []
-    except (ValueError, RuntimeError):
-        # Input no converter can read (JSON nested too deep, an unknown encoding): the run failed on it at once
-        # (`workflows/start_input.py`), and the reader goes on without it, as without any input.
-        return None
-    return values[0] if values else None
+    return await first_value(converter, payloads.payloads)
 
 
 def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any] | None:
