@@ -30,6 +30,19 @@ CRON_FORM = (
 )
 
 
+async def refused_create(
+    task_queue: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], schedule_id: str, *when: str
+) -> str:
+    """What ``agent-runner schedule create`` of ``RUN_INPUT`` printed on stderr, having failed (exit 1, no stdout)."""
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(RUN_INPUT))
+    argv = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(run_file), *when]
+    assert await cli.amain(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
 @pytest.mark.usefixtures("temporal_address")
 @pytest.mark.parametrize(
     ("cron", "reason"),
@@ -42,13 +55,7 @@ async def test_a_cron_expression_temporal_refuses_is_one_line(
     runner: AgentRunner, task_queue: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], cron: str, reason: str
 ) -> None:
     schedule_id = f"cron-{uuid.uuid4().hex[:8]}"
-    run_file = tmp_path / "run.json"
-    run_file.write_text(json.dumps(RUN_INPUT))
-    argv = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(run_file), "--cron", cron]
-    assert await cli.amain(argv) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == (
+    assert await refused_create(task_queue, tmp_path, capsys, schedule_id, "--cron", cron) == (
         f"error: Temporal refused the cron expression {cron!r} (Invalid schedule spec: {reason}): {CRON_FORM}\n"
     )
     with pytest.raises(ScheduleNotFound):
@@ -61,13 +68,7 @@ async def test_any_schedule_temporal_refuses_is_one_line(
 ) -> None:
     """Not only a cron expression: an id too long for Temporal is the user's to fix too."""
     schedule_id = "s" * 1000  # Temporal's limit, which the id of the schedule's own workflow then exceeds
-    run_file = tmp_path / "run.json"
-    run_file.write_text(json.dumps(RUN_INPUT))
-    argv = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(run_file), "--every", "1h"]
-    assert await cli.amain(argv) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == (
+    assert await refused_create(task_queue, tmp_path, capsys, schedule_id, "--every", "1h") == (
         f"error: Temporal refused schedule {schedule_id!r}: WorkflowId exceeds maximum allowed length (1023/1000). "
         "Check the schedule's id and options.\n"
     )
@@ -77,7 +78,7 @@ async def test_any_schedule_temporal_refuses_is_one_line(
 async def test_terminate_of_an_ended_run_says_it_ended_as_cancel_does(
     runner: AgentRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[{"role": "user", "content": "Hi"}])
+    run = await runner.start(**RUN_INPUT)
     await run.terminate("first")
     assert await cli.amain(["terminate", run.id]) == 0
     assert capsys.readouterr() == (f"Run {run.id} already ended (terminated); there is nothing to terminate.\n", "")

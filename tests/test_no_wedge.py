@@ -8,7 +8,9 @@ at once with a clear error: judged by how the run ended, what Claude received an
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,6 +50,19 @@ async def wait_for_request(fake: FakeMessagesAPI, count: int) -> None:
     async with asyncio.timeout(20):
         while len(fake.requests) < count:
             await asyncio.sleep(0.02)
+
+
+async def failure_of(
+    client: Client, worker: WorkerFactory, workflow_id: str, start: Callable[[], object]
+) -> tuple[str | None, str | None]:
+    """Start a run with ``start`` (the stock CLI, in a thread) and wait for it to fail: its cause's type and message."""
+    async with worker(launch):
+        await asyncio.to_thread(start)
+        async with asyncio.timeout(30):
+            with pytest.raises(WorkflowFailureError) as failure:
+                await client.get_workflow_handle(workflow_id).result()
+    cause = failure.value.cause
+    return getattr(cause, "type", None), getattr(cause, "message", None)
 
 
 FORGED: list[Any] = [
@@ -154,13 +169,8 @@ async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_in
     run_input: Any, expected: str, client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     workflow_id = f"bad-input-{task_queue}"
-    async with worker(launch):
-        await asyncio.to_thread(stock_start, client, task_queue, workflow_id, run_input)
-        async with asyncio.timeout(30):
-            with pytest.raises(WorkflowFailureError) as failure:
-                await client.get_workflow_handle(workflow_id).result()
-    cause = failure.value.cause
-    assert (getattr(cause, "type", None), getattr(cause, "message", None)) == ("InvalidRunInput", expected)
+    start = functools.partial(stock_start, client, task_queue, workflow_id, run_input)
+    assert await failure_of(client, worker, workflow_id, start) == ("InvalidRunInput", expected)
     assert fake_api.requests == []
 
 
@@ -210,14 +220,9 @@ async def test_input_no_converter_can_read_or_more_than_one_input_fails_the_run_
     ever: the run reads its own input, so these fail it at once with the reason instead, which the commands that read
     an ended run's history then show (they read its input too)."""
     workflow_id = f"unreadable-{task_queue}"
-    start = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
-    async with worker(launch):
-        await asyncio.to_thread(stock_temporal, client, *start, *args)
-        async with asyncio.timeout(30):
-            with pytest.raises(WorkflowFailureError) as failure:
-                await client.get_workflow_handle(workflow_id).result()
-    cause = failure.value.cause
-    assert (getattr(cause, "type", None), getattr(cause, "message", None)) == ("InvalidRunInput", expected)
+    command = ["workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", workflow_id]
+    start = functools.partial(stock_temporal, client, *command, *args)
+    assert await failure_of(client, worker, workflow_id, start) == ("InvalidRunInput", expected)
     assert fake_api.requests == []
     capsys.readouterr()
     assert await cli.amain(["status", workflow_id, "--json", "--task-queue", task_queue]) == 0

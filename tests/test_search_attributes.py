@@ -4,6 +4,7 @@ by status, iterations, tokens and model."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from anthropic import beta_async_tool
@@ -21,6 +22,15 @@ async def deploy(service: str) -> str:
         service: Which one.
     """
     return f"deployed {service}"
+
+
+SHIP: dict[str, Any] = {
+    "model": "claude-fake-1",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "Ship it."}],
+    "tools": [deploy],
+}
+"""What each run here is started with, besides its options."""
 
 
 async def ids(runner: AgentRunner, query: str, expected: int) -> list[str]:
@@ -45,10 +55,7 @@ async def test_runs_waiting_for_approval_and_finished_runs_can_be_listed(
     )
     async with worker(deploy, search_attributes=True):
         run = await runner.start(
-            model="claude-fake-1",
-            max_tokens=64,
-            messages=[{"role": "user", "content": "Ship it."}],
-            tools=[deploy],
+            **SHIP,
             approval={"tools": ["deploy"]},
         )
         waiting = await ids(runner, f'AgentRunWaiting = "approval" AND WorkflowId = "{run.id}"', 1)
@@ -70,10 +77,7 @@ async def test_a_run_that_continued_as_new_goes_on_publishing_its_search_attribu
     fake_api.script(Reply([tool_use("toolu_1", "deploy", {"service": "api"})], "tool_use"), end_turn("done"))
     async with worker(deploy, search_attributes=True):
         run = await runner.start(
-            model="claude-fake-1",
-            max_tokens=64,
-            messages=[{"role": "user", "content": "Ship it."}],
-            tools=[deploy],
+            **SHIP,
             continue_as_new={"events": 10},
         )
         await run.until_done()
@@ -93,10 +97,7 @@ async def test_a_run_that_failed_or_was_cancelled_while_waiting_no_longer_lists_
     fake_api.script(Reply([tool_use("toolu_1", "deploy", {"service": "api"})], "tool_use"), bad_request("No."))
     async with worker(deploy, search_attributes=True):
         run = await runner.start(
-            model="claude-fake-1",
-            max_tokens=64,
-            messages=[{"role": "user", "content": "Ship it."}],
-            tools=[deploy],
+            **SHIP,
             approval={"tools": ["deploy"]},
         )
         await ids(runner, f'AgentRunWaiting = "approval" AND WorkflowId = "{run.id}"', 1)
