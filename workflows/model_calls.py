@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent_runner.contract.errors import MalformedReply
     from agent_runner.contract.run_input import RunSpec
-    from agent_runner.contract.transcript import canonical, message_ref, next_head, ref_for
+    from agent_runner.contract.transcript import canonical, is_short, message_ref, next_head, ref_for
     from agent_runner.contract.types import (
         CREATE_MESSAGE_ACTIVITY,
         THREAD_LOST_ERROR,
@@ -110,6 +110,8 @@ def own_settings_ref(
         return sent.settings_ref
     if fallback_index is not None or own.settings is None:
         return None
+    if is_short(own.settings_ref) == short:
+        return own.settings_ref  # named as the run names what it stores now: every call but the run's first
     return ref_for(canonical(own.settings), short=short)
 
 
