@@ -10,18 +10,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from anthropic import beta_tool
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.workflow import _Definition
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, stock_start, stock_temporal
 from tests.steering_support import wait_status
 
@@ -397,4 +400,90 @@ async def test_a_history_replaced_before_its_calls_ran_is_refused_and_their_resu
         USER,
         {"role": "assistant", "content": [call]},
         {"role": "user", "content": [result]},
+    ]
+
+
+UPDATE_MODELS = {
+    "inject_message": "InjectMessage",
+    "retry_turn": "RetryTurn",
+    "replace_history": "ReplaceHistory",
+    "update_params": "UpdateParams",
+    "add_tools": "AddTools",
+    "remove_tools": "RemoveTools",
+    "compact": "Compact",
+    "stop": "Stop",
+    "approve_tool": "ApproveTool",
+    "deny_tool": "DenyTool",
+    "advance": "Advance",
+    "wake": "Wake",
+}
+"""Every update a run takes, and the model its input is checked as."""
+
+UNUSABLE_UPDATE_INPUTS = [
+    (
+        ["--input", "5"],
+        "Invalid {model} update: input: Input should be a valid dictionary or instance of {model}.",
+    ),
+    (
+        ["--input", "{}", "--input", "{}"],
+        "An update takes one input, a JSON object, and this one was sent 2: send them as one object.",
+    ),
+    (
+        ["--input", "[" * 600 + "]" * 600],
+        "The update's input cannot be read (Invalid JSON: recursion limit exceeded at line 1 column 202): send one "
+        "JSON object (encoding `json/plain`).",
+    ),
+    (
+        ["--input", '"x"', "--input-meta", "encoding=binary/weird"],
+        "The update's input cannot be read ('Unknown payload encoding binary/weird'): send one JSON object (encoding "
+        "`json/plain`).",
+    ),
+]
+"""Input a run cannot use, whichever update it is sent to, and what the sender is told ({model}: the update's)."""
+
+
+def stock_update_error(client: Client, run_id: str, name: str, *args: str) -> str:
+    """Send the update ``name`` with ``args`` through the stock `temporal` CLI, which must fail: what it printed."""
+    command = ["workflow", "update", "execute", "--workflow-id", run_id, "--name", name, *args]
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        stock_temporal(client, *command)
+    return str(failed.value.stderr).strip()
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_an_update_with_input_it_cannot_use_is_refused_as_final_and_one_with_none_takes_its_defaults(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Temporal decodes an update's arguments before its validator runs and refuses what it cannot decode with a
+    Python error marked retryable ("Failed decoding arguments", "missing 1 required positional argument"), which
+    invites sending it again: each update reads its own input, so every such input is refused as final, saying what
+    to send, and no input at all is the empty object (``temporal workflow update execute --name advance``)."""
+    assert set(UPDATE_MODELS) == set(_Definition.must_from_class(AgentRun).updates)
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        for name, model in UPDATE_MODELS.items():
+            for args, expected in UNUSABLE_UPDATE_INPUTS:
+                printed = await asyncio.to_thread(stock_update_error, client, run.id, name, *args)
+                message = expected.format(model=model)
+                assert (name, printed) == (
+                    name,
+                    f"Error: unable to update workflow: {message} (type: EditRejected, retryable: false)",
+                )
+        status = await run.status()
+        assert (status.status, status.iterations, status.version) == ("waiting_for_step", 1, 1)
+        advance = ["workflow", "update", "execute", "--workflow-id", run.id, "--name", "advance"]
+        assert json.loads(await asyncio.to_thread(stock_temporal, client, *advance))["result"] == {"version": 1}
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    assert (result.status, result.iterations) == ("completed", 2)
+    assert RAN == ["a"]
+    assert fake_api.bodies()[1]["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "launch", "input": {"target": "a"}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}]},
     ]

@@ -488,81 +488,93 @@ class AgentRun:
     # --- Edits ---------------------------------------------------------------------------------------------------
 
     @workflow.update(name=INJECT_MESSAGE_UPDATE)
-    def inject_message(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def inject_message(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue user content; it joins the next user message, beside any tool results."""
-        return self._enqueue(parse_update(InjectMessage, raw))
+        return self._enqueue(parse_update(InjectMessage, raw, more))
 
     @inject_message.validator
     @refusing
-    def _validate_inject_message(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(InjectMessage, raw)
+    @one_raw_input
+    def _validate_inject_message(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(InjectMessage, raw, more)
         check_open(self._ended, self._status)
         check_version(edit.expected_version, self._state.version)
         check_inject(edit)
 
     @workflow.update(name=RETRY_TURN_UPDATE)
-    def retry_turn(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def retry_turn(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue a retry: Claude's last reply (and what followed it) is discarded and the turn sent again."""
-        return self._enqueue(parse_update(RetryTurn, raw or {}))
+        return self._enqueue(parse_update(RetryTurn, raw, more))
 
     @retry_turn.validator
     @refusing
-    def _validate_retry_turn(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(RetryTurn, raw or {})
+    @one_raw_input
+    def _validate_retry_turn(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(RetryTurn, raw, more)
         check_open(self._ended, self._status)
         check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
 
     @workflow.update(name=REPLACE_HISTORY_UPDATE)
-    def replace_history(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def replace_history(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue a new history; one that changes what the server holds starts a new thread."""
-        return self._enqueue(parse_update(ReplaceHistory, raw))
+        return self._enqueue(parse_update(ReplaceHistory, raw, more))
 
     @replace_history.validator
     @refusing
-    def _validate_replace_history(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(ReplaceHistory, raw)
+    @one_raw_input
+    def _validate_replace_history(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(ReplaceHistory, raw, more)
         check_open(self._ended, self._status)
         check_version(edit.expected_version, self._state.version)
         check_history(edit)
 
     @workflow.update(name=UPDATE_PARAMS_UPDATE)
-    def update_params(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def update_params(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue new request parameters for every later turn."""
-        return self._enqueue(parse_update(UpdateParams, raw))
+        return self._enqueue(parse_update(UpdateParams, raw, more))
 
     @update_params.validator
     @refusing
-    def _validate_update_params(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(UpdateParams, raw)
+    @one_raw_input
+    def _validate_update_params(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(UpdateParams, raw, more)
         check_open(self._ended, self._status)
         check_params(edit, self._state.conversation, self._spec.refusal_fallbacks if self._spec else None)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
 
     @workflow.update(name=ADD_TOOLS_UPDATE)
-    def add_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def add_tools(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue tools to make available from the next turn on, announced in a ``tool_addition`` system message."""
-        return self._enqueue(parse_update(AddTools, raw))
+        return self._enqueue(parse_update(AddTools, raw, more))
 
     @add_tools.validator
     @refusing
-    def _validate_add_tools(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(AddTools, raw)
+    @one_raw_input
+    def _validate_add_tools(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(AddTools, raw, more)
         check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
         check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
-    def remove_tools(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def remove_tools(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue tools to take away from the next turn on; later calls to them are not executed."""
-        return self._enqueue(parse_update(RemoveTools, raw))
+        return self._enqueue(parse_update(RemoveTools, raw, more))
 
     @remove_tools.validator
     @refusing
-    def _validate_remove_tools(self, raw: dict[str, Any]) -> None:
-        edit = parse_update(RemoveTools, raw)
+    @one_raw_input
+    def _validate_remove_tools(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        edit = parse_update(RemoveTools, raw, more)
         check_open(self._ended, self._status)
         conversation = self._state.conversation
         definitions = conversation.tools if conversation else self._input.get("tools") or []
@@ -570,14 +582,16 @@ class AgentRun:
         check_toolsets_fixed(edit, self._state.tools)
 
     @workflow.update(name=COMPACT_UPDATE)
-    def compact(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def compact(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Queue a compaction: the whole history is summarized before the next turn, which continues from it."""
-        return self._enqueue(parse_update(Compact, raw or {}))
+        return self._enqueue(parse_update(Compact, raw, more))
 
     @compact.validator
     @refusing
-    def _validate_compact(self, raw: dict[str, Any]) -> None:
-        parse_update(Compact, raw or {})
+    @one_raw_input
+    def _validate_compact(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        parse_update(Compact, raw, more)
         check_open(self._ended, self._status)
         conversation = self._state.conversation
         check_can_compact(
@@ -591,9 +605,10 @@ class AgentRun:
         return outcome.model_dump() if outcome is not None else None
 
     @workflow.update(name=STOP_UPDATE)
-    def stop(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def stop(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """End the run at the next step: a reply that has not run its tools yet never runs them."""
-        edit = parse_update(Stop, raw or {})
+        edit = parse_update(Stop, raw, more)
         self._updates += 1
         if self._state.stop is None:
             self._state.stop = edit.reason
@@ -601,64 +616,73 @@ class AgentRun:
 
     @stop.validator
     @refusing
-    def _validate_stop(self, raw: dict[str, Any]) -> None:
-        parse_update(Stop, raw or {})
+    @one_raw_input
+    def _validate_stop(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        parse_update(Stop, raw, more)
         if self._ended:
             raise ValueError(f"The run has already ended ({self._status}).")
 
     # --- Approvals and step mode (approvals.py) ------------------------------------------------------------------
 
     @workflow.update(name=APPROVE_TOOL_UPDATE)
-    def approve_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def approve_tool(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Let a waiting tool call run, with Claude's input or an edited one."""
-        decision = parse_update(ApproveTool, raw)
+        decision = parse_update(ApproveTool, raw, more)
         self._updates += 1
         self._approvals.decisions[decision.tool_use_id] = decision
         return {"version": self._state.version}
 
     @approve_tool.validator
     @refusing
-    def _validate_approve_tool(self, raw: dict[str, Any]) -> None:
-        self._approvals.check_waiting(parse_update(ApproveTool, raw).tool_use_id)
+    @one_raw_input
+    def _validate_approve_tool(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        self._approvals.check_waiting(parse_update(ApproveTool, raw, more).tool_use_id)
 
     @workflow.update(name=DENY_TOOL_UPDATE)
-    def deny_tool(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def deny_tool(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Refuse a waiting tool call: it never runs, and Claude sees the reason."""
-        decision = parse_update(DenyTool, raw)
+        decision = parse_update(DenyTool, raw, more)
         self._updates += 1
         self._approvals.decisions[decision.tool_use_id] = decision
         return {"version": self._state.version}
 
     @deny_tool.validator
     @refusing
-    def _validate_deny_tool(self, raw: dict[str, Any]) -> None:
-        self._approvals.check_waiting(parse_update(DenyTool, raw).tool_use_id)
+    @one_raw_input
+    def _validate_deny_tool(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        self._approvals.check_waiting(parse_update(DenyTool, raw, more).tool_use_id)
 
     @workflow.update(name=ADVANCE_UPDATE)
-    async def advance(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    async def advance(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """In step mode, let the run go on past the reply it paused after."""
-        edit = parse_update(Advance, raw or {})
+        edit = parse_update(Advance, raw, more)
         self._updates += 1
         await self._steps.accept(edit)
         return {"version": self._state.version}
 
     @advance.validator
     @refusing
-    def _validate_advance(self, raw: dict[str, Any]) -> None:
-        self._steps.check(parse_update(Advance, raw or {}))
+    @one_raw_input
+    def _validate_advance(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        self._steps.check(parse_update(Advance, raw, more))
 
     @workflow.update(name=WAKE_UPDATE)
-    def wake(self, raw: dict[str, Any]) -> dict[str, Any]:
+    @one_raw_input
+    def wake(self, raw: RawValue = NO_INPUT, *more: RawValue) -> dict[str, Any]:
         """Cut short the sleep Claude asked for (the built-in ``sleep`` tool, ``sleep.py``)."""
-        edit = parse_update(Wake, raw or {})
+        edit = parse_update(Wake, raw, more)
         self._updates += 1
         self._tool_calls.sleeps.wake(edit)
         return {"version": self._state.version}
 
     @wake.validator
     @refusing
-    def _validate_wake(self, raw: dict[str, Any]) -> None:
-        parse_update(Wake, raw or {})
+    @one_raw_input
+    def _validate_wake(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
+        parse_update(Wake, raw, more)
         self._tool_calls.sleeps.check_wake()
 
     # --- What the rooms see of the run (run_view.RunView) -----------------------------------------------------------

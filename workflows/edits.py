@@ -43,6 +43,7 @@ from agent_runner.contract.steering import (
 from agent_runner.contract.toolsets import toolset_family
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ToolSpec
+from agent_runner.workflows.start_input import decoded, first_line
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
@@ -286,10 +287,31 @@ class EditFailed(Exception):
     """An accepted edit that cannot apply at the boundary (a stale version, an unregistered tool, ...)."""
 
 
-def parse_update(model: type[_ModelT], raw: object) -> _ModelT:
-    """``raw`` checked as ``model``, or a ``ValueError`` that names each problem (the update is then rejected)."""
+def parse_update(model: type[_ModelT], raw: object, more: tuple[object, ...] = ()) -> _ModelT:
+    """An update's input checked as ``model``, or a ``ValueError`` saying what is wrong (the update is then rejected).
+
+    Every update takes its input undecoded (``start_input.one_raw_input``), as a run takes its start input: input
+    Temporal cannot decode, or a second input, would otherwise be refused with a Python error marked retryable. No
+    input at all is an empty object: the updates whose fields are all optional need none (the stock CLI's
+    ``temporal workflow update execute --name advance``).
+
+    Args:
+        model: The update's input model.
+        raw: The update's first argument: a ``RawValue`` (or, if Temporal decoded it, the value).
+        more: Any further arguments the update was sent with.
+    """
+    if more:
+        raise ValueError(
+            f"An update takes one input, a JSON object, and this one was sent {1 + len(more)}: send them as one object."
+        )
     try:
-        return model.model_validate(raw)
+        value = decoded(raw)
+    except Exception as e:  # whatever the converter raises: nothing this update was sent can be read
+        raise ValueError(
+            f"The update's input cannot be read ({first_line(e)}): send one JSON object (encoding `json/plain`)."
+        ) from None
+    try:
+        return model.model_validate({} if value is None else value)
     except ValidationError as e:
         raise ValueError(f"Invalid {model.__name__} update: {validation_summary(e, 'input')}.") from None
 

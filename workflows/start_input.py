@@ -53,17 +53,26 @@ def read(raw_input: object, more: tuple[object, ...]) -> tuple[object, str | Non
             f"A run takes one input, a JSON object, and was started with {1 + len(more)}: give it once (the stock "
             "CLI's `--input` or `--input-file`), as one object holding at least `model`, `max_tokens` and `messages`."
         )
-    if raw_input is NO_INPUT:
-        return None, None  # no input: the run's input check says what a run needs
-    if not isinstance(raw_input, RawValue):
-        return raw_input, None
     try:
-        return workflow.payload_converter().from_payload(raw_input.payload), None
+        return decoded(raw_input), None  # no input: the run's input check says what a run needs
     except Exception as e:  # whatever the converter raises: the payload is in history and can never decode
         return None, (
             f"The run's input cannot be read ({first_line(e)}). Start the run with one JSON "
             "object (encoding `json/plain`) holding at least `model`, `max_tokens` and `messages`."
         )
+
+
+def decoded(raw_input: object) -> object:
+    """The value ``raw_input`` holds (``None`` for no input at all), or what the payload converter raises.
+
+    Args:
+        raw_input: A ``RawValue`` (or, if Temporal decoded it, the value) from a function under ``one_raw_input``.
+    """
+    if raw_input is NO_INPUT:
+        return None
+    if not isinstance(raw_input, RawValue):
+        return raw_input
+    return workflow.payload_converter().from_payload(raw_input.payload)
 
 
 def first_line(error: Exception) -> str:
