@@ -7,17 +7,19 @@ names it in ``continue_from``; the old run is left as it was, its fork points in
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import AgentRunError, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, stock_start, stock_temporal
 from tests.steering_support import wait_status
 from tests.test_loop import GET_WEATHER_DEF
 from tests.test_mcp import config, server_tools
@@ -276,3 +278,28 @@ def test_a_bad_continue_from_is_refused_at_start(extra: dict[str, Any], message:
     with pytest.raises(InvalidRunInput) as e:
         parse_run_input({**BASE, "messages": [USER], **extra})
     assert str(e.value) == f"The run's input was rejected:\n- {message}"
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_a_send_point_and_a_fork_point_copied_from_the_stock_cli_start_the_runs_send_and_fork_start(
+    client: Client, task_queue: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The stock `temporal` CLI prints an empty JSON array as ``null``: a run without tools, or with nothing pending,
+    has several in its send point, and the run started from it goes on as ``Run.send``'s would."""
+    fake_api.script(end_turn("Sunny."), end_turn("Cold."), end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER], thread=False)
+        await run.until_done()
+        query = ["workflow", "query", "--workflow-id", run.id, "--name"]
+        printed = await asyncio.to_thread(stock_temporal, client, *query, "send_point")
+        point = json.loads(printed)["queryResult"][0]
+        assert point["continue_from"]["conversation"]["tools"] is None  # what the CLI makes of `[]`
+        sent = {**point["input"], "messages": [AGAIN], "continue_from": point["continue_from"]}
+        await asyncio.to_thread(stock_start, client, task_queue, f"{run.id}-sent", sent)
+        printed = await asyncio.to_thread(stock_temporal, client, *query, "fork_point", "--input", "1")
+        fork = json.loads(printed)["queryResult"][0]["input"]
+        await asyncio.to_thread(stock_start, client, task_queue, f"{run.id}-fork", fork)
+        results = [await runner.attach(f"{run.id}-{end}").result() for end in ("sent", "fork")]
+    assert [(r.status, r.iterations) for r in results] == [("completed", 1), ("completed", 1)]
+    first = {**BASE, "messages": [USER], "tools": [], "stream": True}
+    assert fake_api.bodies() == [first, {**BASE, "messages": [USER, SUNNY, AGAIN], "tools": [], "stream": True}, first]

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from agent_runner.contract.transcript import Transcript, canonical, is_placeholder, ref_for, splice
+from agent_runner.contract.transcript import NULL_AS_EMPTY, Transcript, canonical, is_placeholder, ref_for, splice
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, MESSAGE_THREADS_BETA, THREAD_REPLAY_CODES, ModelTurn
 
 THREAD_UNSUPPORTED_ERROR = "ThreadUnsupported"
@@ -132,7 +132,7 @@ class Conversation(BaseModel):
     params: dict[str, Any]
     """Request fields sent on every turn (``model``, ``max_tokens``, ``system`` …), without ``messages``."""
 
-    tools: list[dict[str, Any]]
+    tools: Annotated[list[dict[str, Any]], NULL_AS_EMPTY]
     """Tool definitions, as sent on a ``create`` (or every turn without a thread)."""
 
     transcript: Transcript = Transcript()
@@ -147,10 +147,10 @@ class Conversation(BaseModel):
     previous_message_id: str | None = None
     """The reply the next turn continues from; ``None`` when the next turn creates a thread."""
 
-    tool_changes: list[ToolChange] = []
+    tool_changes: Annotated[list[ToolChange], NULL_AS_EMPTY] = []
     """Every ``tool_addition`` / ``tool_removal`` in the history, in order (see ``withdrawn_tools``)."""
 
-    retired_tools: list[str] = []
+    retired_tools: Annotated[list[str], NULL_AS_EMPTY] = []
     """Tools withdrawn when a compaction replaced the history that withdrew them. The SDK stops running them
     (``_register_compaction_response``) whatever the new history says; the runner's own ``add_tools`` gives one back."""
 

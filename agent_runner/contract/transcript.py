@@ -29,9 +29,9 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 STORED = "agent_runner.stored"
 """The key of a placeholder that stands for a stored JSON value."""
@@ -229,6 +229,16 @@ def offload(value: Any, limit: int = INLINE_LIMIT) -> tuple[Any, dict[str, tuple
     return put(value), blobs
 
 
+def _null_as_empty(value: object) -> object:
+    return [] if value is None else value
+
+
+NULL_AS_EMPTY = BeforeValidator(_null_as_empty)
+"""On a list field of what a client hands back (``Run.send``'s ``continue_from``): ``null`` reads as ``[]``. The stock
+``temporal`` CLI prints an empty JSON array as ``null``, so a query's answer copied from it into a new run's input
+holds ``null`` wherever the run wrote ``[]``."""
+
+
 class Mark(BaseModel):
     """A stored message, as the workflow remembers it."""
 
@@ -247,8 +257,8 @@ class Transcript(BaseModel):
 
     offset: int = 0
     base: str | None = None
-    marks: list[Mark] = []
-    pending: list[dict[str, Any]] = []
+    marks: Annotated[list[Mark], NULL_AS_EMPTY] = []
+    pending: Annotated[list[dict[str, Any]], NULL_AS_EMPTY] = []
     # Left out of the JSON while unset, so a transcript dumps as it did before.
     short_refs: bool = Field(default=False, exclude_if=lambda short: not short)
     """Whether its model calls store messages under short references (``SHORT_PREFIX``), as runs since the
