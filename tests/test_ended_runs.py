@@ -20,6 +20,7 @@ import pytest
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.console import listing
+from agent_runner.contract.errors import ModelRequestRejected
 from agent_runner.contract.events import ToolFinished
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -279,6 +280,41 @@ async def test_status_and_transcript_of_a_run_whose_worker_just_stopped_need_no_
     ]
     assert json.loads(messages) == transcript
     assert transcript[2] == {"role": "user", "content": [REPORT_RESULT]}
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_status_of_a_failed_run_is_what_its_status_query_answered_as_it_failed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failed run has no result to carry its last status: its failure does (``LAST_STATUS_DETAIL``), so the
+    commands report its transcript version and cost as its ``status`` query did, not the history's version 0."""
+    fake_api.script(Reply([tool_use("toolu_R", "long_report", {"topic": "disk"})], "tool_use"), bad_request("no"))
+    async with worker(long_report):
+        run = await runner.start(**BASE, tools=[long_report], budget={"prices": {"input": 3000, "output": 15000}})
+        with pytest.raises(ModelRequestRejected):
+            await run.result()
+        own = await run.status()  # the run's own word, while its worker answers
+    capsys.readouterr()
+    assert await cli.amain(["status", run.id, "--json", "--task-queue", runner.task_queue]) == 0
+    as_json = capsys.readouterr().out
+    assert await cli.amain(["status", run.id, "--task-queue", runner.task_queue]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(as_json) == own.model_dump(mode="json")
+    detail = (
+        "Claude's API rejected the request with 400: invalid_request_error: no. Fix the run's input (or the worker's "
+        "ANTHROPIC_API_KEY for 401/403) and start the run again."
+    )
+    assert lines == [
+        f"run          {run.id}",
+        "status       failed",
+        "turns        1",
+        "stop_reason  tool_use",
+        "tokens       10 input / 5 output tokens",
+        "messages     3",
+        "version      2",
+        "cost         $0.1050",
+        f"stopped      {detail}",
+    ]
 
 
 @pytest.mark.usefixtures("temporal_address")

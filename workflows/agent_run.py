@@ -37,7 +37,7 @@ from typing import Any, Literal, NoReturn
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import CancelledError, FailureError
+from temporalio.exceptions import ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
@@ -111,7 +111,7 @@ with workflow.unsafe.imports_passed_through():
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import fail, not_registered, refusing
+    from agent_runner.workflows.failures import fail, not_registered, refusing, with_last_status
     from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
@@ -208,6 +208,7 @@ class AgentRun:
         self._replies_before = self._state.reply_count
         """Replies the run had when this execution began: a continuation moves on only once it added one."""
         self._ended = False
+        self._failure: str | None = None  # what the run failed with, which its status then gives as the detail
         self._continuing = False
         self._draining = False
         """Set while the run waits for its handlers before continuing as new."""
@@ -263,6 +264,9 @@ class AgentRun:
         except FailureError as e:
             self._status = "cancelled" if isinstance(e.cause or e, CancelledError) else "failed"
             failure = e.message
+            if self._status == "failed" and isinstance(e, ApplicationError):
+                self._failure = e.message
+                raise with_last_status(e, self.status().model_dump(mode="json")) from e.__cause__
             raise
         finally:
             if not self._continuing and not evicted:  # a continuation takes the queued edits over
@@ -796,7 +800,8 @@ class AgentRun:
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
         """The run's state: status, iterations, usage, transcript version and pending approvals."""
-        return status_of(self)
+        status = status_of(self)
+        return status if self._failure is None else status.model_copy(update={"stop_reason_detail": self._failure})
 
     @workflow.query(name=PENDING_APPROVALS_QUERY)
     def pending_approvals(self) -> list[dict[str, Any]]:

@@ -16,13 +16,30 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 from agent_runner.contract.errors import AgentRunnerError, EditRejected, ToolNotRegistered
-from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, ActivityOptions
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, LAST_STATUS_DETAIL, ActivityOptions
 from agent_runner.workflows.patches import implied
 
 
 def fail(error: AgentRunnerError) -> ApplicationError:
     """The workflow failure that carries ``error`` to the client as the same class (``errors.ERRORS_BY_NAME``)."""
     return ApplicationError(str(error), type=type(error).__name__, non_retryable=True)
+
+
+def with_last_status(error: ApplicationError, status: dict[str, Any]) -> ApplicationError:
+    """``error`` with the run's last ``status`` as its last detail (``LAST_STATUS_DETAIL``), its cause kept.
+
+    A failed run has no result to carry it, as a completed one's does (``RunResult.last_status``); the history's own
+    account of the run lacks what only the run knew (its transcript version, cost, child runs).
+    """
+    carried = ApplicationError(
+        error.message,
+        *error.details,
+        {LAST_STATUS_DETAIL: status},
+        type=error.type,
+        non_retryable=error.non_retryable,
+    )
+    carried.__cause__ = error.__cause__
+    return carried
 
 
 def refused(reason: str) -> ApplicationError:

@@ -66,6 +66,7 @@ from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     CREATE_MESSAGE_ACTIVITY,
     DESCRIBE_TOOLS_ACTIVITY,
+    LAST_STATUS_DETAIL,
     PROCESS_RESULTS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     RunResult,
@@ -141,6 +142,8 @@ class _Reading:
     """The messages the first model call (not a compaction) sent after the stored ones."""
     continued: str = ""
     """The run id of the execution this one continued as new, if it did."""
+    last_status: dict[str, Any] | None = None
+    """What the ``status`` query answered as the run failed (``LAST_STATUS_DETAIL``), from runs that carry it."""
     approval: list[str] | str = field(default_factory=list)
     """The run's ``approval`` policy's ``tools``: the names whose calls wait for a person, or ``"all"``."""
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -287,7 +290,12 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
         result = await _payload(converter, event.workflow_execution_completed_event_attributes.result)
         reading.result = result if isinstance(result, dict) else None
     elif event.HasField("workflow_execution_failed_event_attributes"):
-        reading.detail = event.workflow_execution_failed_event_attributes.failure.message
+        failure = event.workflow_execution_failed_event_attributes.failure
+        reading.detail = failure.message
+        for payload in failure.application_failure_info.details.payloads:
+            detail = await first_value(converter, [payload])
+            if isinstance(detail, dict) and isinstance(detail.get(LAST_STATUS_DETAIL), dict):
+                reading.last_status = detail[LAST_STATUS_DETAIL]
     elif event.HasField("workflow_execution_terminated_event_attributes"):
         reading.detail = event.workflow_execution_terminated_event_attributes.reason or None
 
@@ -377,6 +385,10 @@ async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun
             usage=result.usage,
             stop_reason_detail=result.detail,
             transcript_length=len(messages),
+        )
+    elif reading.last_status is not None:
+        status = RunStatus.model_validate(reading.last_status).model_copy(
+            update={"status": "failed", "pending_approvals": [], "tool_results_under_review": None}
         )
     else:
         status = RunStatus(

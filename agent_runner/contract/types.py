@@ -431,6 +431,11 @@ class Usage(BaseModel):
         )
 
 
+LAST_STATUS_DETAIL = "agent_runner.last_status"
+"""The key of the detail a failed run's failure ends with, ``{LAST_STATUS_DETAIL: status}``: what the ``status``
+query answered as it failed, so a reader of its history (``agent-runner status`` without a worker) gives that."""
+
+
 class RunStatus(BaseModel):
     """A run's state, as the ``status`` query returns it."""
 
