@@ -24,6 +24,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.contained import contained
 from agent_runner.content import Content
 from agent_runner.contract.types import PROCESS_RESULTS_ACTIVITY, ProcessResultsInput, ProcessResultsOutput
 
@@ -113,7 +114,7 @@ class HookActivities:
                     "with the module that defines it."
                 )
             try:
-                changed = hook(results, context)
+                changed = contained(hook, results, context)
             except StopRun as e:
                 return ProcessResultsOutput(results=await self._content.offload_content(results), stop=e.reason)
             except Exception as e:

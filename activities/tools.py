@@ -51,6 +51,7 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.contained import awaited_contained, contained
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.activities.heartbeats import EVERY, heartbeat_until
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
@@ -487,9 +488,9 @@ class ToolActivities:
         input = input.model_copy(update={"input": await self._content.resolve(input.input)})
         token = _current_call.set(_call_of(input))
         try:
-            answer = reconcile(_current_call.get())
+            answer = contained(reconcile, _current_call.get())
             if inspect.isawaitable(answer):
-                answer = await answer
+                answer = await awaited_contained(answer)
         except Exception as e:
             logger.exception("Reconciling tool %s (tool_use_id=%s) failed", input.name, input.tool_use_id)
             return ReconcileOutput(
@@ -665,13 +666,13 @@ def _call_of(input: RunToolInput) -> ToolCall:
 
 
 async def _awaited(value: Awaitable[Any]) -> Any:
-    return await value
+    return await awaited_contained(value)
 
 
 async def _in_thread(tool: Tool, tool_input: Any) -> Any:
-    result = await asyncio.to_thread(tool.call, tool_input)
+    result = await asyncio.to_thread(contained, tool.call, tool_input)
     if inspect.isawaitable(result):
-        result = await result
+        result = await awaited_contained(result)
     return result
 
 

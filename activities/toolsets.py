@@ -29,6 +29,7 @@ from anthropic.types.beta import BetaToolUseBlock
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_runner.activities.contained import awaited_contained, contained
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.activities.heartbeats import EVERY, heartbeat_until
 from agent_runner.content import Content
@@ -193,9 +194,9 @@ class ToolsetActivities:
         token = _current_call.set(_call_of(call.model_copy(update={"input": tool_input})))
         try:
             running: asyncio.Future[Any] = asyncio.ensure_future(
-                toolset.tool_result(block)
+                awaited_contained(toolset.tool_result(block))
                 if isinstance(toolset, BetaAsyncRunnableToolset)
-                else asyncio.to_thread(toolset.tool_result, block)
+                else asyncio.to_thread(contained, toolset.tool_result, block)
             )
         finally:
             _current_call.reset(token)
@@ -235,9 +236,9 @@ class ToolsetActivities:
         call = call.model_copy(update={"input": await self._content.resolve(call.input)})
         token = _current_call.set(_call_of(call))
         try:
-            answer = reconcile(_current_call.get())
+            answer = contained(reconcile, _current_call.get())
             if inspect.isawaitable(answer):
-                answer = await answer
+                answer = await awaited_contained(answer)
         except Exception as e:
             logger.exception("Reconciling action %s (tool_use_id=%s) failed", name, call.tool_use_id)
             return ReconcileOutput(

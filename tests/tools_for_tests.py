@@ -147,3 +147,48 @@ def pay_reconciled(amount: int) -> str:
         amount: How much.
     """
     return _pay(amount)
+
+
+def _mark(line: str) -> None:
+    """Leave ``line`` in the marks file (``AGENT_RUNNER_TEST_MARKS``), if the test gave one."""
+    marks = os.environ.get("AGENT_RUNNER_TEST_MARKS")
+    if marks:
+        with Path(marks).open("a") as f:
+            f.write(f"{line}\n")
+
+
+@beta_tool
+def parse_count(count: str) -> str:
+    """Parse a count as a command line would: argparse exits the process (``SystemExit(2)``) on bad input.
+
+    Args:
+        count: The count, as text.
+    """
+    import argparse
+
+    _mark(f"parse_count {count}")
+    parser = argparse.ArgumentParser(prog="parse_count")
+    parser.add_argument("--n", type=int)
+    return str(parser.parse_args(["--n", count]).n)
+
+
+@beta_async_tool
+async def quit_async(code: int) -> str:
+    """Exit the way a careless async tool does.
+
+    Args:
+        code: The exit code.
+    """
+    _mark(f"quit_async {code}")
+    raise SystemExit(code)
+
+
+@beta_tool
+def interrupted(why: str) -> str:
+    """Raise ``KeyboardInterrupt``, as a tool interrupted mid-way might.
+
+    Args:
+        why: Why.
+    """
+    _mark(f"interrupted {why}")
+    raise KeyboardInterrupt(why)
