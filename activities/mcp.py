@@ -48,7 +48,13 @@ from agent_runner.activities.tools import (
     specs_by_reference,
 )
 from agent_runner.content import Content
-from agent_runner.contract.mcp import MCP_NAME_SEPARATOR, ListMcpToolsInput, ListMcpToolsOutput, McpCallInput
+from agent_runner.contract.mcp import (
+    MCP_NAME_SEPARATOR,
+    ListMcpToolsInput,
+    ListMcpToolsOutput,
+    McpCallInput,
+    mcp_task_queue,
+)
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     LIST_MCP_TOOLS_ACTIVITY,
@@ -254,6 +260,8 @@ class McpActivities:
             name = tool.name if counts[tool.name] == 1 and tool.name not in taken else f"{server}__{tool.name}"
             definition = dict(async_mcp_tool(tool, cast(Any, None)).to_dict())  # the SDK's own definition
             options, approval, effects, on_unknown = self._config.servers[server].policy(tool.name)
+            if options.task_queue is None:  # to the workers with this configuration only, this one among them
+                options = options.model_copy(update={"task_queue": mcp_task_queue(activity.info().task_queue)})
             specs.append(
                 ToolSpec(
                     name=name,

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig
+from temporalio.worker import Worker, WorkerConfig
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
@@ -37,6 +38,7 @@ from agent_runner.after_wait import AfterWaitInterceptor
 from agent_runner.connection import data_converter
 from agent_runner.content import Content
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError, ToolRegistrationError
+from agent_runner.contract.mcp import mcp_task_queue
 from agent_runner.contract.types import WORKER_ROLES
 from agent_runner.mcp_config import McpConfig
 from agent_runner.store import ContentStore
@@ -136,9 +138,11 @@ class AgentRunnerPlugin(SimplePlugin):
             activities += [toolsets.run_toolset_action, toolsets.reconcile_toolset_action]
         mcp_activities = _mcp_activities(mcp, content) if mcp is not None and "tools" in serve else None
         if mcp_activities is not None:
+            # call_mcp_tool on the run's queue too: for runs whose listing predates the calls' own queue.
             activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]
         else:
             activities.append(list_mcp_tools_elsewhere)
+        self._mcp = mcp_activities
         self.registry = registry
         """The tools this plugin's workers run."""
         super().__init__(
@@ -150,6 +154,32 @@ class AgentRunnerPlugin(SimplePlugin):
             # Every workflow's activities that follow a wait of its own are marked, for backpressure to leave out.
             interceptors=[AfterWaitInterceptor()] if "workflows" in serve else [],
         )
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """The base plugin's; a worker serving MCP servers also polls the queue of their tools' calls.
+
+        The calls of the tools a worker lists go to ``mcp_task_queue`` of the run's queue (``activities/mcp.py``),
+        which only such workers poll: a worker of the run's queue without the configuration never gets one.
+        """
+        if self._mcp is None:
+            await super().run_worker(worker, next)
+            return
+        mcp = self._mcp
+
+        async def with_calls(worker: Worker) -> None:
+            # The worker's own configuration (its interceptors, slots, shutdown grace), for the calls only, on a
+            # client without plugins: given this plugin, the calls' worker would become a runner worker again.
+            client_config = worker.client.config()
+            client_config["plugins"] = []
+            config = worker.config()
+            config["client"] = Client(**client_config)
+            config["task_queue"] = mcp_task_queue(worker.task_queue)
+            config["activities"] = [mcp.call_mcp_tool]
+            config["workflows"], config["nexus_service_handlers"], config["plugins"] = [], [], []
+            async with Worker(**config):  # inside the run context: the servers' connections are open meanwhile
+                await next(worker)
+
+        await super().run_worker(worker, with_calls)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """The base plugin's, and heartbeats sent at least every ``HEARTBEAT_THROTTLE`` (a shorter interval stays)."""

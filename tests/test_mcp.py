@@ -343,6 +343,41 @@ async def test_a_worker_with_no_mcp_configuration_leaves_the_listing_to_one_of_t
     assert [body["tools"] for body in fake_api.bodies()] == [server_tools()]
 
 
+async def test_a_call_of_a_servers_tool_goes_only_to_workers_configured_with_the_server(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """A fleet whose workers share the run's queue, one of them without the MCP configuration: the calls of the
+    server's tools go to a queue only configured workers poll (``mcp_task_queue``). So a call made while no configured
+    worker is up waits for one, and never reaches the worker without the configuration, where it would fail (an
+    ``at_most_once`` call's outcome would then be unknown, and Claude told so)."""
+    fake_api.script(
+        Reply([tool_use("toolu_1", "lookup", {"city": "Paris"})], "tool_use", delay=2.0), end_turn("Sunny.")
+    )
+    other = await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
+    )
+    servers = config(tmp_path, effects="at_most_once")
+    async with worker():  # every role, no MCP configuration
+        async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):
+            run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+            await wait_for(lambda: len(fake_api.requests) == 1, "the first request")  # the tools are listed by then
+        # The configured worker is gone before Claude's reply calls the tool.
+
+        async def call_waiting() -> bool:
+            pending = (await run.handle.describe()).raw_description.pending_activities
+            return any(a.activity_type.name == CALL_MCP_TOOL_ACTIVITY for a in pending)
+
+        async with asyncio.timeout(10):
+            while not await call_waiting():
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # time for the worker without the configuration to take it, were it offered
+        assert (calls(tmp_path), (await run.status()).status) == ([], "running")
+        async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):
+            await run.until_done()
+    assert results_sent(fake_api) == [result("toolu_1", [{"type": "text", "text": "Paris: 21C"}])]
+    assert calls(tmp_path) == ["lookup Paris"]
+
+
 def test_the_runs_mcp_is_a_list_of_server_names() -> None:
     with pytest.raises(InvalidRunInput) as raised:
         parse_run_input({**BASE, "messages": [USER], "mcp": "files"})

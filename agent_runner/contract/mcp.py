@@ -16,6 +16,16 @@ MCP_NAME_SEPARATOR = "__"
 """Joins a server's name and a tool's when the tool's own name collides with another tool of the run."""
 
 
+def mcp_task_queue(task_queue: str) -> str:
+    """The task queue of the calls of MCP tools listed on ``task_queue``, which only workers configured with MCP poll.
+
+    Every worker of a queue polls its activities, one without an MCP configuration too: a call offered to such a
+    worker fails (an ``at_most_once`` tool's outcome is then unknown). A worker that lists a run's servers sends
+    their tools' calls here instead (unless the configuration names a ``task_queue``), and polls it itself.
+    """
+    return f"{task_queue}-mcp"
+
+
 class ListMcpToolsInput(BaseModel):
     """Input of ``agent_runner.list_mcp_tools``: the servers a run uses, and the names its other tools take."""
 
