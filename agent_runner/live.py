@@ -9,7 +9,8 @@ streaming on its worker) is dropped; ``AttemptFilter`` then retracts a failed at
 
 A live event has no stream offset of its own: it takes the offset of the stream event before it (its turn's
 ``iteration_started``), so a watcher that resumes after that offset (``Run.events(after=offset + 1)``, a browser's
-``Last-Event-ID``) does not get the turn's streamed text again, and gets the turn's reply whole.
+``Last-Event-ID``) does not get the turn's streamed text again (nor an earlier turn's), and gets the turn's reply
+whole: a watcher gets the live events of the turns whose ``iteration_started`` it saw, and of no other.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class LiveMerge:
         """The latest turn a stream event was seen of: live events of later turns wait for its ``iteration_started``."""
         self._recorded: set[int] = set()
         """Turns whose call the run recorded: a live event of one of them comes from an attempt that lost."""
-        self._seen: set[int] = set()
-        """Turns a stream event was seen of."""
+        self._started: set[int] = set()
+        """Turns whose ``iteration_started`` the watcher saw: only their live events come after its resume point."""
         self._held: list[dict[str, Any]] = []
         self._offset: int | None = None
         self._broken = False
@@ -66,7 +67,7 @@ class LiveMerge:
 
         A watcher of a run that waits (for a tool, a person, a timer) reads nothing from the store meanwhile.
         """
-        return self._turn in self._seen and self._turn not in self._recorded
+        return self._turn in self._started and self._turn not in self._recorded
 
     async def poll(self) -> list[RunEvent]:
         """The live events to yield now, in order (each with the ``offset`` of the stream event before it)."""
@@ -88,13 +89,10 @@ class LiveMerge:
 
     async def before(self, event: RunEvent) -> list[RunEvent]:
         """The live events to yield before the stream event ``event``."""
-        if not isinstance(event, IterationStarted):
+        if isinstance(event, IterationStarted):
+            self._started.add(event.iteration)
+        else:
             self._advance(event.iteration)
-            if event.iteration not in self._seen:
-                # The watcher resumed after the turn's `iteration_started`: the turn's live events have that event's
-                # offset, so they are before the resume point (the reply comes whole).
-                self._recorded.add(event.iteration)
-        self._seen.add(event.iteration)
         out = await self.poll()
         if isinstance(event, (RecordedCall, ReplyReceived)):
             self._recorded.add(event.iteration)
@@ -123,6 +121,12 @@ class LiveMerge:
             return
         if turn > self._turn:
             self._held.append(data)
+            return
+        if turn not in self._started:
+            # The watcher resumed after this turn's `iteration_started` (a turn before the first it saw, or the one it
+            # resumed inside): the turn's live events have that event's offset, so they are before the resume point
+            # (its reply comes whole). Marking only the turn of the first event seen was not enough: the live log of
+            # every earlier turn was held as "later" and then yielded once the next `iteration_started` released it.
             return
         event = _parsed(self._run_id, data, self._offset)
         if event is not None:

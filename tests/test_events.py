@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
+from collections.abc import AsyncGenerator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
@@ -35,7 +37,17 @@ from agent_runner.contract.events import (
 )
 from agent_runner.contract.types import EVENTS_TOPIC
 from agent_runner.store import open_store
-from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, SlowStream, end_turn, text, thinking, tool_use
+from agent_runner.testing import (
+    DropMidStream,
+    ErrorMidStream,
+    FakeMessagesAPI,
+    Reply,
+    SlowStream,
+    end_turn,
+    text,
+    thinking,
+    tool_use,
+)
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file
 from tests.tools_for_tests import get_weather
@@ -150,6 +162,97 @@ async def test_a_late_subscriber_gets_the_whole_run_from_offset_zero(
     assert events[6] == RunFinished(iteration=1, status="completed", detail=None, offset=3)
     assert events[6].to_wire() == {"type": "run_finished", "iteration": 1, "status": "completed", "detail": None}
     assert [e.type for e in resumed] == ["reply", "run_finished"]
+
+
+async def until(run: Run, after: int, last: str, *, agents: bool = True) -> list[RunEvent]:
+    """``run.events(after=after)`` up to and with the first event of type ``last`` (or the run's end)."""
+    events: list[RunEvent] = []
+    # An async generator, though typed as an iterator: closed here, since this one stops reading before its end.
+    async with contextlib.aclosing(
+        cast(AsyncGenerator[RunEvent, None], run.events(after=after, agents=agents))
+    ) as stream:
+        async for event in stream:
+            events.append(event)
+            if event.type == last:
+                break
+    return events
+
+
+async def test_a_watcher_resuming_at_any_offset_sees_exactly_what_a_watcher_from_zero_saw_from_there(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A browser's ``Last-Event-ID``: resuming at offset k gives the events from k on of a watcher from 0, no earlier
+    turn's streamed text (a live event has the offset of its turn's ``iteration_started``), whether k is a turn's
+    start, a point inside it or after an attempt that was cut off and retracted, while the run waits and once it
+    ended."""
+    second = Reply([text("Now Oslo."), tool_use("toolu_O", "get_weather", {"city": "Oslo"})], "tool_use")
+    third = Reply([text("Cleaning up."), tool_use("toolu_D", "delete_file", {"path": "/tmp/x"})], "tool_use")
+    fake_api.script(
+        Reply([text("Let me check."), tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        DropMidStream(second, 5),  # message_start, ping, the text's block_start and two of its deltas
+        second,
+        ErrorMidStream(third, 5),
+        third,
+        end_turn("Sunny in both; done."),
+    )
+    async with worker(get_weather, delete_file):
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[get_weather, delete_file],
+            approval={"tools": ["delete_file"]},
+            model_activity=FAST_RETRY,
+        )
+        # While the run waits for the approval of turn 3's tool: a watcher's stream is still open.
+        waiting = await asyncio.wait_for(until(run, 0, "approval_waiting"), 30)
+        assert [(e.iteration, e.attempt) for e in waiting if isinstance(e, Retracted)] == [(2, 1), (3, 1)]
+        for k in range(waiting[-1].offset + 1):  # type: ignore[operator]
+            resumed = await asyncio.wait_for(until(run, k, "approval_waiting"), 30)
+            assert resumed == [e for e in waiting if e.offset >= k], f"resumed at {k}"  # type: ignore[operator]
+        await run.approve("toolu_D")
+        await asyncio.wait_for(run.result(), 30)
+        # Once it ended.
+        full = await asyncio.wait_for(collect(run), 30)
+        assert full[: len(waiting)] == waiting and full[-1].type == "run_finished"
+        offsets = [e.offset for e in full]
+        assert None not in offsets and offsets == sorted(offsets)  # type: ignore[type-var]
+        for k in range(full[-1].offset + 1):  # type: ignore[operator]
+            suffix = [e for e in full if e.offset >= k]  # type: ignore[operator]
+            assert await asyncio.wait_for(collect(run, after=k), 30) == suffix, f"resumed at {k}"
+            own = await asyncio.wait_for(until(run, k, "run_finished", agents=False), 30)
+            assert own == suffix, f"resumed at {k}, agents=False"
+
+
+async def test_a_watcher_resuming_while_a_turn_streams_gets_that_turn_from_its_start_and_no_earlier_turn(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Watchers that resume at each offset up to just after turn 2's start while turn 2 streams: the live log already
+    holds turn 1's text and part of turn 2's, and each gets what the watcher from 0 got from its offset on."""
+    words = " ".join(f"word{i}" for i in range(30))
+    fake_api.script(
+        Reply([text("Let me check."), tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        SlowStream(end_turn(words), event_delay=0.1, chunks=30),
+    )
+    async with worker(get_weather):
+        run = await runner.start(**BASE, messages=[USER], tools=[get_weather])
+        seen: list[RunEvent] = []
+
+        async def watch() -> None:
+            async for event in run.events():
+                seen.append(event)
+
+        first = asyncio.ensure_future(asyncio.wait_for(watch(), 30))
+        async with asyncio.timeout(30):
+            while not any(isinstance(e, TextDelta) and e.iteration == 2 for e in seen):
+                await asyncio.sleep(0.01)
+        assert not any(isinstance(e, ReplyReceived) and e.iteration == 2 for e in seen)  # turn 2 still streams
+        turn_two = next(e for e in seen if e.type == "iteration_started" and e.iteration == 2).offset
+        assert turn_two is not None
+        resumed = {k: asyncio.ensure_future(asyncio.wait_for(collect(run, after=k), 30)) for k in range(turn_two + 2)}
+        await first
+        for k, watcher in resumed.items():
+            assert await watcher == [e for e in seen if e.offset >= k], f"resumed at {k}"  # type: ignore[operator]
+    assert streamed_text(seen) == "Let me check." + words
 
 
 async def test_many_small_deltas_are_coalesced_into_few_text_events(
