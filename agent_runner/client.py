@@ -926,18 +926,41 @@ class Run:
         return await AgentRunner(self._client, task_queue=task_queue).start(**run_input, id=id, priority=priority)
 
     async def terminate(self, reason: str) -> None:
-        """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``)."""
+        """End the run at once, without letting it finish anything (a last resort; prefer ``stop`` or ``cancel``).
+
+        Raises:
+            RunNotFound: No run has this id.
+            AgentRunError: The run has already ended (it is left as it ended).
+        """
         try:
             await self.handle.terminate(reason=reason)
         except RPCError as e:
-            raise _rpc_error(self.id, e) from e
+            raise await self._ended_or(e, "terminate") from e
 
     async def cancel(self) -> None:
-        """Cancel the run: running activities are cancelled and the run ends as cancelled (``RunCancelled``)."""
+        """Cancel the run: running activities are cancelled and the run ends as cancelled (``RunCancelled``).
+
+        Raises:
+            RunNotFound: No run has this id.
+            AgentRunError: The run has already ended (it is left as it ended).
+        """
+        # Temporal takes a cancellation of a run that has ended, and nothing happens: say so instead.
+        ended = await self.ended()
+        if ended is not None:
+            raise _already_ended(self.id, ended, "cancel")
         try:
             await self.handle.cancel()
         except RPCError as e:
-            raise _rpc_error(self.id, e) from e
+            raise await self._ended_or(e, "cancel") from e
+
+    async def _ended_or(self, error: RPCError, what: str) -> AgentRunnerError:
+        """The error for ``error``: that the run has ended, when Temporal refused because it had (``NOT_FOUND``)."""
+        if error.status == RPCStatusCode.NOT_FOUND:
+            with contextlib.suppress(RunNotFound):
+                ended = await self.ended()
+                if ended is not None:
+                    return _already_ended(self.id, ended, what)
+        return _rpc_error(self.id, error)
 
     async def _query(self, name: str, *args: Any) -> Any:
         try:
@@ -1107,6 +1130,10 @@ def error_from_failure(run_id: str, failure: WorkflowFailureError) -> AgentRunne
         cls = ERRORS_BY_NAME.get(cause.type or "", AgentRunError)
         return cls(cause.message)
     return AgentRunError(f"Run {run_id} failed: {cause or failure}")
+
+
+def _already_ended(run_id: str, ended: str, what: str) -> AgentRunError:
+    return AgentRunError(f"Run {run_id} has already ended ({ended}); there is nothing to {what}.")
 
 
 def _rpc_error(run_id: str, error: RPCError) -> AgentRunnerError:

@@ -20,7 +20,7 @@ import pytest
 from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.console import listing
-from agent_runner.contract.errors import ModelRequestRejected
+from agent_runner.contract.errors import AgentRunError, ModelRequestRejected, RunNotFound
 from agent_runner.contract.events import ToolFinished
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, tool_use
 from tests.conftest import WorkerFactory
@@ -352,3 +352,23 @@ async def test_the_run_list_asks_only_the_first_runs_waiting_for_approval_which_
         for run in runs:
             await run.terminate("test over")
     assert CALLS == []
+
+
+@pytest.mark.parametrize("how", ["terminate", "cancel"])
+async def test_terminating_or_cancelling_a_run_that_ended_says_it_ended_and_leaves_it_as_it_ended(
+    how: str, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Temporal refuses to terminate a closed run as not found, and takes a cancellation of one and does nothing."""
+    fake_api.script(end_turn("Done."))
+    async with worker():
+        run = await runner.start(**BASE)
+        await run.result()
+    with pytest.raises(AgentRunError) as refused:
+        await (run.terminate("too late") if how == "terminate" else run.cancel())
+    assert (type(refused.value), str(refused.value)) == (
+        AgentRunError,
+        f"Run {run.id} has already ended (completed); there is nothing to {how}.",
+    )
+    assert await run.ended() == "completed"
+    with pytest.raises(RunNotFound, match="No run with id 'nobody'"):
+        await (runner.attach("nobody").terminate("x") if how == "terminate" else runner.attach("nobody").cancel())
