@@ -49,7 +49,7 @@ from anthropic.lib.tools import (
 from anthropic.lib.tools._toolsets._runnable import TOOLSET_CLASSES, BetaAnyRunnableToolset
 from opentelemetry import trace
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agent_runner.activities.contained import awaited_contained, contained
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
@@ -60,12 +60,14 @@ from agent_runner.content import Content
 from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.big_params import DESCRIBED_TOOL_FIELD_LIMIT
 from agent_runner.contract.errors import ToolRegistrationError
+from agent_runner.contract.run_input import TOOL_NAME
 from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     RECONCILE_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     TOOL_NOT_STARTED_ERROR,
     TOOL_TIMEOUT_GRACE,
+    TOOLS_NOT_HERE_ERROR,
     ActivityOptions,
     DescribeToolsInput,
     DescribeToolsOutput,
@@ -291,6 +293,11 @@ class ToolRegistry:
             )
         name = tool.name
         existing = self._tools.get(name)
+        if not TOOL_NAME.match(name):
+            raise ToolRegistrationError(
+                f"Tool {name!r}{f' (from {origin})' if origin else ''} has a name the API refuses: a tool's name is 1 "
+                "to 128 letters, digits, `_` or `-`. Rename it with @beta_tool(name=...)."
+            )
         if name in self.toolsets:
             raise ToolRegistrationError(f"Tool {name!r} is named like a registered toolset; rename it.")
         if name in self.agents:
@@ -415,6 +422,10 @@ class ToolActivities:
     async def describe_tools(self, input: DescribeToolsInput) -> DescribeToolsOutput:
         """The definitions and options of the named tools, and the names this worker does not know."""
         specs = [self._registry.spec(name) for name in input.names]
+        missing = [name for name, spec in zip(input.names, specs, strict=True) if spec is None]
+        missing += [name for name in input.hooks if name not in self._registry.hooks]
+        if input.hand_back and missing:
+            hand_back(f"the lookup of {', '.join(map(repr, missing))}")
         return DescribeToolsOutput(
             tools=await specs_by_reference(self._content, [spec for spec in specs if spec is not None]),
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
@@ -430,6 +441,8 @@ class ToolActivities:
         input = own_run(input)
         tool = self._registry.get(input.name)
         if tool is None:
+            # The run looked it up on a worker that has it: in a mixed fleet another worker of the queue may too.
+            hand_back(f"the call of {input.name!r}")
             return ToolResult(content=f"Error: Tool '{input.name}' not found", is_error=True)
         info = activity.info()
         logger.info(
@@ -561,6 +574,33 @@ class ToolActivities:
     async def _recorded(self, input: RunToolInput, result: ToolResult) -> ToolResult:
         """``result`` ready to leave the worker: a big one stored apart. Never raises: the tool has run."""
         return await offloaded(self._content, input.name, result)
+
+
+HAND_BACK_DELAY = timedelta(seconds=1)
+"""How soon work a worker handed back for lack of a tool is offered again (the retry policy's backoff is longer)."""
+
+
+def hand_back(what: str) -> None:
+    """Hand ``what`` back to the queue, for a worker that has the tools this one lacks; unless it is the last attempt.
+
+    A retry goes through the queue (only a first attempt may run on the workflow's own worker), so a mixed fleet's
+    worker that has the tools gets it within a few attempts. On the last attempt this returns: the caller answers
+    with what is missing, as a fleet where no worker has them must.
+    """
+    info = activity.info()
+    policy = info.retry_policy
+    # Unlimited attempts hand back 10 times: a tool no worker has must not keep a run waiting for ever.
+    last = (policy.maximum_attempts or 10) if policy is not None else 1
+    if info.attempt >= last:
+        return
+    logger.info("This worker lacks what %s needs: handed back to task queue %s", what, info.task_queue)
+    raise ApplicationError(
+        f"This worker does not have what {what} needs: it handed it back to task queue {info.task_queue!r}, for a "
+        f"worker that has (attempt {info.attempt} of {last}).",
+        type=TOOLS_NOT_HERE_ERROR,
+        next_retry_delay=HAND_BACK_DELAY,
+        category=ApplicationErrorCategory.BENIGN,  # the SDK logs it at DEBUG, with no traceback
+    )
 
 
 def own_run(call: RunToolInput) -> RunToolInput:

@@ -26,6 +26,15 @@ RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
 """Lookups retried as before the umbrella: a worker's registry answers at once, or its store is briefly away."""
 
 
+LOOKUP_HANDED_BACK_PATCH = "lookup-of-missing-tools-handed-back"
+"""``workflow.patched`` id: a run whose local lookup finds a tool or hook missing asks the queue again, with
+``hand_back`` (``HAND_BACK_RETRY``), before it fails with ``ToolNotRegistered``."""
+
+HAND_BACK_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=1), maximum_attempts=10)
+"""A lookup handed back is offered again a second later (the hand-back's own ``next_retry_delay``), 10 times: on a
+queue half of whose workers lack the tool, all 10 find one without it once in a thousand runs."""
+
+
 async def describe_tools(names: list[str], hooks: list[str]) -> DescribeToolsOutput:
     """The named tools and result hooks as the workers registered them (``DESCRIBE_TOOLS_ACTIVITY``)."""
     lookup = DescribeToolsInput(names=names, hooks=hooks)
@@ -55,4 +64,15 @@ async def describe_tools(names: list[str], hooks: list[str]) -> DescribeToolsOut
         if not isinstance(e.cause, TimeoutError):
             raise
         raise local_activity_failure(DESCRIBE_TOOLS_ACTIVITY, e.cause) from None
+    if (local.missing or local.missing_hooks) and workflow.patched(LOOKUP_HANDED_BACK_PATCH):
+        # This worker lacks some: in a mixed fleet (a rolling upgrade) another worker of the queue may have them.
+        with failing_the_run():
+            handed: DescribeToolsOutput = await workflow.execute_activity(
+                DESCRIBE_TOOLS_ACTIVITY,
+                lookup.model_copy(update={"hand_back": True}),
+                result_type=DescribeToolsOutput,
+                start_to_close_timeout=TIMEOUT,
+                retry_policy=HAND_BACK_RETRY,
+            )
+        return handed
     return local

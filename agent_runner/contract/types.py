@@ -212,6 +212,15 @@ class DescribeToolsInput(BaseModel):
 
     names: list[str]
     hooks: list[str] = []
+    # Left out of the JSON when false, so a local lookup's input is what it was.
+    hand_back: bool = Field(default=False, exclude_if=lambda hand_back: not hand_back)
+    """A worker that lacks a named tool or hook hands the lookup back to the queue, for another worker of a mixed
+    fleet (a rolling upgrade); only the last attempt answers with what is missing (``workflows/tool_lookup.py``)."""
+
+
+TOOLS_NOT_HERE_ERROR = "ToolsNotRegisteredHere"
+"""The ``ApplicationError.type`` of a lookup or tool call a worker hands back to the queue because it lacks a tool
+another worker of the queue may have (retryable, benign)."""
 
 
 class DescribeToolsOutput(BaseModel):

@@ -1,0 +1,98 @@
+"""A fleet whose workers do not all register the same tools (a rolling upgrade that adds one): a run naming a tool
+some workers of its queue lack starts and calls it on the ones that have it.
+
+A worker that lacks a tool hands the lookup, or the call, back to the queue (``activities/tools.py``, ``hand_back``):
+a retry goes through the queue, so a worker that has the tool gets it. Each test starts the worker without the tool
+first, so it is the one the run (or the call) meets first, whatever the server's choice of poller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from anthropic import beta_tool
+from temporalio.client import Client
+
+from agent_runner.activities.claude import ClaudeActivities
+from agent_runner.activities.tools import ToolRegistry
+from agent_runner.client import AgentRunner, Run
+from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, RUN_TOOL_ACTIVITY
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.worker import build_worker
+from tests.conftest import WorkerFactory, anthropic_client_factory
+
+BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 256, "thread": False}
+USER = {"role": "user", "content": "Launch it."}
+RAN: list[str] = []
+
+
+@beta_tool
+def launch(target: str) -> str:
+    """Launch something: exactly once per call.
+
+    Args:
+        target: What to launch.
+    """
+    RAN.append(target)
+    return f"launched {target}"
+
+
+async def handed_back(run: Run, activity_type: str) -> None:
+    """Wait until the run's ``activity_type`` activity was handed back (its attempt is past the first)."""
+
+    async def waiting() -> bool:
+        pending = (await run.handle.describe()).raw_description.pending_activities
+        return any(a.activity_type.name == activity_type and a.attempt > 1 for a in pending)
+
+    async with asyncio.timeout(15):
+        while not await waiting():
+            await asyncio.sleep(0.05)
+
+
+async def with_launch(client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI) -> Any:
+    """A worker that registers ``launch``, on its own client (one client's queue takes one worker of a kind)."""
+    other = await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
+    )
+    claude = ClaudeActivities(anthropic_client_factory(fake_api))
+    return build_worker(other, registry=ToolRegistry([launch]), task_queue=runner.task_queue, claude=claude)
+
+
+async def test_a_run_naming_a_tool_its_first_worker_lacks_looks_it_up_on_one_that_has_it(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    RAN.clear()
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    async with worker():  # no tools: the run's first workflow task, and its lookup, are this worker's
+        run = await runner.start(**BASE, messages=[USER], tools=["launch"])
+        await handed_back(run, DESCRIBE_TOOLS_ACTIVITY)
+        async with await with_launch(client, runner, fake_api):
+            result = await run.result()
+    assert (result.status, result.iterations, RAN) == ("completed", 2, ["a"])
+    assert fake_api.bodies()[0]["tools"] == [launch.to_dict()]
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}
+    ]
+
+
+async def test_a_call_that_meets_a_worker_without_its_tool_runs_once_on_one_that_has_it(
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    RAN.clear()
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "b"})], "tool_use", delay=2.0), end_turn("Done."))
+    async with await with_launch(client, runner, fake_api):
+        run = await runner.start(**BASE, messages=[USER], tools=["launch"])
+        async with asyncio.timeout(15):
+            while not fake_api.requests:
+                await asyncio.sleep(0.05)
+    # The worker that looked the tool up is gone before Claude's reply calls it; the one left lacks it.
+    async with worker():
+        await handed_back(run, RUN_TOOL_ACTIVITY)
+        assert RAN == []
+        async with await with_launch(client, runner, fake_api):
+            result = await run.result()
+    assert (result.status, RAN) == ("completed", ["b"])
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched b"}
+    ]
