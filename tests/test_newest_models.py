@@ -61,7 +61,7 @@ async def test_a_background_compaction_keeps_recent_turns_and_the_turns_taken_me
     fake_api.responder = by_kind([call("toolu_P", "Paris"), call("toolu_O", "Oslo"), end_turn("Both sunny.")])
     async with worker(get_weather):
         run = await runner.start(
-            **BASE, messages=[USER], tools=[get_weather], step=True, tool_choice={"type": "tool", "name": "x"}
+            **BASE, messages=[USER], tools=[get_weather], step=True, tool_choice={"type": "tool", "name": "get_weather"}
         )
         await wait_status(run, "waiting_for_step", 1)
         await run.advance()

@@ -165,8 +165,40 @@ async def test_a_malformed_reply_fails_the_run_at_once_with_the_reason(
             "'any'; BetaToolChoiceToolParam.name: Field required; and 1 more). See the API reference for "
             "`tool_choice`.",
         ),
+        (
+            {**BASE, "messages": [USER], "tools": ["launch", "launch"]},
+            "The run's input was rejected:\n- `tools[1]` is named `launch`, as `tools[0]` is; the API refuses two "
+            "tools of one name. Leave one of them out.",
+        ),
+        (
+            {**BASE, "messages": [USER], "tools": ["launch", {"name": "launch", "input_schema": {"type": "object"}}]},
+            "The run's input was rejected:\n- `tools[1]` is named `launch`, as `tools[0]` is; the API refuses two "
+            "tools of one name. Leave one of them out.",
+        ),
+        (
+            {**BASE, "messages": [USER], "tools": [{"name": "x"}]},
+            "The run's input was rejected:\n- `tools[0]` is a custom tool without an `input_schema`; the API refuses "
+            'it. Give the JSON schema of its input, such as {"type": "object", "properties": {}}, or the `type` of a '
+            "server tool.",
+        ),
+        (
+            {**BASE, "messages": [USER], "tools": ["launch"], "tool_choice": {"type": "tool", "name": "nope"}},
+            "The run's input was rejected:\n- `tool_choice` names the tool `nope`, which the run does not have (its "
+            "tools are `launch`); the API refuses a request that forces a tool it was not given. Name one of its "
+            'tools, or give {"type": "auto"}.',
+        ),
     ],
-    ids=["no-input", "string", "list", "model-activity-out-of-range", "tool-choice-shape"],
+    ids=[
+        "no-input",
+        "string",
+        "list",
+        "model-activity-out-of-range",
+        "tool-choice-shape",
+        "tool-twice",
+        "registered-and-raw-of-one-name",
+        "raw-without-input-schema",
+        "tool-choice-names-no-tool",
+    ],
 )
 async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_input(
     run_input: Any, expected: str, client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
@@ -335,6 +367,31 @@ EDITS_THE_INPUT_CHECK_REFUSES: list[Any] = [
         ["launch", {"foo": "bar"}],
         "The tools were rejected:\n- `tools[1]` is a tool definition without a `name` or `type`.",
     ),
+    (
+        "add_tools",
+        [{"name": "x"}],
+        "The tools were rejected:\n- `tools[0]` is a custom tool without an `input_schema`; the API refuses it. Give "
+        'the JSON schema of its input, such as {"type": "object", "properties": {}}, or the `type` of a server tool.',
+    ),
+    (
+        "add_tools",
+        [{"type": "web_search_20250305", "name": "search"}],
+        "The tools were rejected:\n- `tools[0]`.name: Input should be 'web_search'.",
+    ),
+    (
+        "update_params",
+        {"tool_choice": {"type": "tool", "name": "nope"}},
+        "The new parameters were rejected:\n- `tool_choice` names the tool `nope`, which the run does not have (its "
+        "tools are `launch`); the API refuses a request that forces a tool it was not given. Name one of its tools, "
+        'or give {"type": "auto"}.',
+    ),
+    (
+        "compact",
+        {"type": "bogus"},
+        "The compaction was rejected:\n- `compaction` is not what the Messages API takes (type: Input should be "
+        '\'summarize\'). Give {"type": "summarize"}, with `instructions` to replace the server\'s summarization '
+        "prompt.",
+    ),
 ]
 """Edits whose value a run's input check refuses (``parse_run_input``): once accepted, each would have failed every
 later request of the run (and of its forks and sends) with a 400, or sent content the API refuses."""
@@ -353,13 +410,15 @@ async def test_an_edit_the_input_check_would_refuse_is_refused_and_the_run_goes_
                 await run.update_params(**value)
             elif edit == "inject":
                 await run.inject(value)
+            elif edit == "compact":
+                await run.compact(value)
             else:
                 await run.add_tools(*value)
         await run.advance()
         await wait_status(run, "waiting_for_step", 2)
         await run.advance()
         assert (await run.result()).status == "completed"
-    name = {"update_params": "update_params", "inject": "inject_message", "add_tools": "add_tools"}[edit]
+    name = {"update_params": "update_params", "inject": "inject_message", "add_tools": "add_tools"}.get(edit, edit)
     assert str(refused.value).startswith(f"{name} was refused: {expected}")
     call = {"type": "tool_use", "id": "toolu_1", "name": "launch", "input": {"target": "a"}}
     result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}
@@ -370,6 +429,47 @@ async def test_an_edit_the_input_check_would_refuse_is_refused_and_the_run_goes_
         "stream": True,
     }
     assert RAN == ["a"]
+
+
+async def test_a_tool_choice_edit_may_name_a_tool_a_queued_edit_adds_and_no_other(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A ``tool_choice`` naming no tool of the run failed its next request with the API's 400, and the run with it;
+    one naming a tool that an ``add_tools`` queued before it adds is what the API takes, as the SDK sends it."""
+    probe = {"name": "probe", "description": "Probes.", "input_schema": {"type": "object", "properties": {}}}
+    choice = {"type": "tool", "name": "probe"}
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    async with worker(launch):
+        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False, step=True)
+        await wait_status(run, "waiting_for_step", 1)
+        with pytest.raises(EditRejected) as refused:
+            await run.update_params(tool_choice=choice)
+        await run.add_tools(probe)
+        await run.update_params(tool_choice=choice)
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        assert (await run.result()).status == "completed"
+    assert str(refused.value) == (
+        "update_params was refused: The new parameters were rejected:\n- `tool_choice` names the tool `probe`, which "
+        "the run does not have (its tools are `launch`); the API refuses a request that forces a tool it was not "
+        'given. Name one of its tools, or give {"type": "auto"}.'
+    )
+    call = {"type": "tool_use", "id": "toolu_1", "name": "launch", "input": {"target": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}
+    addition = {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": probe}}
+    assert fake_api.bodies()[1] == {
+        **BASE,
+        "tool_choice": choice,
+        "messages": [
+            USER,
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]},
+            {"role": "system", "content": [addition]},
+        ],
+        "tools": [launch.to_dict()],
+        "stream": True,
+    }
 
 
 async def test_a_history_replaced_before_its_calls_ran_is_refused_and_their_results_are_kept(

@@ -246,3 +246,138 @@ def test_a_malformed_message_is_refused_naming_its_index_and_field(message: dict
     with pytest.raises(InvalidRunInput) as e:
         parse_run_input({**MINIMAL, "messages": [{"role": "user", "content": "hi"}, message]})
     assert str(e.value) == f"The run's input was rejected:\n- {problem}"
+
+
+SCHEMA = {"type": "object", "properties": {}}
+ADDED_X = {
+    "role": "system",
+    "content": [
+        {
+            "type": "tool_addition",
+            "tool": {"type": "tool_definition", "definition": {"name": "x", "input_schema": SCHEMA}},
+        }
+    ],
+}
+"""A history message that gives the run the tool ``x``."""
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        pytest.param(
+            {"tools": ["act", "act"]},
+            "`tools[1]` is named `act`, as `tools[0]` is; the API refuses two tools of one name. Leave one of them "
+            "out.",
+            id="registered_twice",
+        ),
+        pytest.param(
+            {"tools": ["act", {"name": "act", "input_schema": SCHEMA}]},
+            "`tools[1]` is named `act`, as `tools[0]` is; the API refuses two tools of one name. Leave one of them "
+            "out.",
+            id="registered_and_raw",
+        ),
+        pytest.param(
+            {"tools": [{"type": "web_search_20250305", "name": "web_search"}] * 2},
+            "`tools[1]` is named `web_search`, as `tools[0]` is; the API refuses two tools of one name. Leave one of "
+            "them out.",
+            id="server_tool_twice",
+        ),
+        pytest.param(
+            {"tools": [{"name": "x"}]},
+            "`tools[0]` is a custom tool without an `input_schema`; the API refuses it. Give the JSON schema of its "
+            'input, such as {"type": "object", "properties": {}}, or the `type` of a server tool.',
+            id="raw_without_input_schema",
+        ),
+        pytest.param(
+            {"tools": [{"name": "bad name", "input_schema": SCHEMA}]},
+            "`tools[0]`.name 'bad name' is not a tool name the API takes: use 1 to 128 letters, digits, `_` or `-`.",
+            id="raw_name_the_api_refuses",
+        ),
+        pytest.param(
+            {"tools": [{"name": "x", "input_schema": SCHEMA, "strict": "yes", "colour": "red"}]},
+            "`tools[0]`.colour is not a field the SDK's types allow in a 'custom' tool; remove it.\n- "
+            "`tools[0]`.strict: Input should be a valid boolean.",
+            id="raw_fields_the_sdk_types_refuse",
+        ),
+        pytest.param(
+            {"tools": [{"type": "web_search_20250305", "name": "search", "max_uses": "3"}]},
+            "`tools[0]`.name: Input should be 'web_search'.\n- `tools[0]`.max_uses: Input should be a valid integer.",
+            id="server_tool_misnamed",
+        ),
+        pytest.param(
+            {"tools": [{"type": "web_search_2025", "name": "web_search"}]},
+            "`tools[0]`.type is 'web_search_2025', not a tool type the SDK's types know; leave it out for a custom "
+            "tool (with `name`, `description` and `input_schema`), or use one of advisor_20260301, bash_20241022, "
+            "bash_20250124, browser_toolset_20260801, code_execution_20250522, code_execution_20250825, "
+            "code_execution_20260120, code_execution_20260521, computer_20241022, computer_20250124, "
+            "computer_20251124, computer_toolset_20260801, mcp_toolset, memory_20250818, text_editor_20241022, "
+            "text_editor_20250124, text_editor_20250429, text_editor_20250728, tool_search_tool_bm25, "
+            "tool_search_tool_bm25_20251119, tool_search_tool_regex, tool_search_tool_regex_20251119, "
+            "web_fetch_20250910, web_fetch_20260209, web_fetch_20260309, web_fetch_20260318, web_search_20250305, "
+            "web_search_20260209, web_search_20260318.",
+            id="unknown_tool_type",
+        ),
+        pytest.param(
+            {"tools": ["act"], "tool_choice": {"type": "tool", "name": "nope"}},
+            "`tool_choice` names the tool `nope`, which the run does not have (its tools are `act`); the API refuses "
+            'a request that forces a tool it was not given. Name one of its tools, or give {"type": "auto"}.',
+            id="tool_choice_names_no_tool",
+        ),
+        pytest.param(
+            {"tool_choice": {"type": "tool", "name": "nope"}},
+            "`tool_choice` names the tool `nope`, which the run does not have (it has no tools); the API refuses a "
+            'request that forces a tool it was not given. Name one of its tools, or give {"type": "auto"}.',
+            id="tool_choice_without_tools",
+        ),
+    ],
+)
+def test_a_tool_list_the_api_refuses_is_refused_saying_what_to_do(fields: dict[str, object], problem: str) -> None:
+    """Each of these started, and the run failed at its first request with the API's 400."""
+    with pytest.raises(InvalidRunInput) as e:
+        parse_run_input({**MINIMAL, **fields})
+    assert str(e.value) == f"The run's input was rejected:\n- {problem}"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}, id="server"),
+        pytest.param({"tools": [{"type": "mcp_toolset", "mcp_server_name": "files"}]}, id="mcp_toolset"),
+        pytest.param({"tools": [{"type": "browser_toolset_20260801"}]}, id="toolset"),
+        pytest.param({"tools": [{"name": "x", "type": "custom", "input_schema": SCHEMA, "strict": True}]}, id="custom"),
+        pytest.param(
+            {"tools": [{"name": "x", "input_schema": SCHEMA, "description": {"agent_runner.stored": "sha256:0"}}]}
+            | {"held": True},
+            id="held_field",
+        ),
+        pytest.param({"tools": ["act"], "tool_choice": {"type": "tool", "name": "act"}}, id="choice_registered"),
+        pytest.param(
+            {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+            | {"tool_choice": {"type": "tool", "name": "web_search"}},
+            id="choice_server_tool",
+        ),
+        pytest.param(
+            {
+                "agents": [{"name": "helper", "description": "Helps."}],
+                "tool_choice": {"type": "tool", "name": "helper"},
+            },
+            id="choice_agent",
+        ),
+        pytest.param({"sleep": True, "tool_choice": {"type": "tool", "name": "sleep"}}, id="choice_sleep"),
+        pytest.param(
+            {"messages": [{"role": "user", "content": "hi"}, ADDED_X], "tool_choice": {"type": "tool", "name": "x"}},
+            id="choice_added_by_the_history",
+        ),
+        pytest.param(
+            {"tools": [{"type": "mcp_toolset", "mcp_server_name": "files"}]}
+            | {"tool_choice": {"type": "tool", "name": "read_file"}},
+            id="choice_only_the_api_can_name",
+        ),
+        pytest.param({"mcp": ["files"], "tool_choice": {"type": "tool", "name": "read_file"}}, id="choice_mcp"),
+    ],
+)
+def test_a_tool_list_the_api_takes_is_taken(fields: dict[str, object]) -> None:
+    """Server tools, toolsets and MCP toolsets have no ``input_schema``; a ``tool_choice`` may name any tool the run
+    offers, or one only the API can name (an MCP server's)."""
+    spec = parse_run_input({**MINIMAL, **fields})
+    assert spec.tools[: len(fields.get("tools", []))] == fields.get("tools", [])  # type: ignore[arg-type]

@@ -54,6 +54,22 @@ def test_two_tools_with_one_name_are_refused() -> None:
         registry.add(other, origin="tests.other")
 
 
+def test_a_tool_named_as_the_api_refuses_is_refused_when_registered() -> None:
+    """Registered, every run naming it failed at its first request with the API's 400."""
+
+    @beta_tool(name="bad name with spaces")
+    def bad(city: str) -> str:
+        """Bad."""
+        return city
+
+    with pytest.raises(ToolRegistrationError) as refused:
+        ToolRegistry().add(bad, origin="tests.other")
+    assert str(refused.value) == (
+        "Tool 'bad name with spaces' (from tests.other) has a name the API refuses: a tool's name is 1 to 128 "
+        "letters, digits, `_` or `-`. Rename it with @beta_tool(name=...)."
+    )
+
+
 def test_a_module_that_cannot_be_imported_says_how_to_fix_it() -> None:
     with pytest.raises(ToolRegistrationError, match="Cannot import tool module 'no.such.module'"):
         ToolRegistry().add_module("no.such.module")

@@ -14,20 +14,24 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
+from temporalio import workflow
 
 from agent_runner.contract.big_params import by_reference, lookalike_problems, read_by_fallbacks, stored_params
-from agent_runner.contract.conversation import Conversation
+from agent_runner.contract.conversation import Conversation, tool_changes_in
 from agent_runner.contract.errors import validation_summary
-from agent_runner.contract.params import param_problems
+from agent_runner.contract.params import compaction_problems, param_problems
 from agent_runner.contract.run_input import (
     API_PARAMS,
     EXTRA_BODY_PARAMS,
+    RunSpec,
     message_problems,
     required_param_problems,
+    run_tool_names,
+    tool_choice_problems,
     tool_problems,
 )
 from agent_runner.contract.steering import (
@@ -44,6 +48,9 @@ from agent_runner.contract.toolsets import toolset_family
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ToolSpec
 from agent_runner.workflows.start_input import decoded, first_line
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.run_view import RunView
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
@@ -177,9 +184,15 @@ def check_history(edit: ReplaceHistory) -> None:
 
 
 def check_params(
-    edit: UpdateParams, conversation: Conversation | None, refusal_fallbacks: list[dict[str, Any]] | None = None
+    edit: UpdateParams,
+    conversation: Conversation | None,
+    refusal_fallbacks: list[dict[str, Any]] | None = None,
+    run: RunView | None = None,
 ) -> None:
-    """New parameters must be known, valid together with the run's, and keep what a thread fixed."""
+    """New parameters must be known, valid together with the run's, and keep what a thread fixed.
+
+    ``run``: the run, for the tools its queued edits add; the one whose update is being checked by default.
+    """
     allowed = API_PARAMS | EXTRA_BODY_PARAMS
     unknown = sorted(set(edit.params) - allowed)
     if unknown:
@@ -203,6 +216,10 @@ def check_params(
         )
     lookalikes = [] if edit.held else lookalike_problems(edit.params, [])
     problems = [*lookalikes, *(p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params))]
+    if "tool_choice" in edit.params:  # as a run's input is checked: it must name a tool the run has
+        run = run if run is not None else _the_run()
+        names = tool_choice_names(conversation, run.spec if run else None, run.state.queue if run else ())
+        problems.extend(tool_choice_problems(edit.params["tool_choice"], names))
     if problems:
         raise ValueError("The new parameters were rejected:\n- " + "\n- ".join(problems))
     if (
@@ -229,6 +246,52 @@ def check_add_tools(edit: AddTools, registered: list[str] | None) -> None:
             f"No worker registered {unknown}; registered: {sorted(registered or [])}. Register the tool with "
             "`python worker.py --tools <module>`, or add its definition as a JSON object."
         )
+
+
+def tool_choice_names(
+    conversation: Conversation | None, spec: RunSpec | None, queue: Iterable[QueuedEdit]
+) -> set[str] | None:
+    """Every tool a ``tool_choice`` set now may name; ``None`` when only the API knows them all.
+
+    The tools the run's requests declare, its history's ``tool_addition`` blocks and the queued edits' (which apply
+    before it). A tool withdrawn since counts still: a ``tool_removal`` is a hint to Claude, and its definition stays
+    sent.
+    """
+    if conversation is not None:
+        names = run_tool_names(conversation.tools)
+        if names is not None:
+            names.update(change.name for change in conversation.tool_changes if change.available)
+    elif spec is not None and not (spec.mcp or spec.continue_from or spec.forked_from):
+        names = run_tool_names(spec.tools, spec.messages)
+    else:
+        return None  # before the run has read its input, or one that goes on from a history it has not read yet
+    for edit in queue:
+        if names is None:
+            return None
+        if isinstance(edit, QueuedAddTools):
+            added = run_tool_names(edit.payload.tools)
+            names = None if added is None else names | added
+        elif isinstance(edit, QueuedReplace):
+            names.update(change.name for change in tool_changes_in(edit.payload.messages) if change.available)
+    return names
+
+
+def _the_run() -> RunView | None:
+    """The run whose update a validator is checking; ``None`` outside a workflow."""
+    return workflow.instance() if workflow.in_workflow() else None
+
+
+def check_compaction(edit: Compact) -> None:
+    """A compaction's ``compaction`` parameter must be one the API takes, as a run's parameters must."""
+    problems = compaction_problems(edit.compaction)
+    if problems:
+        raise ValueError("The compaction was rejected:\n- " + "\n- ".join(problems))
+
+
+_PAYLOAD_CHECKS: dict[type[BaseModel], Callable[[Any], None]] = {Compact: check_compaction}
+"""Checks of an update's payload beyond its model, which ``parse_update`` makes (for an update whose validator takes
+no other look at it) except while a history is replayed: an update accepted before its check existed applies as it
+did then."""
 
 
 def check_remove_tools(edit: RemoveTools, tools: Iterable[str], definitions: list[Any]) -> None:
@@ -311,9 +374,13 @@ def parse_update(model: type[_ModelT], raw: object, more: tuple[object, ...] = (
             f"The update's input cannot be read ({first_line(e)}): send one JSON object (encoding `json/plain`)."
         ) from None
     try:
-        return model.model_validate({} if value is None else value)
+        parsed = model.model_validate({} if value is None else value)
     except ValidationError as e:
         raise ValueError(f"Invalid {model.__name__} update: {validation_summary(e, 'input')}.") from None
+    check = _PAYLOAD_CHECKS.get(model)
+    if check is not None and not (workflow.in_workflow() and workflow.unsafe.is_replaying()):
+        check(parsed)
+    return parsed
 
 
 def check_open(ended: bool, status: str) -> None:

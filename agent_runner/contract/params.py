@@ -13,11 +13,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from anthropic.types.beta import BetaCompactionConfigParam
 from anthropic.types.beta.message_create_params import MessageCreateParamsBase
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 _PARAMS = TypeAdapter(MessageCreateParamsBase)
 """Built once per process: building it takes about 0.1 s."""
+
+_COMPACTION = TypeAdapter(list[BetaCompactionConfigParam], config=ConfigDict(extra="forbid"))
+"""The ``compaction`` parameter of a compaction request; a list of one, so that no unknown key is taken (the config
+cannot be given to a ``TypedDict`` itself)."""
 
 _RUNNER_OWNED: dict[str, Any] = {"messages": []}
 """Fields the runner fills itself; given placeholder values so that only the run's parameters are judged."""
@@ -81,6 +86,23 @@ def param_problems(params: dict[str, Any]) -> list[str]:
                 else f"`{key}` is required ({shown})."
             )
     return [p for p in problems if p]
+
+
+def compaction_problems(compaction: object) -> list[str]:
+    """What the SDK's type for a compaction request's ``compaction`` parameter finds wrong with ``compaction``.
+
+    The runner sends it only on the compaction request (``compact``), which a value the API refuses would fail, and
+    with it the run.
+    """
+    try:
+        _COMPACTION.validate_python([compaction], strict=True)
+    except ValidationError as e:
+        details = [f"{'.'.join(map(str, error['loc'][1:])) or 'value'}: {error['msg']}" for error in e.errors()]
+        return [
+            f"`compaction` is not what the Messages API takes ({'; '.join(details)}). Give "
+            '{"type": "summarize"}, with `instructions` to replace the server\'s summarization prompt.'
+        ]
+    return []
 
 
 def _sampling_problem(key: str, value: Any) -> str:

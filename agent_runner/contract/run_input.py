@@ -12,23 +12,26 @@ exists. This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from anthropic.types.beta import BetaMessageParam
+from anthropic.types.beta import BetaMessageParam, BetaToolUnionParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from agent_runner.contract.agents import AgentLimits, AgentSpec, parse_agents
-from agent_runner.contract.big_params import lookalike_problems, stored_params
+from agent_runner.contract.big_params import lookalike_problems, stored_params, stored_ref
 from agent_runner.contract.budget import AutoCompact, Budget, HistoryLimits
 from agent_runner.contract.continuation import ContinueFrom, continue_from_problems
+from agent_runner.contract.conversation import tool_changes_in
 from agent_runner.contract.errors import InvalidRunInput, validation_summary
 from agent_runner.contract.forking import ForkedFrom, forked_from_problems
 from agent_runner.contract.params import param_problems
 from agent_runner.contract.sleep import SleepPolicy, parse_sleep
 from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
+from agent_runner.contract.toolsets import toolset_family
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
 
@@ -278,6 +281,12 @@ def parse_run_input(raw: object) -> RunSpec:
         problems.append(
             '`mcp` must be a list of distinct names of MCP servers the workers are configured with, such as ["files"].'
         )
+    if isinstance(tools, list):
+        problems.extend(duplicate_tool_problems(tools))
+        # A run that goes on from another's history, or uses an MCP server's tools, has tools only the API can name.
+        offered = [*tools, *(agent.name for agent in agents), *([sleep.definition()] if sleep else [])]
+        known = None if mcp or raw.get("continue_from") or raw.get("forked_from") else run_tool_names(offered, messages)
+        problems.extend(tool_choice_problems(raw.get("tool_choice"), known))
     refusal_fallbacks = raw.get("refusal_fallbacks")
     problems.extend(fallback_problems(refusal_fallbacks, raw))
     problems.extend(continue_from_problems(raw.get("continue_from"), messages))
@@ -555,21 +564,156 @@ def _value_at(message: dict[str, Any], path: str) -> Any:
     return value
 
 
-def tool_problems(tools: object) -> list[str]:
-    """What makes ``tools`` not a list of registered tools' names and raw tool definitions, one line each."""
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+"""The names the Messages API takes for a custom tool (and the runner for an agent or a registered tool)."""
+
+
+def _literals(hint: Any) -> list[str]:
+    """The string values a ``Literal`` (inside ``Optional`` or a union) allows."""
+    return [a for a in get_args(hint) if isinstance(a, str)] + [
+        s for a in get_args(hint) if not isinstance(a, str) for s in _literals(a)
+    ]
+
+
+_TOOL_MEMBERS: dict[str, Any] = {
+    kind: member for member in get_args(BetaToolUnionParam) for kind in _literals(get_type_hints(member)["type"])
+}
+"""The SDK's type for each ``type`` a tool definition can have (``BetaToolUnionParam``'s members; a custom tool's
+``type`` is ``"custom"`` or absent)."""
+
+
+@functools.cache
+def _tool_adapter(kind: str) -> TypeAdapter[list[Any]]:
+    """A validator over the SDK's type for tool definitions of ``type`` ``kind`` (built when first needed).
+
+    A list of one, as for messages: the config (no unknown keys, as the API has none) applies to the ``TypedDict``
+    inside.
+    """
+    return TypeAdapter(list[_TOOL_MEMBERS[kind]], config=ConfigDict(extra="forbid"))  # type: ignore[valid-type]
+
+
+def tool_problems(tools: object, where: str = "tools") -> list[str]:
+    """What makes ``tools`` not a list of registered tools' names and raw tool definitions the API takes, one line each.
+
+    Each definition is checked against the SDK's own type for it (``BetaToolUnionParam``'s members), as a message is,
+    so a server tool the installed SDK knows is taken as it declares it.
+    """
     if not isinstance(tools, list):
-        return ["`tools` must be a list of registered tool names and/or raw tool definitions."]
+        return [f"`{where}` must be a list of registered tool names and/or raw tool definitions."]
     problems: list[str] = []
     for i, tool in enumerate(tools):
         if isinstance(tool, str):
             if not tool:
-                problems.append(f"`tools[{i}]` is an empty name.")
+                problems.append(f"`{where}[{i}]` is an empty name.")
         elif isinstance(tool, dict):
             if not isinstance(tool.get("name"), str) and not isinstance(tool.get("type"), str):
-                problems.append(f"`tools[{i}]` is a tool definition without a `name` or `type`.")
+                problems.append(f"`{where}[{i}]` is a tool definition without a `name` or `type`.")
+            else:
+                problems.extend(definition_problems(f"`{where}[{i}]`", tool))
         else:
-            problems.append(f"`tools[{i}]` must be a registered tool's name or a tool definition object.")
+            problems.append(f"`{where}[{i}]` must be a registered tool's name or a tool definition object.")
     return problems
+
+
+def definition_problems(where: str, tool: dict[str, Any]) -> list[str]:
+    """What the SDK's type for a raw tool definition finds wrong with ``tool``, one line per field.
+
+    A field held by reference (a placeholder, ``big_params.py``) is taken as given: only the store has its value.
+    """
+    kind = tool.get("type")
+    kind = "custom" if kind is None else kind
+    if not isinstance(kind, str) or kind not in _TOOL_MEMBERS:
+        kinds = ", ".join(sorted(set(_TOOL_MEMBERS) - {"custom"}))
+        return [
+            f"{where}.type is {kind!r}, not a tool type the SDK's types know; leave it out for a custom tool (with "
+            f"`name`, `description` and `input_schema`), or use one of {kinds}."
+        ]
+    if kind == "custom" and "input_schema" not in tool:
+        return [
+            f"{where} is a custom tool without an `input_schema`; the API refuses it. Give the JSON schema of its "
+            'input, such as {"type": "object", "properties": {}}, or the `type` of a server tool.'
+        ]
+    name = tool.get("name")
+    if kind == "custom" and isinstance(name, str) and not TOOL_NAME.match(name):
+        return [f"{where}.name {name!r} is not a tool name the API takes: use 1 to 128 letters, digits, `_` or `-`."]
+    held = {key for key, value in tool.items() if stored_ref(value) is not None and key not in ("name", "type")}
+    errors: list[ErrorDetails] = []
+    try:
+        validated = _tool_adapter(kind).validate_python([tool], strict=True)[0]
+    except ValidationError as e:
+        errors.extend(e.errors(include_url=False))
+    else:
+        errors.extend(_drain(validated, (0,)))
+    lines: dict[str, None] = {}
+    failures: dict[str, list[str]] = {}
+    for error in errors:
+        loc = error["loc"][1:]
+        if loc and loc[0] in held:
+            continue  # a field a client stored: only the store has it
+        path = _path(tool, loc, error["type"]) or ""
+        if error["type"] == "extra_forbidden":
+            lines[f"{where}{path} is not a field the SDK's types allow in a {kind!r} tool; remove it."] = None
+        elif error["msg"] not in failures.setdefault(path, []):
+            failures[path].append(error["msg"])
+    for path, messages in failures.items():
+        lines[f"{where}{path}: {'; or '.join(messages)}."] = None
+    return list(lines)
+
+
+def run_tool_names(tools: list[Any], messages: object = ()) -> set[str] | None:
+    """The names of the tools a run with ``tools`` (and the history ``messages``) has, for a ``tool_choice``.
+
+    Registered names, the definitions' names (a toolset's family, which has no name), and the tools added by the
+    history's ``tool_addition`` blocks; ``None`` when only the API knows them all (an ``mcp_toolset``'s tools).
+    """
+    names: set[str] = set()
+    for tool in tools:
+        if isinstance(tool, str):
+            names.add(tool)
+        elif isinstance(tool, dict):
+            name = tool.get("name")
+            family = toolset_family(tool)
+            if isinstance(name, str):
+                names.add(name)
+            elif family is not None:
+                names.add(family)
+            else:
+                return None
+    if isinstance(messages, list):
+        names.update(change.name for change in tool_changes_in(messages) if change.available)
+    return names
+
+
+def duplicate_tool_problems(tools: object, where: str = "tools") -> list[str]:
+    """Tools of ``tools`` named as an earlier one is: the API takes each tool name of a request once."""
+    problems: list[str] = []
+    first: dict[str, int] = {}
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        name = tool if isinstance(tool, str) else tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(name, str) or not name:
+            continue
+        if name in first:
+            problems.append(
+                f"`{where}[{i}]` is named `{name}`, as `{where}[{first[name]}]` is; the API refuses two tools of one "
+                "name. Leave one of them out."
+            )
+        else:
+            first[name] = i
+    return problems
+
+
+def tool_choice_problems(tool_choice: object, names: set[str] | None) -> list[str]:
+    """A ``tool_choice`` that names a tool the run does not have (``names``; ``None``: only the API knows them)."""
+    if names is None or not isinstance(tool_choice, dict) or tool_choice.get("type") != "tool":
+        return []
+    name = tool_choice.get("name")
+    if not isinstance(name, str) or name in names:
+        return []  # a name of the wrong type is the parameter check's to report
+    has = f"its tools are {', '.join(f'`{n}`' for n in sorted(names))}" if names else "it has no tools"
+    return [
+        f"`tool_choice` names the tool `{name}`, which the run does not have ({has}); the API refuses a "
+        'request that forces a tool it was not given. Name one of its tools, or give {"type": "auto"}.'
+    ]
 
 
 def _option(raw: dict[str, Any], key: str, model: type[_OptionT], problems: list[str]) -> _OptionT | None:
