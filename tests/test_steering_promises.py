@@ -117,6 +117,67 @@ async def test_replace_history_with_the_version_read_while_tools_run_applies(
     assert fake_api.bodies()[1]["messages"] == trimmed
 
 
+@pytest.mark.parametrize(
+    ("edit", "calls"),
+    [("replace_history", False), ("inject", False), ("retry", False), ("retry", True), ("replace_history", True)],
+    ids=["replace", "inject", "retry", "retry-tool-use", "replace-tool-use"],
+)
+@pytest.mark.usefixtures("fresh_tools")
+async def test_an_edit_made_against_a_version_read_mid_turn_is_refused_once_the_reply_the_sender_never_saw_comes(
+    edit: str, calls: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The version names what the sender saw: read while the model call streams, it does not hold the reply to come,
+    which an edit applied after it would discard (``replace_history``, ``retry``) or answer unseen (``inject``). The
+    edit is refused as the reply comes, so the run goes on as without it: the reply's tools run, a final reply ends
+    the run."""
+    content = [text("The answer you never saw.")]
+    if calls:
+        content.append(tool_use("toolu_D", "delete_file", {"path": "/tmp/x"}))
+    first = Reply([tool_use("toolu_A", "delete_file", {"path": "/a"})], "tool_use")
+    fake_api.script(first, Reply(content, "tool_use" if calls else "end_turn", delay=1.5), end_turn("Done."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        await run.advance()
+        async with asyncio.timeout(15):
+            while len(fake_api.requests) < 2:
+                await asyncio.sleep(0.02)
+        snapshot = await run.versioned_transcript()  # the second model call is under way: its reply is not in
+        if edit == "replace_history":
+            rephrased = [{"role": "user", "content": "Rephrased."}]
+            made = run.replace_history(rephrased, expected_version=snapshot.version, wait=True)
+        elif edit == "inject":
+            made = run.inject("And in French.", expected_version=snapshot.version, wait=True)
+        else:
+            made = run.retry(expected_version=snapshot.version, wait=True)
+        sent = asyncio.create_task(made)
+        async with asyncio.timeout(15):
+            with pytest.raises(EditRejected) as refused:
+                await sent
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        if calls:
+            await wait_status(run, "waiting_for_step", 3)
+            await run.advance()
+        result = await run.result()
+        transcript = await run.transcript()
+    name = {"replace_history": "replace_history", "inject": "inject_message", "retry": "retry_turn"}[edit]
+    assert str(refused.value) == (
+        f"{name} could not apply: The transcript changed since version {snapshot.version} (it is now at "
+        f"{snapshot.version + 1}); nothing was changed. Read the transcript again and resend the edit with its version."
+    )
+    assert fake_api.bodies()[1]["messages"] == snapshot.messages
+    sent_messages = [*snapshot.messages, {"role": "assistant", "content": content}]
+    if calls:
+        tool_result = {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/x"}
+        assert fake_api.bodies()[2]["messages"] == [*sent_messages, {"role": "user", "content": [tool_result]}]
+        assert (CALLS, result.iterations) == (["delete /a", "delete /tmp/x"], 3)
+    else:
+        assert (len(fake_api.requests), CALLS, result.iterations) == (2, ["delete /a"], 2)
+        assert transcript == sent_messages
+    assert result.status == "completed"
+
+
 async def test_an_edit_refused_by_the_run_reaches_the_stock_cli_as_final(
     client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

@@ -99,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.conversation import Conversation
     from agent_runner.workflows.eager import EagerTools
     from agent_runner.workflows.edits import (
+        EDIT_SEES_REPLIES_PATCH,
         Edit,
         check_add_tools,
         check_history,
@@ -108,6 +109,7 @@ with workflow.unsafe.imports_passed_through():
         check_remove_tools,
         check_toolsets_fixed,
         check_version,
+        expected_version,
         parse_update,
         queued,
     )
@@ -332,6 +334,7 @@ class AgentRun:
                 break
             await self._make_room(spec, conversation)
             reply, eager = await self._turn(spec, conversation)
+            self._edits.fail_stale()  # edits sent against the transcript before this reply: never acted on
             step, calls = next_step(reply.get("stop_reason")), tool_uses(reply)
             advance = await self._steps.pause("waiting_for_step") if spec.step is not None else None
             if state.stop is not None:
@@ -486,7 +489,10 @@ class AgentRun:
         state = self._state
         self._updates += 1
         state.next_seq += 1
-        state.queue.append(queued(state.next_seq, edit, state.edits_applied))
+        replies = None
+        if expected_version(edit) is not None and workflow.patched(EDIT_SEES_REPLIES_PATCH):
+            replies = state.iterations  # a reply after this one is one the sender had not seen (a compaction aside)
+        state.queue.append(queued(state.next_seq, edit, state.edits_applied, replies))
         return {"seq": state.next_seq, "version": state.version}
 
     # --- Edits ---------------------------------------------------------------------------------------------------
@@ -549,7 +555,7 @@ class AgentRun:
     def _validate_update_params(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
         edit = parse_update(UpdateParams, raw, more)
         check_open(self._ended, self._status)
-        check_params(edit, self._state.conversation, self._spec.refusal_fallbacks if self._spec else None)
+        check_params(edit, self._state.conversation, self._spec.refusal_fallbacks if self._spec else None, run=self)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
 

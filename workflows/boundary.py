@@ -132,11 +132,10 @@ class Boundary:
         # The version was checked when the edit was accepted. Since then the run's own tool results (for the reply
         # the client saw) may have moved it; only another edit applied in between makes this one stale.
         stale = expected != state.version if edit.edits_applied is None else edit.edits_applied != state.edits_applied
+        # But a reply that came after the edit was accepted (it was sent mid-turn) is one the sender had not seen.
+        stale = stale or (edit.replies is not None and edit.replies != state.iterations)
         if expected is not None and stale:
-            raise EditFailed(
-                f"The transcript changed since version {expected} (it is now at {state.version}); nothing was "
-                "changed. Read the transcript again and resend the edit with its version."
-            )
+            raise EditFailed(_stale_text(expected, state))
         match edit.payload:
             case InjectMessage(content=content, held=held):
                 content = as_held(content, held)
@@ -196,6 +195,20 @@ class Boundary:
                     [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": n}} for n in names]
                 )
 
+    def fail_stale(self) -> None:
+        """Answer now the queued edits a reply that came after them made stale (``_Queued.replies``).
+
+        The loop acts on what is queued as a turn ends: a queued retry keeps the reply's tools from running, a queued
+        message keeps a finished turn going. A stale one would then fail at the boundary, leaving a reply's calls
+        without results, or sending the same conversation again.
+        """
+        state = self._run.state
+        for edit in [e for e in state.queue if e.replies is not None and e.replies != state.iterations]:
+            state.queue.remove(edit)
+            state.outcomes[edit.seq] = EditOutcome(
+                seq=edit.seq, error=_stale_text(expected_version(edit.payload), state)
+            )
+
     def fail_queued(self) -> None:
         """Edits still queued when the run ends are answered, never silently dropped."""
         state = self._run.state
@@ -206,3 +219,10 @@ class Boundary:
                 + TO_GO_ON,
             )
         state.queue.clear()
+
+
+def _stale_text(expected: int | None, state: RunState) -> str:
+    return (
+        f"The transcript changed since version {expected} (it is now at {state.version}); nothing was changed. Read "
+        "the transcript again and resend the edit with its version."
+    )

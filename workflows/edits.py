@@ -60,6 +60,11 @@ class _Queued(BaseModel):
     """Its place in the order of acceptance, from 1."""
     edits_applied: int | None = None
     """How many edits the run had applied when it accepted this one (``None`` in runs from before it was kept)."""
+    # Left out of the JSON while unset, so queues carry what they carried before it.
+    replies: int | None = Field(default=None, exclude_if=lambda replies: replies is None)
+    """How many replies the run had when it accepted this edit, which names an ``expected_version`` (its iterations:
+    a compaction's reply changes no version): a reply that came after it the sender had not seen, so the edit is stale
+    (``None``: not kept, ``EDIT_SEES_REPLIES_PATCH``)."""
 
 
 class QueuedInject(_Queued):
@@ -120,8 +125,17 @@ QueuedEdit = Annotated[
 Edit = InjectMessage | RetryTurn | ReplaceHistory | UpdateParams | AddTools | RemoveTools | Compact
 
 
-def queued(seq: int, edit: Edit, edits_applied: int) -> QueuedEdit:
-    """``edit``, accepted as the ``seq``-th edit of the run."""
+EDIT_SEES_REPLIES_PATCH = "edit-version-counts-replies"
+"""``workflow.patched`` id: an edit that names an ``expected_version`` keeps the run's reply count as it is accepted,
+and fails at the boundary if a reply came since (``_Queued.replies``)."""
+
+
+def queued(seq: int, edit: Edit, edits_applied: int, replies: int | None = None) -> QueuedEdit:
+    """``edit``, accepted as the ``seq``-th edit of the run (``replies``: the run's reply count then, if kept)."""
+    return _queued(seq, edit, edits_applied).model_copy(update={"replies": replies})
+
+
+def _queued(seq: int, edit: Edit, edits_applied: int) -> QueuedEdit:
     match edit:
         case InjectMessage():
             return QueuedInject(seq=seq, payload=edit, edits_applied=edits_applied)
@@ -191,7 +205,7 @@ def check_params(
 ) -> None:
     """New parameters must be known, valid together with the run's, and keep what a thread fixed.
 
-    ``run``: the run, for the tools its queued edits add; the one whose update is being checked by default.
+    ``run``: the run, for the tools its queued edits add (``None``: only the conversation's and the edit's own).
     """
     allowed = API_PARAMS | EXTRA_BODY_PARAMS
     unknown = sorted(set(edit.params) - allowed)
@@ -217,7 +231,6 @@ def check_params(
     lookalikes = [] if edit.held else lookalike_problems(edit.params, [])
     problems = [*lookalikes, *(p for p in param_problems(merged) if any(f"`{key}" in p for key in edit.params))]
     if "tool_choice" in edit.params:  # as a run's input is checked: it must name a tool the run has
-        run = run if run is not None else _the_run()
         names = tool_choice_names(conversation, run.spec if run else None, run.state.queue if run else ())
         problems.extend(tool_choice_problems(edit.params["tool_choice"], names))
     if problems:
@@ -274,11 +287,6 @@ def tool_choice_names(
         elif isinstance(edit, QueuedReplace):
             names.update(change.name for change in tool_changes_in(edit.payload.messages) if change.available)
     return names
-
-
-def _the_run() -> RunView | None:
-    """The run whose update a validator is checking; ``None`` outside a workflow."""
-    return workflow.instance() if workflow.in_workflow() else None
 
 
 def check_compaction(edit: Compact) -> None:
