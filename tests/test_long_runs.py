@@ -582,7 +582,7 @@ async def test_auto_compact_summarizes_once_a_turns_input_passes_the_threshold(
     assert first["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}  # passed through
     assert second.get("context_management") == first["context_management"]
     assert "context_management" not in compaction  # a compaction request cannot carry it
-    assert compaction["compaction"] == {"instructions": "Keep the cities."}
+    assert compaction["compaction"] == {"type": "summarize", "instructions": "Keep the cities."}  # the API needs `type`
     assert compaction["messages"][-1] == {
         "role": "user",
         "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in City1"}],
@@ -614,6 +614,8 @@ async def test_a_step_mode_loop_yields_the_compaction_and_goes_on_to_the_end(
         status = await run.status()
     assert stops == ["tool_use", "tool_use", "compaction", "end_turn"]
     assert (result.status, result.iterations, status.iterations, status.replies) == ("completed", 3, 3, 4)
+    # `{}` (the default before) is sent with the `type` the API requires.
+    assert fake_api.bodies()[2]["compaction"] == {"type": "summarize"}
 
 
 async def test_a_fleet_on_postgresql_shares_transcripts_across_workers_and_continue_as_new(

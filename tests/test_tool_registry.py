@@ -24,6 +24,9 @@ def test_a_module_registers_every_tool_it_defines() -> None:
         "slow_step",
         "pay",
         "pay_reconciled",
+        "parse_count",
+        "quit_async",
+        "interrupted",
     ]
 
 

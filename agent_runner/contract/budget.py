@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_runner.contract.types import Usage
 
@@ -102,11 +102,18 @@ class AutoCompact(BaseModel):
 
     input_tokens: int = Field(ge=1)
     """Compact before the next turn once a reply's input (cache reads and writes included) reached this."""
-    compaction: dict[str, Any] = {}
-    """The request's ``compaction`` field (for instance ``{"instructions": "..."}``)."""
+    compaction: dict[str, Any] = {"type": "summarize"}
+    """The request's ``compaction`` field, as the SDK's ``BetaCompactionConfigParam`` (for instance
+    ``{"instructions": "..."}``); its ``type``, which the API requires, is ``summarize`` when not given."""
     keep_recent_turns: int = Field(default=0, ge=0, strict=True)
     """Keep the last this many turns verbatim after the summary (``Compact.keep_recent_turns``); while the history
     has no older turns, no compaction is sent."""
     background: bool = False
     """Let the run go on while the summary is written (``Compact.background``): the turn that passed the threshold
     is not held up by the compaction."""
+
+    @field_validator("compaction")
+    @classmethod
+    def _typed(cls, compaction: dict[str, Any]) -> dict[str, Any]:
+        # Filled in, not refused: runs started with `{}` (the default before) go on, and send what the API takes.
+        return compaction if "type" in compaction else {"type": "summarize", **compaction}
