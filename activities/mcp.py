@@ -42,6 +42,7 @@ from agent_runner.activities.tools import (
     _error_text,
     _own_timeout,
     _result_of,
+    hand_back,
     offloaded,
     own_deadline,
     own_run,
@@ -248,6 +249,8 @@ class McpActivities:
         servers = list(dict.fromkeys(input.servers))
         missing = [s for s in servers if s not in self._connections]
         if missing:
+            # Another worker of the queue may be configured with them (a rollout that adds a server).
+            hand_back(f"the listing of MCP servers {', '.join(map(repr, missing))}")
             return ListMcpToolsOutput(missing=missing, configured=sorted(self._connections))
         listed: list[tuple[str, Tool]] = []
         for server in servers:

@@ -288,6 +288,32 @@ async def test_a_server_no_worker_is_configured_with_fails_the_run_saying_so(
     assert fake_api.bodies() == []  # nothing was sent to Claude
 
 
+async def test_a_server_only_some_workers_are_configured_with_is_listed_by_one_of_them(
+    runner: AgentRunner, client: Client, worker: WorkerFactory, fake_api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """A rollout that adds a server: a worker configured without it hands the listing back to the queue, for one
+    configured with it, as a worker without any configuration does."""
+    fake_api.script(end_turn("Sunny."))
+    other = await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
+    )
+    async with worker(mcp=config(tmp_path, "files")):  # the older configuration: no `github`
+        run = await runner.start(**BASE, messages=[USER], mcp=["github"])
+
+        async def handed_back() -> bool:
+            pending = (await run.handle.describe()).raw_description.pending_activities
+            return any(a.activity_type.name == "agent_runner.list_mcp_tools" and a.attempt > 1 for a in pending)
+
+        async with asyncio.timeout(10):
+            while not await handed_back():
+                await asyncio.sleep(0.05)
+        newer = config(tmp_path, "files", "github")
+        async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=newer):
+            final = await run.until_done()
+    assert final.content[0].type == "text" and final.content[0].text == "Sunny."
+    assert [body["tools"] for body in fake_api.bodies()] == [server_tools()]
+
+
 async def test_a_server_named_on_workers_with_no_mcp_configuration_fails_the_run_within_seconds_saying_so(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
