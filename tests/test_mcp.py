@@ -31,7 +31,7 @@ from agent_runner.cli import build_parser, build_run_input
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunError, ConfigurationError, InvalidRunInput, ToolNotRegistered
 from agent_runner.contract.run_input import parse_run_input
-from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY
+from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY, LIST_MCP_TOOLS_ACTIVITY
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
@@ -47,6 +47,7 @@ from tests.conftest import (
 )
 from tests.heartbeat_support import Heartbeats
 from tests.test_durability import wait_for, worker_process
+from tests.test_mixed_fleet import another_client, handed_back, until_pending
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
 BASE = {"model": "claude-fake-1", "max_tokens": 1024, "thread": False}
@@ -294,19 +295,10 @@ async def test_a_server_only_some_workers_are_configured_with_is_listed_by_one_o
     """A rollout that adds a server: a worker configured without it hands the listing back to the queue, for one
     configured with it, as a worker without any configuration does."""
     fake_api.script(end_turn("Sunny."))
-    other = await Client.connect(
-        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
-    )
+    other = await another_client(client)
     async with worker(mcp=config(tmp_path, "files")):  # the older configuration: no `github`
         run = await runner.start(**BASE, messages=[USER], mcp=["github"])
-
-        async def handed_back() -> bool:
-            pending = (await run.handle.describe()).raw_description.pending_activities
-            return any(a.activity_type.name == "agent_runner.list_mcp_tools" and a.attempt > 1 for a in pending)
-
-        async with asyncio.timeout(10):
-            while not await handed_back():
-                await asyncio.sleep(0.05)
+        await handed_back(run, LIST_MCP_TOOLS_ACTIVITY)
         newer = config(tmp_path, "files", "github")
         async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=newer):
             final = await run.until_done()
@@ -348,20 +340,10 @@ async def test_a_worker_with_no_mcp_configuration_leaves_the_listing_to_one_of_t
     # More attempts than the runner's 10: which worker the queue offers each to is chance, and the test must not be.
     monkeypatch.setattr(mcp_workflows, "LIST_RETRY", dataclasses.replace(mcp_workflows.LIST_RETRY, maximum_attempts=50))
     fake_api.script(end_turn("Sunny."))
-    # Another client: the SDK refuses a second worker of the same task types on one client's queue.
-    other = await Client.connect(
-        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
-    )
+    other = await another_client(client)
     async with worker():  # every role, no MCP configuration
         run = await runner.start(**BASE, messages=[USER], mcp=["files"])
-
-        async def handed_back() -> bool:
-            pending = (await run.handle.describe()).raw_description.pending_activities
-            return any(a.activity_type.name == "agent_runner.list_mcp_tools" and a.attempt > 1 for a in pending)
-
-        async with asyncio.timeout(10):
-            while not await handed_back():
-                await asyncio.sleep(0.05)
+        await handed_back(run, LIST_MCP_TOOLS_ACTIVITY)
         with_servers = build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=config(tmp_path))
         async with with_servers:
             final = await run.until_done()
@@ -379,23 +361,14 @@ async def test_a_call_of_a_servers_tool_goes_only_to_workers_configured_with_the
     fake_api.script(
         Reply([tool_use("toolu_1", "lookup", {"city": "Paris"})], "tool_use", delay=2.0), end_turn("Sunny.")
     )
-    other = await Client.connect(
-        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
-    )
+    other = await another_client(client)
     servers = config(tmp_path, effects="at_most_once")
     async with worker():  # every role, no MCP configuration
         async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):
             run = await runner.start(**BASE, messages=[USER], mcp=["files"])
             await wait_for(lambda: len(fake_api.requests) == 1, "the first request")  # the tools are listed by then
         # The configured worker is gone before Claude's reply calls the tool.
-
-        async def call_waiting() -> bool:
-            pending = (await run.handle.describe()).raw_description.pending_activities
-            return any(a.activity_type.name == CALL_MCP_TOOL_ACTIVITY for a in pending)
-
-        async with asyncio.timeout(10):
-            while not await call_waiting():
-                await asyncio.sleep(0.05)
+        await until_pending(run, CALL_MCP_TOOL_ACTIVITY)
         await asyncio.sleep(1.0)  # time for the worker without the configuration to take it, were it offered
         assert (calls(tmp_path), (await run.status()).status) == ([], "running")
         async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from anthropic import beta_tool
 from temporalio.client import Client
 
 from agent_runner.activities.claude import ClaudeActivities
@@ -21,41 +20,40 @@ from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, RUN_TOOL_ACTIVI
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory, anthropic_client_factory
+from tests.test_no_wedge import RAN, launch
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 256, "thread": False}
 USER = {"role": "user", "content": "Launch it."}
-RAN: list[str] = []
 
 
-@beta_tool
-def launch(target: str) -> str:
-    """Launch something: exactly once per call.
+async def until_pending(run: Run, activity_type: str, *, past_attempt: int = 0) -> None:
+    """Wait until the run's ``activity_type`` activity is pending, at an attempt past ``past_attempt``."""
 
-    Args:
-        target: What to launch.
-    """
-    RAN.append(target)
-    return f"launched {target}"
+    async def pending() -> bool:
+        activities = (await run.handle.describe()).raw_description.pending_activities
+        return any(a.activity_type.name == activity_type and a.attempt > past_attempt for a in activities)
+
+    async with asyncio.timeout(15):
+        while not await pending():
+            await asyncio.sleep(0.05)
 
 
 async def handed_back(run: Run, activity_type: str) -> None:
     """Wait until the run's ``activity_type`` activity was handed back (its attempt is past the first)."""
+    await until_pending(run, activity_type, past_attempt=1)
 
-    async def waiting() -> bool:
-        pending = (await run.handle.describe()).raw_description.pending_activities
-        return any(a.activity_type.name == activity_type and a.attempt > 1 for a in pending)
 
-    async with asyncio.timeout(15):
-        while not await waiting():
-            await asyncio.sleep(0.05)
+async def another_client(client: Client) -> Client:
+    """A second client of ``client``'s server: the SDK refuses a second worker of one kind on one client's queue."""
+    return await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
+    )
 
 
 async def with_launch(client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI) -> Any:
-    """A worker that registers ``launch``, on its own client (one client's queue takes one worker of a kind)."""
-    other = await Client.connect(
-        client.service_client.config.target_host, namespace=client.namespace, data_converter=client.data_converter
-    )
+    """A worker that registers ``launch``, on a client of its own."""
     claude = ClaudeActivities(anthropic_client_factory(fake_api))
+    other = await another_client(client)
     return build_worker(other, registry=ToolRegistry([launch]), task_queue=runner.task_queue, claude=claude)
 
 
