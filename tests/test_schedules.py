@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.client import ScheduleActionStartWorkflow
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
@@ -156,6 +157,23 @@ async def test_the_cli_creates_lists_and_deletes_a_schedule(
     assert capsys.readouterr().err == (
         f"error: No schedule '{schedule_id}': `agent-runner schedule list` shows the schedules.\n"
     )
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_cli_fills_in_the_model_and_max_tokens_a_run_file_leaves_out_as_run_does(
+    runner: AgentRunner, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_RUNNER_MODEL", "claude-from-env")
+    schedule_id = f"defaults-{uuid.uuid4().hex[:8]}"
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps({"messages": RUN_INPUT["messages"]}))
+    create = ["schedule", "--task-queue", task_queue, "create", schedule_id, "--file", str(run_file), "--every", "1h"]
+    assert await cli.amain([*create, "--paused"]) == 0
+    action = (await runner.client.get_schedule_handle(schedule_id).describe()).schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    (given,) = await runner.client.data_converter.decode(action.args)
+    await delete_schedule(runner, schedule_id)
+    assert given == {"messages": RUN_INPUT["messages"], "model": "claude-from-env", "max_tokens": 1024}
 
 
 async def test_the_cli_refuses_a_schedule_without_timing_or_with_a_bad_input(

@@ -9,7 +9,15 @@ from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_runner.cli.common import EXIT_OK, connected, load_json, out, priority_flags
+from agent_runner.cli.common import (
+    DEFAULT_MAX_TOKENS,
+    EXIT_OK,
+    connected,
+    default_model,
+    load_json,
+    out,
+    priority_flags,
+)
 from agent_runner.contract.errors import ConfigurationError, InvalidRunInput
 from agent_runner.schedules import ScheduledRun, create_schedule, delete_schedule, list_schedules
 
@@ -19,6 +27,9 @@ async def cmd_schedule_create(args: argparse.Namespace) -> int:
     run_input: Any = load_json(args.file, "the run's JSON input")
     if not isinstance(run_input, dict):
         raise InvalidRunInput(f"{args.file} must hold a JSON object (the run's input), not {type(run_input).__name__}.")
+    # As `run --file` does: the model and max_tokens a run takes unless told otherwise.
+    run_input.setdefault("model", default_model())
+    run_input.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     async with connected(args.task_queue) as runner:
         with _refused(args.schedule_id, args.cron):
             created = await create_schedule(
