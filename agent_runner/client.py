@@ -773,7 +773,9 @@ class Run:
         """Drive a step-mode run as the SDK's loop: each reply is yielded while the run waits.
 
         Asking for the next reply advances the run, unless the loop body already did (with
-        ``advance(tool_results=...)``) or stopped it.
+        ``advance(tool_results=...)``) or stopped it. A run started with ``review_results`` also pauses once the
+        reply's tools have run: the loop lets their results go as they are (the body had the reply before its tools
+        ran; to review them, drive the run with ``status()`` and ``advance`` instead).
         """
         seen = 0
         backoff = _Backoff()
@@ -788,6 +790,10 @@ class Run:
                 after = await self.status()
                 if after.status == "waiting_for_step" and _replies_of(after) == seen:
                     await self.advance(iteration=after.iterations)
+                backoff.reset()
+                continue
+            if status.status == "waiting_for_review" and _replies_of(status) == seen:
+                await self.advance(iteration=status.iterations)
                 backoff.reset()
                 continue
             if await self._is_closed():

@@ -317,14 +317,16 @@ async def test_step_mode_takes_tool_results_the_client_built_and_runs_no_tool(
     assert fake_api.bodies()[1]["messages"] == [{"role": "user", "content": mine}]
 
 
+@pytest.mark.parametrize("step", [True, {"review_results": True}], ids=["step", "review-results"])
 async def test_the_step_loop_reads_like_the_sdks_loop_body(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+    step: Any, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """`async for message in run` on a step-mode run: each iteration of the loop advances the run."""
+    """`async for message in run` on a step-mode run: each iteration of the loop advances the run (past the review
+    of its tools' results too, which go as they are)."""
     fake_api.script(weather_call("toolu_1"), weather_call("toolu_2", "Oslo"), end_turn("done"))
     seen: list[str] = []
     async with worker(get_weather):
-        run = await runner.start(**BASE, tools=[get_weather], step=True)
+        run = await runner.start(**BASE, tools=[get_weather], step=step)
         async for message in run:
             seen.append(message.id)
             if message.id == "msg_fake_002":
