@@ -24,6 +24,7 @@ from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected, InvalidRunInput, MalformedReply
 from agent_runner.contract.types import TOOL_USE_READY_SIGNAL
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.tuning import WorkerTuning
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, stock_start, stock_temporal
 from tests.steering_support import wait_status
@@ -147,6 +148,14 @@ async def test_a_malformed_reply_fails_the_run_at_once_with_the_reason(
     assert RAN == []
 
 
+LATE_FALLBACK_PROBLEM = (
+    "The run's input was rejected:\n- `refusal_fallbacks` entry 2 sets `bogus`, `temprature`, which is no Messages "
+    "API parameter: an entry patches the run's parameters (a value sets one, null unsets it), as in "
+    '{"model": "claude-opus-4-8", "thinking": null}.'
+)
+"""A check added after runs could start without it (``late_problems``): it refuses new runs only."""
+
+
 @pytest.mark.parametrize(
     ("run_input", "expected"),
     [
@@ -187,6 +196,14 @@ async def test_a_malformed_reply_fails_the_run_at_once_with_the_reason(
             "tools are `launch`); the API refuses a request that forces a tool it was not given. Name one of its "
             'tools, or give {"type": "auto"}.',
         ),
+        (
+            {
+                **BASE,
+                "messages": [USER],
+                "refusal_fallbacks": ["m2", {"model": "m3", "bogus": 1, "temprature": 0, "system": None}],
+            },
+            LATE_FALLBACK_PROBLEM,
+        ),
     ],
     ids=[
         "no-input",
@@ -198,6 +215,7 @@ async def test_a_malformed_reply_fails_the_run_at_once_with_the_reason(
         "registered-and-raw-of-one-name",
         "raw-without-input-schema",
         "tool-choice-names-no-tool",
+        "fallback-entry-sets-what-an-entry-does-not-take",
     ],
 )
 async def test_bad_input_from_the_stock_cli_is_refused_at_once_as_invalid_run_input(
@@ -587,3 +605,42 @@ async def test_an_update_with_input_it_cannot_use_is_refused_as_final_and_one_wi
         },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched a"}]},
     ]
+
+
+async def test_a_run_in_flight_that_a_later_input_check_would_refuse_goes_on_when_replayed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run started before a check existed (its worker did not have it) is replayed by a worker that has it: it goes
+    on with the input it was given, where refusing it would fail its replay for ever (a non-determinism error)."""
+    from agent_runner.contract import run_input as contract_run_input
+    from agent_runner.workflows import agent_run
+
+    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
+    given = {**BASE, "messages": [USER], "refusal_fallbacks": [{"model": "m3", "bogus": 1}]}
+    with monkeypatch.context() as older:
+        for module in (contract_run_input, agent_run):  # a worker (and client) from before the check
+            older.setattr(module, "late_problems", lambda _raw: [])
+        async with worker(launch):
+            run = await runner.start(**given, tools=[launch], step=True, thread=False)
+            await wait_status(run, "waiting_for_step", 1)
+    # A worker that has the check, with no cache: the run's next task replays it from its first event.
+    async with worker(launch, tuning=WorkerTuning(max_cached_workflows=0)):
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    assert (result.status, result.iterations, RAN) == ("completed", 2, ["a"])
+
+
+def test_the_later_input_checks_are_the_client_side_check_too() -> None:
+    from agent_runner.contract.run_input import parse_run_input
+
+    with pytest.raises(InvalidRunInput) as refused:
+        parse_run_input(
+            {
+                **BASE,
+                "messages": [USER],
+                "refusal_fallbacks": ["m2", {"model": "m3", "bogus": 1, "temprature": 0, "system": None}],
+            }
+        )
+    assert str(refused.value) == LATE_FALLBACK_PROBLEM

@@ -123,7 +123,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
     from agent_runner.workflows.request_shape import decide_before_the_first_turn
     from agent_runner.workflows.result_transcript import result_status, result_transcript
-    from agent_runner.workflows.run_input import RunSpec, parse_run_input
+    from agent_runner.workflows.run_input import LATE_INPUT_CHECKS_PATCH, RunSpec, late_problems, parse_run_input
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.start_input import NO_INPUT, one_raw_input
     from agent_runner.workflows.state import RunState
@@ -240,7 +240,13 @@ class AgentRun:
             if self._unreadable is not None:
                 raise InvalidRunInput(self._unreadable)
             raw = self._raw_input
-            spec = parse_run_input(raw if not isinstance(raw, dict) else self._input)
+            run_input = raw if not isinstance(raw, dict) else self._input
+            # The later checks refuse a new run only: the patch marks the runs they failed, and a run in flight
+            # started with such input (no marker) goes on with it on replay and across continue-as-new.
+            late = late_problems(run_input) if isinstance(run_input, dict) and self._carried is None else []
+            if late and workflow.patched(LATE_INPUT_CHECKS_PATCH):
+                raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(late))
+            spec = parse_run_input(run_input, late_checks=False)
         except InvalidRunInput as e:
             raise fail(e) from None
         self._spec = spec

@@ -5,4 +5,9 @@ check before it starts a run; the workflow imports them from here.
 """
 
 from agent_runner.contract.run_input import RunSpec as RunSpec
+from agent_runner.contract.run_input import late_problems as late_problems
 from agent_runner.contract.run_input import parse_run_input as parse_run_input
+
+LATE_INPUT_CHECKS_PATCH = "late-input-checks"
+"""``workflow.patched`` id, asked only of a new run whose input the later checks refuse (``late_problems``): the
+marker makes its replay fail it again, while a run in flight started with such input (no marker) goes on with it."""

@@ -190,11 +190,14 @@ class RunSpec(BaseModel):
     """The run and reply this run was forked from, and the tools it runs (``workflows/forking.py``)."""
 
 
-def parse_run_input(raw: object) -> RunSpec:
+def parse_run_input(raw: object, *, late_checks: bool = True) -> RunSpec:
     """Check a run's JSON input and split it into API parameters and runner options.
 
     Args:
         raw: The workflow's input as decoded JSON.
+        late_checks: Whether to make the checks added after runs could start without them (``late_problems``);
+            the workflow makes them itself, for new runs only, since a run in flight must go on with the input it
+            was given.
 
     Returns:
         The checked run.
@@ -291,6 +294,8 @@ def parse_run_input(raw: object) -> RunSpec:
     problems.extend(fallback_problems(refusal_fallbacks, raw))
     problems.extend(continue_from_problems(raw.get("continue_from"), messages))
     problems.extend(forked_from_problems(raw.get("forked_from")))
+    if late_checks:
+        problems.extend(late_problems(raw))
     if problems:
         raise InvalidRunInput("The run's input was rejected:\n- " + "\n- ".join(problems))
     return RunSpec(
@@ -338,6 +343,26 @@ def fallback_problems(raw: object, params: dict[str, Any]) -> list[str]:
             "`fallbacks` (server-side): give one of them."
         ]
     return []
+
+
+def late_problems(raw: Mapping[str, Any]) -> list[str]:
+    """What the checks added after runs could start without them find wrong with a run's input ``raw``.
+
+    A run in flight that was started with such input goes on with it (``parse_run_input``'s ``late_checks``).
+    """
+    problems: list[str] = []
+    chain = raw.get("refusal_fallbacks")
+    for number, entry in enumerate(chain if isinstance(chain, list) else [], start=1):
+        # An entry patches the run's request parameters (the SDK's middleware: a value sets one, null unsets it):
+        # any other key fails its hop (the SDK's call takes no such keyword), and the refusal then stands.
+        unknown = sorted(set(entry) - API_PARAMS - EXTRA_BODY_PARAMS) if isinstance(entry, dict) else []
+        if unknown:
+            problems.append(
+                f"`refusal_fallbacks` entry {number} sets {', '.join(f'`{key}`' for key in unknown)}, which is no "
+                "Messages API parameter: an entry patches the run's parameters (a value sets one, null unsets it), "
+                'as in {"model": "claude-opus-4-8", "thinking": null}.'
+            )
+    return problems
 
 
 def entries(raw: list[str | dict[str, Any]]) -> list[dict[str, Any]]:
