@@ -12,6 +12,8 @@ module-level mutation anywhere on the paths the histories take fails here instea
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,23 @@ def load(path: Path) -> WorkflowHistory:
 async def test_recorded_runs_replay_on_the_current_code(path: Path) -> None:
     result = await strict_replayer(AgentRun).replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+def test_a_recorded_run_with_raw_tool_definitions_replays_in_a_fresh_interpreter() -> None:
+    """In a process where nothing checked a tool definition before, the strict replay (in the sandbox) is the first
+    to: the check's validators must not be built there (in the whole suite, an earlier test hid that)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{FIRST_TOOL_CHECK}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+
+
+FIRST_TOOL_CHECK = "test_recorded_runs_replay_on_the_current_code[big_values_2026_12]"
+"""A recorded run whose input holds a raw tool definition, which the run's input check validates."""
 
 
 def strict_replayer(workflow_class: type) -> Replayer:

@@ -12,7 +12,6 @@ exists. This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar, get_args, get_type_hints
@@ -607,14 +606,15 @@ _TOOL_MEMBERS: dict[str, Any] = {
 ``type`` is ``"custom"`` or absent)."""
 
 
-@functools.cache
-def _tool_adapter(kind: str) -> TypeAdapter[list[Any]]:
-    """A validator over the SDK's type for tool definitions of ``type`` ``kind`` (built when first needed).
-
-    A list of one, as for messages: the config (no unknown keys, as the API has none) applies to the ``TypedDict``
-    inside.
-    """
-    return TypeAdapter(list[_TOOL_MEMBERS[kind]], config=ConfigDict(extra="forbid"))  # type: ignore[valid-type]
+_TOOL_ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
+    kind: TypeAdapter(list[member], config=ConfigDict(extra="forbid"))  # type: ignore[valid-type]
+    for kind, member in _TOOL_MEMBERS.items()
+}
+"""A validator over the SDK's type for tool definitions of each ``type``; a list of one, as for messages, so the
+config (no unknown keys, as the API has none) applies to the ``TypedDict`` inside. Built when this module is imported
+(about 50 ms for all of them), as the message validators are, not on first use: built inside Temporal's workflow
+sandbox (where the replay tests run ``AgentRun``), a ``TypeAdapter`` cannot resolve the SDK's annotations ("not fully
+defined"), so the replay failed unless something outside the sandbox had used it first."""
 
 
 def tool_problems(tools: object, where: str = "tools") -> list[str]:
@@ -664,7 +664,7 @@ def definition_problems(where: str, tool: dict[str, Any]) -> list[str]:
     held = {key for key, value in tool.items() if stored_ref(value) is not None and key not in ("name", "type")}
     errors: list[ErrorDetails] = []
     try:
-        validated = _tool_adapter(kind).validate_python([tool], strict=True)[0]
+        validated = _TOOL_ADAPTERS[kind].validate_python([tool], strict=True)[0]
     except ValidationError as e:
         errors.extend(e.errors(include_url=False))
     else:
