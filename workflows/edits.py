@@ -132,25 +132,21 @@ and fails at the boundary if a reply came since (``_Queued.replies``)."""
 
 def queued(seq: int, edit: Edit, edits_applied: int, replies: int | None = None) -> QueuedEdit:
     """``edit``, accepted as the ``seq``-th edit of the run (``replies``: the run's reply count then, if kept)."""
-    return _queued(seq, edit, edits_applied).model_copy(update={"replies": replies})
-
-
-def _queued(seq: int, edit: Edit, edits_applied: int) -> QueuedEdit:
     match edit:
         case InjectMessage():
-            return QueuedInject(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedInject(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case RetryTurn():
-            return QueuedRetry(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedRetry(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case ReplaceHistory():
-            return QueuedReplace(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedReplace(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case UpdateParams():
-            return QueuedParams(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedParams(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case AddTools():
-            return QueuedAddTools(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedAddTools(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case RemoveTools():
-            return QueuedRemoveTools(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedRemoveTools(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
         case Compact():
-            return QueuedCompact(seq=seq, payload=edit, edits_applied=edits_applied)
+            return QueuedCompact(seq=seq, payload=edit, edits_applied=edits_applied, replies=replies)
 
 
 def expected_version(edit: Edit) -> int | None:
