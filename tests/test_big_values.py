@@ -187,7 +187,9 @@ async def test_add_tools_and_update_params_send_big_values_by_reference(
         end_turn("Done."),
     )
     async with worker(launch):
-        run = await runner.start(**BASE, messages=[USER], tools=["launch"], thread=False, step=True)
+        run = await runner.start(
+            **BASE, messages=[USER], tools=["launch"], thread=False, step=True, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools(search, wait=False)
         await run.update_params(output_config=output_config, wait=False)
@@ -217,7 +219,9 @@ async def test_plain_json_add_tools_with_a_big_definition_reaches_claude_exactly
         end_turn("Done."),
     )
     async with worker(launch):
-        run = await runner.start(**BASE, messages=[USER], tools=["launch"], thread=False, step=True)
+        run = await runner.start(
+            **BASE, messages=[USER], tools=["launch"], thread=False, step=True, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         path = tmp_path / "update.json"
         path.write_text(json.dumps({"tools": [search]}))

@@ -275,7 +275,9 @@ async def test_keep_recent_turns_is_checked_at_the_door(
     from agent_runner.contract.run_input import parse_run_input
 
     with pytest.raises(InvalidRunInput) as bad_input:
-        parse_run_input({**BASE, "auto_compact": {"input_tokens": 10, "keep_recent_turns": "2"}})
+        parse_run_input(
+            {**BASE, "betas": ["compact-2026-09-04"], "auto_compact": {"input_tokens": 10, "keep_recent_turns": "2"}}
+        )
     assert str(bad_input.value) == (
         "The run's input was rejected:\n- `auto_compact` is invalid: keep_recent_turns: Input should be a valid integer"
     )
@@ -292,7 +294,7 @@ async def test_keep_recent_turns_is_checked_at_the_door(
 
     fake_api.script(call(1), end_turn("Done."))
     async with worker(get_weather):
-        run = await runner.start(**BASE, tools=[get_weather])
+        run = await runner.start(**BASE, tools=[get_weather], betas=["compact-2026-09-04"])
         await wait_status(run, "running", 1)  # the tool runs: edits wait for the boundary after it
         with pytest.raises(EditRejected) as negative:
             await run.compact(keep_recent_turns=-1)

@@ -16,6 +16,7 @@ import pytest
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.steering import INLINE_TOOLS_BETA
 from agent_runner.contract.types import ToolSpec
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows.forking import carried_tools_from, started_with, tools_at
@@ -99,7 +100,9 @@ async def test_a_fork_does_not_run_a_tool_a_raw_definition_replaced_before_its_f
         end_turn("No weather."),
     )
     async with worker(get_weather):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], thread=False, step=True, betas=[INLINE_TOOLS_BETA]
+        )
         await wait_status(run, "waiting_for_step", 1)
         await run.advance()
         await wait_status(run, "waiting_for_step", 2)
@@ -174,7 +177,15 @@ async def test_a_fork_of_a_run_with_an_mcp_server_runs_the_servers_tools_and_the
         end_turn("Done."),
     )
     async with worker(get_weather, get_time, mcp=config(tmp_path)):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], mcp=["files"], thread=False, step=True)
+        run = await runner.start(
+            **BASE,
+            messages=[USER],
+            tools=[get_weather],
+            mcp=["files"],
+            thread=False,
+            step=True,
+            betas=[INLINE_TOOLS_BETA],
+        )
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools(get_time)  # an edit: the run notes its registered tools for the fork points after it
         await advance_until_done(run, 2)
@@ -207,7 +218,13 @@ async def test_a_fork_of_a_run_that_continued_as_new_runs_a_tool_added_before_it
     )
     async with worker(get_weather, get_time):
         run = await runner.start(
-            **BASE, messages=[USER], tools=[get_weather], thread=False, step=True, continue_as_new={"events": 10}
+            **BASE,
+            messages=[USER],
+            tools=[get_weather],
+            thread=False,
+            step=True,
+            continue_as_new={"events": 10},
+            betas=[INLINE_TOOLS_BETA],
         )
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools(get_time)

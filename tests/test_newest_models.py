@@ -21,7 +21,11 @@ from tests.conftest import WorkerFactory
 from tests.steering_support import wait_status
 from tests.tools_for_tests import get_weather
 
-BASE = {"model": "claude-fake-1", "max_tokens": 1024}
+BODY = {"model": "claude-fake-1", "max_tokens": 1024}
+"""What every request's body starts with."""
+
+BASE = {**BODY, "betas": ["compact-2026-09-04"]}
+"""What every run starts with: its compactions need the beta."""
 USER = {"role": "user", "content": "What's the weather in Paris and Oslo?"}
 SUMMARY = {"type": "compaction", "content": "Summary: Paris is sunny."}
 
@@ -166,9 +170,9 @@ async def test_a_background_summary_is_discarded_when_an_edit_changed_what_it_su
     joined = {"role": "user", "content": [*oslo["content"], text("Metric units, please.")]}
     tools = [get_weather.to_dict()]
     assert compactions == [
-        {**BASE, "messages": summarized, "compaction": {"type": "summarize"}, "tools": tools, "stream": True}
+        {**BODY, "messages": summarized, "compaction": {"type": "summarize"}, "tools": tools, "stream": True}
     ]
-    assert turns[2] == {**BASE, "messages": [*summarized[:-1], joined], "tools": tools, "stream": True}
+    assert turns[2] == {**BODY, "messages": [*summarized[:-1], joined], "tools": tools, "stream": True}
     sunny = {"role": "assistant", "content": [text("Both sunny.")]}
     assert transcript == [*summarized[:-1], joined, sunny]
     assert (result.status, result.iterations) == ("completed", 3)

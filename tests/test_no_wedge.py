@@ -458,7 +458,9 @@ async def test_a_tool_choice_edit_may_name_a_tool_a_queued_edit_adds_and_no_othe
     choice = {"type": "tool", "name": "probe"}
     fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "a"})], "tool_use"), end_turn("Done."))
     async with worker(launch):
-        run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False, step=True)
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[launch], thread=False, step=True, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         with pytest.raises(EditRejected) as refused:
             await run.update_params(tool_choice=choice)

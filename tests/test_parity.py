@@ -955,7 +955,10 @@ CASES: dict[str, Case] = {
     # -- tool availability follows the conversation (_tool_dispatch.available_tool_names) --
     "tool_removed_in_the_messages_is_not_found": Case(
         [Reply([weather("toolu_A1")], "tool_use"), end_turn("ok")],
-        {"messages": [*PARAMS["messages"], {"role": "system", "content": [REMOVAL_OF_WEATHER]}]},
+        {
+            "messages": [*PARAMS["messages"], {"role": "system", "content": [REMOVAL_OF_WEATHER]}],
+            "betas": [INLINE_TOOLS_BETA],
+        },
     ),
     "tool_removed_and_added_back_in_the_messages_runs": Case(
         [Reply([weather("toolu_A2")], "tool_use"), end_turn("ok")],
@@ -964,7 +967,8 @@ CASES: dict[str, Case] = {
                 *PARAMS["messages"],
                 {"role": "system", "content": [REMOVAL_OF_WEATHER]},
                 {"role": "system", "content": [ADDITION_OF_WEATHER]},
-            ]
+            ],
+            "betas": [INLINE_TOOLS_BETA],
         },
     ),
     "tool_removed_by_a_compaction_in_the_turn_is_not_found": Case(

@@ -136,7 +136,9 @@ async def test_add_tools_gives_a_run_a_registered_agent_from_the_next_turn_on(
         lambda _: end_turn("Rome: sunny."),
     )
     async with worker(get_weather, researcher):
-        run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[get_weather], thread=False, step=True, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools(researcher)  # the worker's agent, by its name
         for iteration in (1, 2, 3):

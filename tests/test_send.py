@@ -18,6 +18,7 @@ from agent_runner import cli
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import AgentRunError, InvalidRunInput
 from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.steering import INLINE_TOOLS_BETA
 from agent_runner.testing import FakeMessagesAPI, Reply, ScriptItem, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_start, stock_temporal
 from tests.steering_support import wait_status
@@ -58,7 +59,9 @@ async def ended_run_that_added_get_time(runner: AgentRunner, fake_api: FakeMessa
     fake_api.script(
         Reply([tool_use("toolu_S1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."), *then
     )
-    run = await runner.start(**BASE, messages=[USER], tools=[get_weather], thread=False, step=True)
+    run = await runner.start(
+        **BASE, messages=[USER], tools=[get_weather], thread=False, step=True, betas=[INLINE_TOOLS_BETA]
+    )
     await wait_status(run, "waiting_for_step", 1)
     await run.add_tools(get_time)
     await run.advance()

@@ -341,7 +341,9 @@ async def test_added_and_removed_tools_reach_the_next_request(
     fake_api.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("ok"))
     lookup = {"name": "lookup", "description": "Look it up.", "input_schema": {"type": "object"}}
     async with worker(get_weather, get_time):
-        run = await runner.start(**BASE, tools=[get_weather], step=True, thread=False)
+        run = await runner.start(
+            **BASE, tools=[get_weather], step=True, thread=False, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         assert await cli.amain(["add-tools", run.id, "get_time", json.dumps(lookup), "--no-wait"]) == 0
         assert await cli.amain(["remove-tools", run.id, "get_weather"]) == 0

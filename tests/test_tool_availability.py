@@ -47,7 +47,12 @@ def launch(target: str) -> str:
 
 TOOLS = [get_weather, launch]
 USER = {"role": "user", "content": "Launch at the moon."}
-PARAMS: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "system": "You are terse."}
+PARAMS: dict[str, Any] = {
+    "model": "claude-fake-1",
+    "max_tokens": 1024,
+    "system": "You are terse.",
+    "betas": ["inline-tools-2026-09-15"],  # the tool changes' system messages need it
+}
 REMOVAL = {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "launch"}}
 ADDITION = {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": launch.to_dict()}}
 NOT_FOUND = {
@@ -226,7 +231,7 @@ async def test_a_tool_removed_by_a_compactions_tool_changes_is_not_found_and_nev
     summary_text = "Summary: the weather in Paris. " * size
     summary = {"type": "compaction", "content": summary_text, "tool_changes": [REMOVAL]}
     script = [weather_call(), Reply([summary], "compaction"), launch_call(), end_turn("Cannot launch.")]
-    options = {"betas": ["compact-2026-09-04"]}
+    options = {"betas": ["inline-tools-2026-09-15", "compact-2026-09-04"]}
 
     def compact(sdk_runner: Any, i: int) -> None:
         if i == 0:
@@ -239,7 +244,7 @@ async def test_a_tool_removed_by_a_compactions_tool_changes_is_not_found_and_nev
     fake_api.script(*script)
     LAUNCHED.clear()
     async with worker(*TOOLS):
-        run = await runner.start(**PARAMS, **options, messages=[USER], tools=TOOLS, thread=thread, step=True)
+        run = await runner.start(**{**PARAMS, **options}, messages=[USER], tools=TOOLS, thread=thread, step=True)
         await wait_status(run, "waiting_for_step", 1)
         await run.compact()
         await run.advance()

@@ -413,7 +413,7 @@ async def test_add_tools_naming_a_registered_toolset_fails_at_the_boundary(
     goes on without it, and its history says nothing of it."""
     fake_api.script(Reply([tool_use("toolu_1", "get_time", {"city": "Oslo"})], "tool_use"), end_turn("Done."))
     async with worker(RecordingBrowser(), get_time):
-        run = await runner.start(**BASE, tools=[get_time], step=True)
+        run = await runner.start(**BASE, tools=[get_time], step=True, betas=["inline-tools-2026-09-15"])
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools("browser")  # accepted and queued (step mode does not wait): it applies at the boundary
         await run.advance()

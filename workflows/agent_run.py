@@ -46,10 +46,12 @@ with workflow.unsafe.imports_passed_through():
         ADD_TOOLS_UPDATE,
         ADVANCE_UPDATE,
         APPROVE_TOOL_UPDATE,
+        COMPACT_BETA,
         COMPACT_UPDATE,
         DENY_TOOL_UPDATE,
         EDIT_OUTCOME_QUERY,
         INJECT_MESSAGE_UPDATE,
+        INLINE_TOOLS_BETA,
         PENDING_APPROVALS_QUERY,
         REMOVE_TOOLS_UPDATE,
         REPLACE_HISTORY_UPDATE,
@@ -93,7 +95,6 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.compaction_checks import (
         check_can_compact,
         check_no_compaction_edit,
-        context_management_after,
         final_reply,
     )
     from agent_runner.workflows.conversation import Conversation
@@ -117,13 +118,20 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
+    from agent_runner.workflows.needed_betas import check_beta, check_compaction_beta_kept, param_after
     from agent_runner.workflows.new_conversation import start_conversation
     from agent_runner.workflows.pending_edits import turn_is_paused
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.queries import fork_point_of, replies_after, send_point_of, status_of, transcript_of
     from agent_runner.workflows.request_shape import decide_before_the_first_turn
     from agent_runner.workflows.result_transcript import result_status, result_transcript
-    from agent_runner.workflows.run_input import LATE_INPUT_CHECKS_PATCH, RunSpec, late_problems, parse_run_input
+    from agent_runner.workflows.run_input import (
+        LATE_INPUT_CHECKS_PATCH,
+        RunSpec,
+        inline_tools_problems,
+        late_problems,
+        parse_run_input,
+    )
     from agent_runner.workflows.search_attributes import publish
     from agent_runner.workflows.start_input import NO_INPUT, one_raw_input
     from agent_runner.workflows.state import RunState
@@ -548,6 +556,8 @@ class AgentRun:
         check_open(self._ended, self._status)
         check_version(edit.expected_version, self._state.version)
         check_history(edit)
+        for problem in inline_tools_problems(edit.messages, self._param_after("betas")):
+            raise ValueError(problem)
 
     @workflow.update(name=UPDATE_PARAMS_UPDATE)
     @one_raw_input
@@ -564,6 +574,7 @@ class AgentRun:
         check_params(edit, self._state.conversation, self._spec.refusal_fallbacks if self._spec else None, run=self)
         if "context_management" in edit.params and any(e.kind == "compact" for e in self._state.queue):
             check_no_compaction_edit(edit.params["context_management"])
+        check_compaction_beta_kept(edit.params, self._spec is not None and self._spec.auto_compact is not None)
 
     @workflow.update(name=ADD_TOOLS_UPDATE)
     @one_raw_input
@@ -579,6 +590,7 @@ class AgentRun:
         check_open(self._ended, self._status)
         check_add_tools(edit, self._state.registered)
         check_toolsets_fixed(edit, self._state.tools)
+        check_beta(self._param_after("betas"), INLINE_TOOLS_BETA, "`add_tools` (a `tool_addition` system message)")
 
     @workflow.update(name=REMOVE_TOOLS_UPDATE)
     @one_raw_input
@@ -596,6 +608,7 @@ class AgentRun:
         definitions = conversation.tools if conversation else self._input.get("tools") or []
         check_remove_tools(edit, self._state.tools, definitions)
         check_toolsets_fixed(edit, self._state.tools)
+        check_beta(self._param_after("betas"), INLINE_TOOLS_BETA, "`remove_tools` (a `tool_removal` system message)")
 
     @workflow.update(name=COMPACT_UPDATE)
     @one_raw_input
@@ -609,10 +622,13 @@ class AgentRun:
     def _validate_compact(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
         parse_update(Compact, raw, more)
         check_open(self._ended, self._status)
+        check_can_compact(self._param_after("context_management"))
+        check_beta(self._param_after("betas"), COMPACT_BETA, "A compaction")
+
+    def _param_after(self, name: str) -> Any:
+        """The request parameter ``name`` the run will send once its queued ``update_params`` apply."""
         conversation = self._state.conversation
-        check_can_compact(
-            context_management_after(conversation.params if conversation else self._input, self._state.queue)
-        )
+        return param_after(conversation.params if conversation else self._input, self._state.queue, name)
 
     @workflow.query(name=EDIT_OUTCOME_QUERY)
     def edit_outcome(self, seq: int) -> dict[str, Any] | None:

@@ -6,9 +6,11 @@ the run goes on (``background.py``). Asked by ``auto_compact`` before a request,
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.conversation import Conversation
@@ -17,6 +19,10 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.edits import EditFailed
     from agent_runner.workflows.model_calls import ModelCalls
     from agent_runner.workflows.patches import implied
+
+FAILED_COMPACTION_FAILS_THE_EDIT_PATCH = "failed-compaction-fails-the-edit"
+"""``workflow.patched`` id, asked only when a client's compaction failed: the edit fails and the run goes on (before,
+the run failed with it)."""
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -72,7 +78,17 @@ class Compactions:
             )
             state.turn_input_tokens = 0
             return
-        reply = await self._model_calls.create(spec, conversation, compaction, keep_from)
+        try:
+            reply = await self._model_calls.create(spec, conversation, compaction, keep_from)
+        except ApplicationError as e:  # the model call gave up, or Claude's API refused the request
+            if not edit or not workflow.patched(FAILED_COMPACTION_FAILS_THE_EDIT_PATCH):
+                raise
+            # A client's compaction is an edit like any other: when it cannot be made, it fails, and the run goes on.
+            reason = re.sub(r"\s*Fix the run's input.*$", "", e.message, flags=re.DOTALL)
+            raise EditFailed(
+                f"The compaction failed; nothing was changed, and the run goes on. {reason} Fix its request (the "
+                "`compaction`, or the run's parameters through `update_params`) and ask again."
+            ) from None
         state.replies.append(reply)
         state.fork_points.append(None)
         state.compactions += 1

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent_runner.workflows.edits import QueuedEdit, QueuedParams
+from agent_runner.workflows.edits import QueuedEdit
+from agent_runner.workflows.needed_betas import param_after
 
 EMPTY_COMPACTION_PATCH = "empty-compaction-keeps-the-history"
 """``workflow.patched`` id: a compaction reply without a summary keeps the conversation and its thread (issue 13)."""
@@ -22,8 +23,6 @@ EMPTY_COMPACTION_PATCH = "empty-compaction-keeps-the-history"
 COMPACTION_AT_THE_END_PATCH = "compaction-at-the-end-as-the-sdk"
 """``workflow.patched`` id: a compaction queued when the run stops (``max_iterations``, a budget, a stop) is not sent,
 and one queued when the final turn ended is, as the SDK compacts after its final turn (issue 13)."""
-
-_MISSING = object()
 
 
 def compaction_edits(context_management: Any) -> list[str]:
@@ -38,13 +37,7 @@ def compaction_edits(context_management: Any) -> list[str]:
 
 def context_management_after(current: dict[str, Any], queue: Iterable[QueuedEdit]) -> Any:
     """The ``context_management`` the run will send once the queued ``update_params`` apply."""
-    value: Any = current.get("context_management")
-    for edit in queue:
-        if isinstance(edit, QueuedParams):
-            new = edit.payload.params.get("context_management", _MISSING)
-            if new is not _MISSING:
-                value = new
-    return value
+    return param_after(current, queue, "context_management")
 
 
 def check_can_compact(context_management: Any) -> None:

@@ -5,6 +5,7 @@ check before it starts a run; the workflow imports them from here.
 """
 
 from agent_runner.contract.run_input import RunSpec as RunSpec
+from agent_runner.contract.run_input import inline_tools_problems as inline_tools_problems
 from agent_runner.contract.run_input import late_problems as late_problems
 from agent_runner.contract.run_input import parse_run_input as parse_run_input
 

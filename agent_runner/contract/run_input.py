@@ -29,7 +29,7 @@ from agent_runner.contract.errors import InvalidRunInput, validation_summary
 from agent_runner.contract.forking import ForkedFrom, forked_from_problems
 from agent_runner.contract.params import param_problems
 from agent_runner.contract.sleep import SleepPolicy, parse_sleep
-from agent_runner.contract.steering import ApprovalPolicy, StepPolicy
+from agent_runner.contract.steering import COMPACT_BETA, INLINE_TOOLS_BETA, ApprovalPolicy, StepPolicy
 from agent_runner.contract.toolsets import toolset_family
 from agent_runner.contract.transcript import is_placeholder
 from agent_runner.contract.types import ActivityOptions
@@ -361,7 +361,34 @@ def late_problems(raw: Mapping[str, Any]) -> list[str]:
                 "Messages API parameter: an entry patches the run's parameters (a value sets one, null unsets it), "
                 'as in {"model": "claude-opus-4-8", "thinking": null}.'
             )
+    betas = raw.get("betas")
+    carried = raw.get("continue_from") is not None  # a `send` goes on with its conversation's parameters
+    if not carried:
+        problems.extend(inline_tools_problems(raw.get("messages"), betas))
+    if raw.get("auto_compact") is not None and not carried and not (isinstance(betas, list) and COMPACT_BETA in betas):
+        # Its first compaction request would be refused with a 400, failing the run hours in.
+        problems.append(
+            f'`auto_compact` needs the `{COMPACT_BETA}` beta: add it to `betas` (`"betas": ["{COMPACT_BETA}"]`).'
+        )
     return problems
+
+
+_INLINE_TOOL_CHANGES = ("tool_addition", "tool_removal")
+
+
+def inline_tools_problems(messages: Any, betas: Any) -> list[str]:
+    """What the API would refuse in ``messages`` without its beta: a `system` message with a tool change."""
+    if isinstance(betas, list) and INLINE_TOOLS_BETA in betas:
+        return []
+    for number, message in enumerate(messages if isinstance(messages, list) else [], start=1):
+        content = message.get("content") if isinstance(message, dict) and message.get("role") == "system" else None
+        blocks = content if isinstance(content, list) else []
+        for kind in [b["type"] for b in blocks if isinstance(b, dict) and b.get("type") in _INLINE_TOOL_CHANGES][:1]:
+            return [
+                f"Message {number} is a `system` message with a `{kind}` block, which needs the `{INLINE_TOOLS_BETA}` "
+                f'beta: add it to `betas` (`"betas": ["{INLINE_TOOLS_BETA}"]`).'
+            ]
+    return []
 
 
 def entries(raw: list[str | dict[str, Any]]) -> list[dict[str, Any]]:

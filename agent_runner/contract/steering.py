@@ -45,6 +45,10 @@ INLINE_TOOLS_BETA = "inline-tools-2026-09-15"
 """The beta that ``tool_addition`` / ``tool_removal`` system messages need. As in the SDK, the run does not add it:
 give it in the run's ``betas``."""
 
+COMPACT_BETA = "compact-2026-09-04"
+"""The beta a compaction request (its ``compaction`` field) needs. As in the SDK, the run does not add it: give it in
+the run's ``betas``."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -65,7 +69,8 @@ class InjectMessage(_Strict):
 
 
 class RetryTurn(_Strict):
-    """Discard Claude's last reply (and what followed it) and send the turn again. Its tools never run."""
+    """Discard Claude's last reply (and its tool results) and send the turn again. Its tools never run; what edits
+    added after it (an injected message, tool changes) is kept, after the messages before it."""
 
     expected_version: int | None = None
 

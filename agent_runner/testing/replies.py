@@ -14,6 +14,12 @@ from typing import Any, TypeAlias
 MESSAGE_THREADS_BETA = "message-threads-2026-08-12"
 """The ``anthropic-beta`` value that enables server-side message threads (``thread`` field)."""
 
+COMPACT_BETA = "compact-2026-09-04"
+"""The ``anthropic-beta`` value a request's ``compaction`` field needs."""
+
+INLINE_TOOLS_BETA = "inline-tools-2026-09-15"
+"""The ``anthropic-beta`` value a ``tool_addition`` or ``tool_removal`` block in a ``system`` message needs."""
+
 MESSAGES_PATH = "/v1/messages"
 
 ERROR_TYPES: Mapping[int, str] = {

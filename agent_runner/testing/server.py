@@ -25,7 +25,9 @@ from agent_runner.testing.replies import (
     _SCRIPT_ITEM_TYPES,
     _TEXT_CHUNKS,
     _TOOL_INPUT_BLOCKS,
+    COMPACT_BETA,
     ERROR_TYPES,
+    INLINE_TOOLS_BETA,
     MESSAGE_THREADS_BETA,
     MESSAGES_PATH,
     Disconnect,
@@ -255,6 +257,20 @@ def _validate_tool_pairing(conversation: Sequence[dict[str, Any]], stored: int) 
                 f"{', '.join(str(m) for m in missing)}. Each `tool_use` block must have a corresponding "
                 "`tool_result` block in the next message."
             )
+
+
+def _validate_betas(body: dict[str, Any], betas: set[str]) -> None:
+    """Reject beta fields sent without their beta, as the real API does (the thread's, under its own flag)."""
+    if "compaction" in body and COMPACT_BETA not in betas:
+        raise _invalid(f"compaction: requires the `anthropic-beta: {COMPACT_BETA}` header")
+    for i, message in enumerate(body["messages"]):
+        content = message.get("content")
+        for block in content if message.get("role") == "system" and isinstance(content, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind in ("tool_addition", "tool_removal") and INLINE_TOOLS_BETA not in betas:
+                raise _invalid(
+                    f"messages.{i}.content: `{kind}` requires the `anthropic-beta: {INLINE_TOOLS_BETA}` header"
+                )
 
 
 def _betas(headers: Mapping[str, str]) -> set[str]:
@@ -575,6 +591,7 @@ class FakeMessagesAPI:
         thread = body.get("thread")
         is_continue = isinstance(thread, dict) and thread.get("type") == "continue"
         _validate_shape(body, is_continue=is_continue)
+        _validate_betas(body, _betas(headers))
         messages: list[dict[str, Any]] = body["messages"]
         if thread is None:
             _validate_tool_pairing(messages, 0)
