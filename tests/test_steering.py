@@ -98,6 +98,37 @@ async def test_retry_resends_the_turn_on_a_new_thread_and_the_discarded_replys_t
     assert second["thread"] == {"type": "create"}
 
 
+async def test_a_retry_keeps_what_edits_added_after_the_reply_it_drops(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """An injected message and a tool change accepted before the retry were lost with the reply (their edits said
+    they applied); they are kept, after the messages before the reply. Recorded behind a patch asked only then."""
+    from tests.test_umbrella_patch import markers
+
+    lookup = {"name": "lookup", "description": "Look it up.", "input_schema": {"type": "object", "properties": {}}}
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Sorry."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True, betas=["inline-tools-2026-09-15"])
+        await wait_status(run, "waiting_for_step", 1)
+        await run.inject("Only ever touch /tmp.")
+        await run.add_tools(lookup)
+        await run.retry()
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        await run.until_done()
+        transcript = await run.transcript()
+    assert CALLS == []
+    addition = {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": lookup}}
+    kept = [
+        {"role": "user", "content": [text("Weather in Paris?"), text("Only ever touch /tmp.")]},
+        {"role": "system", "content": [addition]},
+    ]
+    assert fake_api.bodies()[1]["messages"] == kept
+    assert transcript == [*kept, {"role": "assistant", "content": [text("Sorry.")]}]
+    assert "retry-keeps-edits" in markers(await run.handle.fetch_history())
+
+
 async def test_replace_history_needs_the_current_version_and_starts_a_new_thread(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
@@ -195,7 +226,9 @@ async def test_added_and_removed_tools_are_announced_in_one_system_message_after
         end_turn("ok"),
     )
     async with worker(get_weather, get_time):
-        run = await runner.start(**BASE, tools=[get_weather], step=True, thread=False)
+        run = await runner.start(
+            **BASE, tools=[get_weather], step=True, thread=False, betas=["inline-tools-2026-09-15"]
+        )
         await wait_status(run, "waiting_for_step", 1)
         await run.add_tools(get_time)
         await run.remove_tools("get_weather")

@@ -49,6 +49,10 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.plain_json import as_held
     from agent_runner.workflows.state import RunState
 
+RETRY_KEEPS_EDITS_PATCH = "retry-keeps-edits"
+"""``workflow.patched`` id, asked only when a retry drops a reply after which edits added content (an injected
+message, tool changes): that content is kept (``Conversation.drop_last_reply``); before, it was lost with the reply."""
+
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
 
@@ -144,7 +148,7 @@ class Boundary:
                 )
             case RetryTurn():
                 try:
-                    dropped = conversation.drop_last_reply()
+                    dropped = conversation.drop_last_reply(lambda: workflow.patched(RETRY_KEEPS_EDITS_PATCH))
                 except ValueError as e:
                     raise EditFailed(f"Cannot retry: {e}. Replace the history instead.") from None
                 if not dropped:

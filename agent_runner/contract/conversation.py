@@ -33,7 +33,7 @@ the messages and builds the request with ``build_request`` (``workflows/conversa
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
@@ -59,6 +59,15 @@ class ToolChange(BaseModel):
 
     available: bool
     """``True`` for an addition, ``False`` for a removal."""
+
+
+def _edit_content(message: dict[str, Any]) -> dict[str, Any] | None:
+    """What edits added in ``message``, a message after a reply: all of it but the reply's tool results."""
+    content = message.get("content")
+    if message.get("role") == "system" or not isinstance(content, list):
+        return message  # a system message is an edit's; a user message of text or stored apart, an injection
+    kept = [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+    return {**message, "content": kept} if kept else None
 
 
 def tool_changes_in(messages: Iterable[Any], start: int = 0) -> list[ToolChange]:
@@ -447,8 +456,13 @@ class Conversation(BaseModel):
             self.replaces_lost_thread = False
         return kept
 
-    def drop_last_reply(self) -> bool:
+    def drop_last_reply(self, keep_edits: Callable[[], bool] = lambda: False) -> bool:
         """Remove Claude's last reply and everything after it, so the turn is sent again.
+
+        Args:
+            keep_edits: Asked only when edits added content after the reply (an injected message, tool changes'
+                system messages): whether that content is kept, after the messages before the reply, so an edit
+                accepted before the retry is not lost with the reply. The reply's tool results never are.
 
         Returns:
             Whether there was a reply to remove.
@@ -461,12 +475,21 @@ class Conversation(BaseModel):
             if role is None:
                 raise ValueError("the last reply is older than the run's last continue-as-new")
             if role == "assistant":
+                pending = self.transcript.pending
+                after = pending[len(pending) - min(len(self.transcript) - i - 1, len(pending)) :]  # never sent
+                edits = [m for m in map(_edit_content, after) if m is not None]
                 self.transcript.truncate(i)
                 self.tool_changes = [c for c in self.tool_changes if c.index < i]
                 if i < self.answered:
                     self.answered = 0
                     self.previous_message_id = None
                     self.replaces_lost_thread = False
+                if edits and keep_edits():
+                    for message in edits:
+                        if set(message) == {"role", "content"} and isinstance(message["content"], list):
+                            self._join(message["role"], message["content"])
+                        else:  # content stored apart, or a system message with more than content: kept whole
+                            self._append(message)
                 return True
         return False
 
