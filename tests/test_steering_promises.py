@@ -345,3 +345,38 @@ async def test_an_edit_still_queued_when_the_run_stops_is_answered_with_the_reas
         + TO_GO_ON
     )
     assert len(fake_api.requests) == 1
+
+
+async def test_a_retry_or_a_message_naming_its_version_behind_queued_edits_is_refused_and_the_run_goes_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The loop acted on such a retry (the reply's call did not run), then the edit queued before it moved the
+    version and the retry failed as stale at the boundary: the call was left without a result, and the run failed
+    with the API's 400. A message the same way kept a finished turn going, and the same conversation was sent again."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/x"})], "tool_use"), end_turn("Deleted."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], step=True, thread=False)
+        await wait_status(run, "waiting_for_step", 1)
+        version = (await run.versioned_transcript()).version
+        await run.update_params(max_tokens=512)
+        refused = []
+        for edit in (run.retry(expected_version=version), run.inject("And /tmp/y.", expected_version=version)):
+            with pytest.raises(EditRejected) as error:
+                await edit
+            refused.append(str(error.value))
+        await run.advance()
+        await wait_status(run, "waiting_for_step", 2)
+        await run.advance()
+        result = await run.result()
+    behind = (
+        "1 edit(s) accepted before this {} have not applied yet, and they will move the transcript past version {}. "
+        "Send it once they have applied (with the version they produce), or without expected_version."
+    )
+    assert refused == [
+        "retry_turn was refused: " + behind.format("retry", version),
+        "inject_message was refused: " + behind.format("message", version),
+    ]
+    assert CALLS == ["delete /tmp/x"] and result.status == "completed"
+    result_block = {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/x"}
+    assert fake_api.bodies()[1]["messages"][-1] == {"role": "user", "content": [result_block]}
+    assert fake_api.bodies()[1]["max_tokens"] == 512

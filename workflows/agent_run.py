@@ -103,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
         EDIT_SEES_REPLIES_PATCH,
         Edit,
         check_add_tools,
+        check_first_in_line,
         check_history,
         check_inject,
         check_open,
@@ -524,6 +525,7 @@ class AgentRun:
         edit = parse_update(InjectMessage, raw, more)
         check_open(self._ended, self._status)
         check_version(edit.expected_version, self._state.version)
+        check_first_in_line(edit.expected_version, self._state.queue, "message")
         check_inject(edit)
 
     @workflow.update(name=RETRY_TURN_UPDATE)
@@ -541,6 +543,7 @@ class AgentRun:
         check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
+        check_first_in_line(edit.expected_version, self._state.queue, "retry")
 
     @workflow.update(name=REPLACE_HISTORY_UPDATE)
     @one_raw_input

@@ -395,6 +395,22 @@ def check_open(ended: bool, status: str) -> None:
         raise ValueError(f"The run has ended ({status}); it takes no edits. {TO_GO_ON}")
 
 
+def check_first_in_line(expected: int | None, queue: list[QueuedEdit], what: str) -> None:
+    """Refuse a retry or a message that names its version while edits accepted before it wait to apply.
+
+    The loop acts on such an edit as the turn ends (a queued retry keeps the reply's tools from running, a queued
+    message keeps a finished turn going), but the edits before it, applied first, move the transcript past the
+    version it names, so it would then fail as stale: a reply's calls left without results (a request the API
+    refuses), or the same conversation sent again.
+    """
+    if expected is not None and queue:
+        raise ValueError(
+            f"{len(queue)} edit(s) accepted before this {what} have not applied yet, and they will move the "
+            f"transcript past version {expected}. Send it once they have applied (with the version they produce), "
+            "or without expected_version."
+        )
+
+
 def check_version(expected: int | None, version: int) -> None:
     """An edit that names the transcript version it was made against needs the transcript still at it."""
     if expected is not None and expected != version:
