@@ -69,8 +69,11 @@ class InjectMessage(_Strict):
 
 
 class RetryTurn(_Strict):
-    """Discard Claude's last reply (and its tool results) and send the turn again. Its tools never run; what edits
-    added after it (an injected message, tool changes) is kept, after the messages before it."""
+    """Discard Claude's last reply (and its tool results) and send the turn again.
+
+    Its tools never run; what edits added after it (an injected message, tool changes) is kept, after the messages
+    before it.
+    """
 
     expected_version: int | None = None
 
