@@ -151,20 +151,31 @@ def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     )
 
 
-async def connect(**kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:
+async def connect(*, embedded: bool = True, **kwargs: Any) -> tuple[Client, EmbeddedTemporal | None]:
     """Connect as Temporal's environment configuration says, or to the embedded dev server.
+
+    Args:
+        embedded: With no server configured, use (or start) the local embedded one; ``False`` refuses instead, for a
+            caller that decides by what the server knows (``store gc``): an empty new server knows no runs.
+        **kwargs: Further ``Client.connect`` keyword arguments.
 
     Returns:
         The client, and the embedded server if this call started one (the caller stops it when done).
 
     Raises:
         ConfigurationError: The configured address is malformed or unreachable, Temporal's config file cannot be
-            read, or the embedded server cannot start; the message says what to fix, in one line.
+            read, the embedded server cannot start, or none is configured and ``embedded`` is false; the message
+            says what to fix, in one line.
     """
     try:
         address = configured_address()
     except RuntimeError as e:  # temporalio's ConfigError: a malformed config file or a missing profile
         raise ConfigurationError(f"Cannot read Temporal's client configuration: {_one_line(e)}.") from e
+    if address is None and not embedded:
+        raise ConfigurationError(
+            "No Temporal server is configured, and this command does not use the embedded one (it would know none "
+            "of the runs): set TEMPORAL_ADDRESS (and TEMPORAL_NAMESPACE) to the server the workers use."
+        )
     if address is None:
         where = "the local embedded server"
     else:

@@ -39,6 +39,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import PayloadCodec
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.codec import ENCODING, KEYS_ENV
 from agent_runner.contract.errors import ConfigurationError
@@ -94,6 +95,7 @@ async def collect_garbage(
     retention: timedelta,
     grace: timedelta = DEFAULT_GRACE,
     dry_run: bool = False,
+    no_runs_ok: bool = False,
 ) -> Collected:
     """Remove from ``store`` what no run that still counts references, and that was not written recently.
 
@@ -104,12 +106,15 @@ async def collect_garbage(
         retention: How long content outlives the run that last referenced it, and how long any write is kept.
         grace: Content written within this is kept even when the retention is shorter.
         dry_run: Count what would be removed, remove nothing.
+        no_runs_ok: Go on when Temporal lists no run at all though there is content to remove. Without it that is
+            refused: a client of the wrong server or namespace lists none, and would remove what every run needs.
 
     Returns:
         What was kept and removed.
 
     Raises:
-        ConfigurationError: A run's history is encrypted and the client has no codec for it.
+        ConfigurationError: A run's history is encrypted and the client has no codec for it; the namespace does not
+            exist; or no run is listed, there is content to remove and ``no_runs_ok`` is false.
         StoreError: The store failed, or cannot be swept.
     """
     # Taken first: whatever is written from now on, or within the window before, stays (see the module docstring).
@@ -119,7 +124,16 @@ async def collect_garbage(
         f"WorkflowType = '{WORKFLOW_TYPE}' AND (ExecutionStatus = 'Running' OR "
         f"CloseTime > '{closed_after.isoformat().replace('+00:00', 'Z')}')"
     )
-    runs = [(execution.id, execution.run_id) async for execution in client.list_workflows(query)]
+    where = f"namespace {client.namespace!r} at {client.service_client.config.target_host}"
+    no_namespace = f"Temporal has no {where}: set TEMPORAL_NAMESPACE to the namespace the workers use."
+    if not client.namespace:  # TEMPORAL_NAMESPACE set empty; Temporal would answer only "Namespace is empty."
+        raise ConfigurationError(no_namespace)
+    try:
+        runs = [(execution.id, execution.run_id) async for execution in client.list_workflows(query)]
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise ConfigurationError(no_namespace) from e
     codec = client.data_converter.payload_codec
     gate = asyncio.Semaphore(_HISTORIES_AT_ONCE)
 
@@ -133,6 +147,15 @@ async def collect_garbage(
         roots.extend(found)
     blobs, heads = await _mark(store, roots)
     window = max(retention, grace).total_seconds()
+    if not runs and not no_runs_ok:
+        unclaimed = await store.sweep(blobs, heads, written_before=started - window, dry_run=True)
+        if unclaimed.blobs or unclaimed.nodes:
+            raise ConfigurationError(
+                f"Temporal lists no runs in {where}, so gc would remove all {unclaimed.blobs} blobs and "
+                f"{unclaimed.nodes} chain nodes written before the retention: check that TEMPORAL_ADDRESS and "
+                "TEMPORAL_NAMESPACE name the server and namespace the workers use, or pass --no-runs-ok if no run "
+                "needs this content."
+            )
     swept = await store.sweep(blobs, heads, written_before=started - window, dry_run=dry_run)
     return Collected(runs=len(runs), kept_blobs=len(blobs), kept_nodes=len(heads), removed=swept, dry_run=dry_run)
 

@@ -255,7 +255,19 @@ async def _closed_within_the_retention(client: Client, fake_api: FakeMessagesAPI
             [{"type": "text", "text": "A recent answer."}],
         ]
 
-        gone = gc_cli(client, url, {}, "--retention", "0s")  # the run closed before this retention: it counts no more
+        # The run closed before this retention, so it counts no more: no run is listed at all, as when gc asks the
+        # wrong server or namespace, and gc removes nothing until told that is right.
+        refused = gc_cli(client, url, {}, "--retention", "0s")
+        assert (refused.returncode, refused.stderr, refused.stdout) == (
+            1,
+            f"error: Temporal lists no runs in namespace 'default' at {client.service_client.config.target_host}, "
+            f"so gc would remove all {len(blobs)} blobs and {len(heads)} chain nodes written before the retention: "
+            "check that TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE name the server and namespace the workers use, or "
+            "pass --no-runs-ok if no run needs this content.\n",
+            "",
+        )
+        assert rows(url) == (blobs, heads)
+        gone = gc_cli(client, url, {}, "--retention", "0s", "--no-runs-ok")
         assert (gone.returncode, gone.stderr, gone.stdout) == (
             0,
             "",
@@ -469,4 +481,48 @@ async def test_a_retention_that_is_not_a_duration_is_a_usage_error(capsys: pytes
     assert capsys.readouterr().err.endswith(
         "agent-runner store gc: error: argument --retention: '30x' is not a duration: write e.g. 30d, 12h, 1h30m or "
         "0s\n"
+    )
+
+
+async def test_gc_without_a_temporal_address_fails_and_starts_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gc never falls back to the embedded server: an empty new one lists no runs, and everything would go."""
+    from agent_runner import cli
+
+    url = f"sqlite://{tmp_path}/store.db"
+    async with open_store(url, environ={}) as store:
+        await store.put({ref_for(b'"kept"'): b'"kept"'})
+    monkeypatch.delenv("TEMPORAL_ADDRESS", raising=False)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "no-temporal.toml"))
+    monkeypatch.setenv("AGENT_RUNNER_STORE", url)
+    monkeypatch.setattr(EmbeddedTemporal, "astart", None)  # starting one would fail the test with a TypeError
+
+    assert await cli.amain(["store", "gc", "--retention", "0s", "--grace", "0s"]) == 1
+    assert capsys.readouterr().err == (
+        "error: No Temporal server is configured, and this command does not use the embedded one (it would know "
+        "none of the runs): set TEMPORAL_ADDRESS (and TEMPORAL_NAMESPACE) to the server the workers use.\n"
+    )
+    assert rows(url) == ({ref_for(b'"kept"'): len(b'"kept"')}, set())
+
+
+@pytest.mark.parametrize("namespace", ["no-such-namespace", ""], ids=["unknown", "empty"])
+async def test_gc_in_a_namespace_temporal_does_not_have_says_so_in_one_line(
+    namespace: str,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A wrong TEMPORAL_NAMESPACE is an error naming it and what to set, not an RPCError traceback."""
+    from agent_runner import cli
+
+    url = f"sqlite://{tmp_path}/store.db"
+    monkeypatch.setenv("AGENT_RUNNER_STORE", url)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", namespace)
+
+    assert await cli.amain(["store", "gc", "--retention", "0s", "--no-runs-ok"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: Temporal has no namespace {namespace!r} at {temporal_address}: set TEMPORAL_NAMESPACE to the "
+        "namespace the workers use.\n"
     )

@@ -13,7 +13,7 @@ Commands (each takes ``--task-queue``, default ``agent-runner``; ``list`` filter
     agent-runner fork RUN_ID --from-iteration N [--detach]                 # a new run from turn N's request
     agent-runner send RUN_ID TEXT [--detach]                               # go on with an ended run's conversation
     agent-runner demo                                                      # the example agent, end to end
-    agent-runner store gc --retention 30d [--grace 1h] [--dry-run]         # remove content no run references
+    agent-runner store gc --retention 30d [--grace 1h] [--dry-run] [--no-runs-ok]  # remove what no run references
     agent-runner store reseal [--check]                                    # after a key rotation: drop old keys
     agent-runner dev [--detach | --stop] [--tools MODULE]                  # Temporal, a worker, Claude or a fake
 

@@ -17,6 +17,7 @@ from typing import Any, TextIO, TypeVar
 from temporalio.common import Priority
 
 from agent_runner.client import AgentRunner
+from agent_runner.connection import connect
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.types import TASK_QUEUE
 
@@ -85,17 +86,23 @@ def use_color(stream: TextIO | None = None) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def connected(task_queue: str = TASK_QUEUE, *, keep_server: bool = False) -> AsyncIterator[AgentRunner]:
+async def connected(
+    task_queue: str = TASK_QUEUE, *, keep_server: bool = False, embedded: bool = True
+) -> AsyncIterator[AgentRunner]:
     """An ``AgentRunner`` from ``AgentRunner.connect()``; an embedded server it started is stopped on exit unless kept.
 
     Args:
         task_queue: The task queue runs start on.
         keep_server: Leave a server this started running (the ``run`` command: its run needs it), and say so.
+        embedded: Use the embedded server when none is configured; ``False`` fails instead (``store gc``).
 
     Raises:
-        ConfigurationError: Temporal cannot be reached or started.
+        ConfigurationError: Temporal cannot be reached or started, or is not configured and ``embedded`` is false.
     """
-    runner = await AgentRunner.connect(task_queue=task_queue)
+    if embedded:
+        runner = await AgentRunner.connect(task_queue=task_queue)
+    else:
+        runner = AgentRunner((await connect(embedded=False))[0], task_queue=task_queue)
     try:
         yield runner
     finally:

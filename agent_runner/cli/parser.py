@@ -409,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     gc_help = (
         "Remove stored content that no run open or closed within the retention references, and that was not "
-        "written within the retention; safe while runs are live."
+        "written within the retention; safe while runs are live. The runs are those of the server and namespace "
+        "TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE name (never the embedded server)."
     )
     gc = store_commands.add_parser("gc", help=gc_help, description=gc_help)
     gc.add_argument(
@@ -423,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="content written this recently is kept whatever the retention (default 1h)",
     )
     gc.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
+    gc.add_argument(
+        "--no-runs-ok",
+        action="store_true",
+        help="go on when Temporal lists no runs at all (refused by default: a wrong TEMPORAL_ADDRESS or "
+        "TEMPORAL_NAMESPACE lists none, and everything would be removed)",
+    )
     gc.set_defaults(handler=("store_gc", "cmd_store_gc"))
     reencrypt_help = (
         f"Encrypt, in place, what the store holds unencrypted (content written before {KEYS_ENV} was set); safe while "

@@ -18,9 +18,15 @@ from agent_runner.store import open_store, reencrypt
 async def cmd_store_gc(args: argparse.Namespace) -> int:
     """``store gc``: collect the store's garbage, or say what would go (``--dry-run``)."""
     # The store first: a wrong AGENT_RUNNER_STORE or missing keys is reported before Temporal is reached.
-    async with open_store() as store, connected() as runner:
+    # Never the embedded server: a server this started would list no runs, and everything would go.
+    async with open_store() as store, connected(embedded=False) as runner:
         collected = await collect_garbage(
-            runner.client, store, retention=args.retention, grace=args.grace, dry_run=args.dry_run
+            runner.client,
+            store,
+            retention=args.retention,
+            grace=args.grace,
+            dry_run=args.dry_run,
+            no_runs_ok=args.no_runs_ok,
         )
     out([collected.summary()])
     return EXIT_OK
