@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import hmac
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
@@ -52,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote_plus, urlsplit, urlunsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -1093,7 +1094,7 @@ class _PostgresStore(_Backend):
 
     Args:
         conninfo: The libpq connection URL, password included.
-        url: The same URL without the password, for messages.
+        url: The same URL as it may be shown (``redact_store_url``), for messages.
         max_connections: The pool's size.
         setup: Checks the store's meta rows when it is opened (encrypted or not) and adds any.
     """
@@ -1123,8 +1124,9 @@ class _PostgresStore(_Backend):
                     )
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot set up the store at {self.url}: {exc}. Check that the server is up, that the database "
-                f"exists and that the user may create tables in it, or point {STORE_ENV} elsewhere."
+                f"cannot set up the store at {self.url}: {_scrubbed(str(exc), self._conninfo)}. Check that the "
+                "server is up, that the database exists and that the user may create tables in it, or point "
+                f"{STORE_ENV} elsewhere."
             ) from exc
 
     async def _get_pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
@@ -1157,7 +1159,7 @@ class _PostgresStore(_Backend):
             async with pool.connection() as conn, conn.transaction():
                 return await work(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise StoreError(f"the store at {self.url} failed: {exc}") from exc
+            raise StoreError(f"the store at {self.url} failed: {_scrubbed(str(exc), self._conninfo)}") from exc
 
     async def _write(self, blobs: Mapping[str, bytes]) -> list[str]:
         async def work(conn: AsyncConnection[tuple[Any, ...]]) -> list[str]:
@@ -1970,13 +1972,50 @@ def default_store_path() -> Path:
     return base / "agent-runner" / "store.db"
 
 
-def _without_password(url: str) -> str:
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+"""libpq parameters whose values are secrets, in a URL's query or in a ``key=value`` keyword string."""
+
+_SECRET_KEYWORD = re.compile(r"(?<![\w])((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)")
+"""A secret in libpq's keyword form (``host=db password=hunter2``): a value is a word or single-quoted."""
+
+
+def redact_store_url(url: str) -> str:
+    """``url`` as it may be shown (logs, errors, workflow history, Claude): every password in it replaced by ``***``.
+
+    A PostgreSQL store can be given its password three ways, all hidden: ``user:password@host``, a ``password=``
+    (or ``sslpassword=``) query parameter, and libpq's keyword form (``host=db password=hunter2``), which is not a
+    store URL but is what someone may set ``AGENT_RUNNER_STORE`` to, and so what the error refusing it shows.
+
+    Args:
+        url: A store URL, or whatever ``AGENT_RUNNER_STORE`` was set to.
+    """
+    if "://" not in url:
+        return _SECRET_KEYWORD.sub(r"\1***", url)
     parts = urlsplit(url)
-    if parts.password is None:
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    items = parts.query.split("&") if parts.query else []
+    query = "&".join(
+        f"{name}=***" if unquote_plus(name) in _SECRET_PARAMS else item
+        for item in items
+        for name in [item.partition("=")[0]]
+    )
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` (a driver's error) without the passwords of ``url``, should the driver quote any of them."""
+    parts = urlsplit(url)
+    secrets = [parts.password or ""]
+    secrets += [value for name, value in parse_qsl(parts.query, keep_blank_values=True) if name in _SECRET_PARAMS]
+    for secret in sorted({s for found in secrets for s in (found, quote(found))}, key=len, reverse=True):
+        if len(secret) >= 4:  # a shorter one would hide unrelated words of the message, and gives little away
+            text = text.replace(secret, "***")
+    return text
 
 
 def _sqlite_path(url: str) -> Path:
@@ -1985,11 +2024,13 @@ def _sqlite_path(url: str) -> Path:
         rest = rest[2:]
         if not rest.startswith("/"):
             raise StoreError(
-                f"{url!r} is not a SQLite store URL: write sqlite:///absolute/path.db (three slashes) or "
-                "sqlite:relative/path.db"
+                f"{redact_store_url(url)!r} is not a SQLite store URL: write sqlite:///absolute/path.db (three "
+                "slashes) or sqlite:relative/path.db"
             )
     if not rest:
-        raise StoreError(f"{url!r} names no file: write sqlite:///absolute/path.db or sqlite:relative/path.db")
+        raise StoreError(
+            f"{redact_store_url(url)!r} names no file: write sqlite:///absolute/path.db or sqlite:relative/path.db"
+        )
     return Path(rest).expanduser()
 
 
@@ -2028,13 +2069,13 @@ def _open_backend(url: str | None, setup: _MetaSetup) -> _Backend:
             raise StoreError(f"cannot create {path.parent} for the default store: {exc}; set {STORE_ENV}") from exc
         return _SqliteStore(path, f"sqlite://{path}", setup=setup)
     if url.startswith("sqlite:"):
-        return _SqliteStore(_sqlite_path(url), url, setup=setup)
+        return _SqliteStore(_sqlite_path(url), redact_store_url(url), setup=setup)
     if url.startswith(("postgresql://", "postgres://")):
-        return _PostgresStore(url, _without_password(url), setup=setup)
+        return _PostgresStore(url, redact_store_url(url), setup=setup)
     if url == "memory:":
         return _MemoryStore(setup)
     raise StoreError(
-        f"unknown store URL {_without_password(url)!r}: use sqlite:///absolute/path.db, sqlite:relative/path.db, "
+        f"unknown store URL {redact_store_url(url)!r}: use sqlite:///absolute/path.db, sqlite:relative/path.db, "
         f"postgresql://user:password@host:port/database (or postgres://...), or memory: (this process only). "
         f"Set it with {STORE_ENV}."
     )

@@ -31,6 +31,7 @@ from agent_runner.store import (
     _SqliteStore,  # the busy timeout is no public setting
     default_store_path,
     open_store,
+    redact_store_url,
     ref_for,
 )
 
@@ -568,6 +569,62 @@ async def test_open_store_takes_postgres_urls_and_hides_the_password(postgres_ur
         open_store("postgresql://someone:s3cret@127.0.0.1:1/nothing")
     assert "s3cret" not in str(raised.value)
     assert str(raised.value).startswith("cannot set up the store at postgresql://someone:***@127.0.0.1:1/nothing: ")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        pytest.param("postgresql://agent:hunter2@db:5432/runs", "postgresql://agent:***@db:5432/runs", id="userinfo"),
+        pytest.param(
+            "postgresql://agent@db:5432/runs?password=hunter2",
+            "postgresql://agent@db:5432/runs?password=***",
+            id="query",
+        ),
+        pytest.param(
+            "postgres://agent@db/runs?sslmode=require&sslpassword=k%20ey&password=hunter2&application_name=w",
+            "postgres://agent@db/runs?sslmode=require&sslpassword=***&password=***&application_name=w",
+            id="query-sslpassword",
+        ),
+        pytest.param(
+            "host=db user=agent password=hunter2 dbname=runs",
+            "host=db user=agent password=*** dbname=runs",
+            id="keywords",
+        ),
+        pytest.param(
+            "host=db password = 'hun ter\\'2' sslpassword=x dbname=runs",
+            "host=db password = *** sslpassword=*** dbname=runs",
+            id="keywords-quoted",
+        ),
+        pytest.param("postgresql://agent@db:5432/runs", "postgresql://agent@db:5432/runs", id="no-password"),
+        pytest.param("sqlite:///var/lib/store.db", "sqlite:///var/lib/store.db", id="sqlite"),
+    ],
+)
+def test_a_store_url_is_shown_with_every_form_of_password_hidden(url: str, shown: str) -> None:
+    """Logs, errors, workflow history and Claude see a store URL only this way."""
+    assert redact_store_url(url) == shown
+
+
+async def test_a_password_given_as_a_query_parameter_is_hidden_in_the_store_url_and_errors(postgres_url: str) -> None:
+    """The store's URL, which worker logs and every StoreError show, hides a ``?password=``; so do driver errors."""
+    async with open_store(postgres_url + "?password=hunter2") as store:  # the test cluster trusts, ignoring it
+        assert store.url == postgres_url + "?password=***"
+
+    with pytest.raises(StoreError) as raised:
+        open_store("postgresql://someone@127.0.0.1:1/nothing?password=s3cret")
+    assert "s3cret" not in str(raised.value)
+    assert str(raised.value).startswith(
+        "cannot set up the store at postgresql://someone@127.0.0.1:1/nothing?password=***: "
+    )
+
+
+def test_a_libpq_keyword_string_is_refused_with_its_password_hidden() -> None:
+    with pytest.raises(StoreError) as raised:
+        open_store("host=db user=agent password=hunter2 dbname=runs")
+    assert str(raised.value) == (
+        "unknown store URL 'host=db user=agent password=*** dbname=runs': use sqlite:///absolute/path.db, "
+        "sqlite:relative/path.db, postgresql://user:password@host:port/database (or postgres://...), or memory: "
+        "(this process only). Set it with AGENT_RUNNER_STORE."
+    )
 
 
 def test_postgres_schema_creation_is_safe_when_workers_open_at_once(postgres_url: str) -> None:
