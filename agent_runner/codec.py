@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
@@ -87,7 +88,14 @@ class EncryptionCodec(PayloadCodec):
                     "back (after the current one) until no run needs it."
                 )
             data = payload.data
-            decoded.append(Payload.FromString(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], None)))
+            try:
+                decoded.append(Payload.FromString(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], None)))
+            except (InvalidTag, ValueError):  # ValueError: too short to hold a nonce
+                raise ConfigurationError(
+                    f"A payload encrypted with key {key_id!r} does not decrypt with the key {KEYS_ENV} holds under "
+                    f"that id (another key with the same id, or a payload that was changed): set {KEYS_ENV} to the "
+                    "keys the workers use."
+                ) from None  # the cipher's InvalidTag says nothing more
         return decoded
 
 
@@ -114,6 +122,11 @@ def keys_from_env(environ: Mapping[str, str] | None = None) -> dict[str, bytes] 
             raise ConfigurationError(
                 f"{KEYS_ENV} must be `id:base64key,...` with 16-, 24- or 32-byte keys; the entry for "
                 f"{key_id or '(no id)'!r} is not. Make one with `python -m agent_runner.codec new-key`."
+            )
+        if key_id in keys:  # else the later key would win silently, and what the earlier one sealed would not open
+            raise ConfigurationError(
+                f"{KEYS_ENV} lists the key id {key_id!r} twice: give each key an id of its own (the first key "
+                "encrypts; every payload names the id of the key that encrypted it)."
             )
         keys[key_id] = key
     return keys
@@ -157,8 +170,14 @@ async def serve(codec: EncryptionCodec, port: int, allowed_origin: str, token: s
                 return cors(web.Response())
             if not authorized(request):
                 return cors(web.Response(status=401, text="a token is needed (Authorization: Bearer, or in the path)"))
-            payloads = json_format.Parse(await request.read(), Payloads())
-            result = await (codec.decode if decode else codec.encode)(payloads.payloads)
+            try:
+                payloads = json_format.Parse(await request.read(), Payloads())
+            except (json_format.ParseError, UnicodeDecodeError) as e:
+                return cors(web.Response(status=400, text=f'the body must be JSON such as {{"payloads": [...]}}: {e}'))
+            try:
+                result = await (codec.decode if decode else codec.encode)(payloads.payloads)
+            except ConfigurationError as e:  # a payload that does not decrypt: the UI shows the reason
+                return cors(web.Response(status=400, text=str(e)))
             body = json_format.MessageToJson(Payloads(payloads=result))
             return cors(web.Response(text=body, content_type="application/json"))
 

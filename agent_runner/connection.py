@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import temporalio.api.failure.v1
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
@@ -20,11 +21,12 @@ from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     JSONPlainPayloadConverter,
     PayloadConverter,
 )
 
-from agent_runner.codec import EncryptionCodec
+from agent_runner.codec import ENCODING, KEY_ID_METADATA, KEYS_ENV, EncryptionCodec
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.temporal_server import EmbeddedTemporal, TemporalServerError, configured_address, connect_client
 
@@ -45,8 +47,37 @@ class SharedPydanticPayloadConverter(CompositePayloadConverter):
             *(
                 _PYDANTIC_JSON if isinstance(c, JSONPlainPayloadConverter) else c
                 for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
+            ),
+            _ENCRYPTED_WITHOUT_KEYS,
         )
+
+
+class EncryptedWithoutKeys(EncodingPayloadConverter):
+    """Refuses an encrypted payload that reached the converter undecrypted: this process has no keys.
+
+    Temporal's own answer is ``KeyError: 'Unknown payload encoding binary/encrypted'``, which says neither what
+    happened nor what to set. Last in the converter list, and it converts no value to a payload.
+    """
+
+    @property
+    def encoding(self) -> str:
+        """The encrypted payloads' encoding (``agent_runner.codec.ENCODING``)."""
+        return ENCODING.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:  # noqa: ARG002 (the interface's signature)
+        """Nothing: values are encrypted by the codec, after conversion."""
+        return None
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:  # noqa: ARG002
+        """Raise ``ConfigurationError``, saying which key the payload needs and what to set."""
+        key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
+        raise ConfigurationError(
+            f"A payload is encrypted (with key {key_id!r}), and {KEYS_ENV} is not set in this process: set it to "
+            "the keys the workers use."
+        )
+
+
+_ENCRYPTED_WITHOUT_KEYS = EncryptedWithoutKeys()
 
 
 _converting = threading.local()

@@ -140,6 +140,52 @@ async def test_the_codec_server_decodes_for_the_ui_with_its_token_and_origin_onl
     assert decoded == [plain, plain, plain]
 
 
+async def test_the_codec_server_answers_400_with_the_reason_for_a_body_it_cannot_decode() -> None:
+    """Not JSON, or payloads under another key: the UI shows why, instead of a 500 and a traceback in the log."""
+    other = EncryptionCodec({"k1": base64.b64decode(OLD)})
+    [encrypted] = await other.encode([Payload(metadata={"encoding": b"json/plain"}, data=b'"hello"')])
+    under_another_key = {
+        "payloads": [
+            {
+                "metadata": {k: base64.b64encode(v).decode() for k, v in encrypted.metadata.items()},
+                "data": base64.b64encode(encrypted.data).decode(),
+            }
+        ]
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_runner.codec", "serve", "--port", "18083"],
+        cwd=ROOT,
+        env={**os.environ, KEYS_ENV: f"k1:{NEW}", TOKEN_ENV: TOKEN},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    answers = []
+    try:
+        assert proc.stdout is not None
+        await asyncio.to_thread(proc.stdout.readline)
+        async with aiohttp.ClientSession() as session:
+            for body in (b"not json", b'{"payloads": 1}', json.dumps(under_another_key).encode()):
+                async with session.post(f"http://127.0.0.1:18083/{TOKEN}/decode", data=body) as response:
+                    answers.append((response.status, await response.text()))
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate()
+    must_be = 'the body must be JSON such as {"payloads": [...]}: '
+    assert answers[:2] == [
+        (400, must_be + "Failed to load JSON: Expecting value: line 1 column 1 (char 0)."),
+        (
+            400,
+            must_be + "Failed to parse payloads field: repeated field payloads must be in [] which is 1 at Payloads.",
+        ),
+    ]
+    assert answers[2] == (
+        400,
+        f"A payload encrypted with key 'k1' does not decrypt with the key {KEYS_ENV} holds under that id (another "
+        f"key with the same id, or a payload that was changed): set {KEYS_ENV} to the keys the workers use.",
+    )
+    assert b"Traceback" not in stderr
+
+
 def test_the_codec_server_will_not_start_without_a_token() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "agent_runner.codec", "serve", "--port", "18082"],
@@ -174,3 +220,88 @@ async def test_a_failure_message_quoting_the_conversation_is_encrypted_too(
     stored = json.dumps(raw.to_json_dict())
     assert "Reykjavik" not in stored and "not allowed" not in stored
     assert "Encoded failure" in stored
+
+
+def test_a_key_id_listed_twice_is_refused() -> None:
+    """Else the later key wins silently, and what the earlier one sealed no longer opens."""
+    with pytest.raises(ConfigurationError) as raised:
+        EncryptionCodec.from_env({KEYS_ENV: f"k1:{OLD},k1:{NEW}"})
+    assert str(raised.value) == (
+        f"{KEYS_ENV} lists the key id 'k1' twice: give each key an id of its own (the first key encrypts; every "
+        "payload names the id of the key that encrypted it)."
+    )
+
+
+async def test_a_wrong_key_under_the_right_id_is_a_configuration_error_naming_it() -> None:
+    """Not the cipher's bare InvalidTag, which the worker would log with no message."""
+    codec, wrong = EncryptionCodec({"k1": base64.b64decode(OLD)}), EncryptionCodec({"k1": base64.b64decode(NEW)})
+    [encrypted] = await codec.encode([Payload(metadata={"encoding": b"json/plain"}, data=b'"hello"')])
+    with pytest.raises(ConfigurationError) as raised:
+        await wrong.decode([encrypted])
+    assert str(raised.value) == (
+        f"A payload encrypted with key 'k1' does not decrypt with the key {KEYS_ENV} holds under that id (another "
+        f"key with the same id, or a payload that was changed): set {KEYS_ENV} to the keys the workers use."
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        pytest.param(
+            None,
+            f"error: A payload is encrypted (with key 'k1'), and {KEYS_ENV} is not set in this process: set it to the "
+            "keys the workers use.\n",
+            id="no-keys",
+        ),
+        pytest.param(
+            f"k1:{OLD}",
+            f"error: A payload encrypted with key 'k1' does not decrypt with the key {KEYS_ENV} holds under that id "
+            f"(another key with the same id, or a payload that was changed): set {KEYS_ENV} to the keys the workers "
+            "use.\n",
+            id="wrong-key",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["status", "transcript", "follow"])
+@pytest.mark.usefixtures("temporal_address")
+async def test_the_cli_without_the_runs_keys_says_so_in_one_line(
+    command: str,
+    keys: str | None,
+    expected: str,
+    encrypted_run: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`status`, `transcript` and `follow` of an encrypted run print what to set, not a traceback."""
+    from agent_runner import cli
+
+    if keys is None:
+        monkeypatch.delenv(KEYS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(KEYS_ENV, keys)
+    assert await cli.amain([command, encrypted_run]) == 1
+    assert capsys.readouterr().err == expected
+
+
+@pytest.fixture(scope="module")
+def encrypted_run_holder() -> dict[str, str]:
+    return {}
+
+
+@pytest.fixture
+async def encrypted_run(
+    encrypted_run_holder: dict[str, str], temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI
+) -> str:
+    """A run that ended, encrypted under ``k1:NEW`` (one for the module)."""
+    if "id" not in encrypted_run_holder:
+        converter = data_converter({KEYS_ENV: f"k1:{NEW}"})
+        client = await Client.connect(temporal_env.client.service_client.config.target_host, data_converter=converter)
+        queue = f"enc-cli-{uuid.uuid4()}"
+        fake_api.script(end_turn("A secret answer."))
+        async with fake_claude_worker(client, fake_api, queue):
+            run = await AgentRunner(client, task_queue=queue).start(
+                model="claude-fake-1", max_tokens=64, messages=[{"role": "user", "content": "A secret question."}]
+            )
+            await run.until_done()
+        encrypted_run_holder["id"] = run.id
+    return encrypted_run_holder["id"]
