@@ -738,7 +738,9 @@ class Run:
         await self._edit(DENY_TOOL_UPDATE, {"tool_use_id": tool_use_id, "reason": reason}, True)
 
     async def pending_approvals(self) -> list[PendingApproval]:
-        """Tool calls waiting for a person."""
+        """Tool calls waiting for a person (none once the run has ended, as ``status()`` says)."""
+        if await self._is_closed():
+            return []  # a terminated or cancelled run's query would still name the calls it was waiting on
         pending = await self._content.resolve(await self._query(PENDING_APPROVALS_QUERY))
         return [PendingApproval.model_validate(p) for p in pending]
 
@@ -826,16 +828,32 @@ class Run:
             raise
 
     async def _execute_update(self, update: str, arg: dict[str, Any]) -> Any:
-        """Send an update, waiting out Temporal's limit of 10 updates in flight per run instead of failing."""
+        """Send an update, waiting out Temporal's limit of 10 updates in flight per run instead of failing.
+
+        Raises:
+            NoWorker: No worker polls the run's task queue. Checked before the update is sent: Temporal keeps an
+                update it was sent for the run's next workflow task, so one sent with no worker to take it applies
+                once a worker starts, even after its sender was told it failed (and a resent one applies twice).
+        """
+        try:
+            task_queue = await self.task_queue()
+            polled = await has_worker(self._client, task_queue)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise  # no such run: the update says so
+            logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
+        else:
+            if not polled and await self.ended() is None:
+                raise no_worker(task_queue, sent=False)
         backoff = _Backoff()
         for _ in range(60):
             try:
-                return await self._answered(self.handle.execute_update(update, arg))
+                return await self._answered(self.handle.execute_update(update, arg), edit=True)
             except RPCError as e:
                 if e.status != RPCStatusCode.RESOURCE_EXHAUSTED:
                     raise
                 await backoff.wait()
-        return await self._answered(self.handle.execute_update(update, arg))
+        return await self._answered(self.handle.execute_update(update, arg), edit=True)
 
     async def _edit_applied(self, update: str, seq: int) -> int:
         """Wait for a queued edit to apply at the run's boundary; its version, or ``EditRejected`` with the reason.
@@ -1050,7 +1068,7 @@ class Run:
             raise _rpc_error(self.id, e) from e
         return False
 
-    async def _answered(self, call: Awaitable[T], *, durable: bool = False) -> T:
+    async def _answered(self, call: Awaitable[T], *, durable: bool = False, edit: bool = False) -> T:
         """``call``'s answer, or ``NoWorker`` if no worker polls the run's task queue to give it.
 
         The queue is checked for pollers only once ``call`` has gone unanswered for a moment, so an answer costs
@@ -1061,6 +1079,7 @@ class Run:
             call: A query, an update, or a durable wait.
             durable: ``call`` waits for the run itself (its result, its events), which a worker that comes later
                 answers: tell ``no_worker_notice`` instead of raising, and go on waiting.
+            edit: ``call`` sends an edit (an update), which Temporal keeps for the run once sent.
         """
         task = asyncio.ensure_future(call)
         timeout = _WORKER_CHECK
@@ -1081,7 +1100,7 @@ class Run:
                     if polled:
                         told = False
                     elif not durable:
-                        raise no_worker(task_queue)
+                        raise no_worker(task_queue, sent=True if edit else None)
                     elif not told and self.no_worker_notice is not None:
                         self.no_worker_notice(no_worker(task_queue))
                         told = True
@@ -1090,6 +1109,8 @@ class Run:
             if not task.done():
                 task.cancel()
                 await asyncio.wait({task})  # a step of an async generator must end before the generator is closed
+                if not task.cancelled():
+                    task.exception()  # read, so asyncio does not log it as never retrieved: the caller was told
 
 
 def check_run_input(run_input: Mapping[str, Any]) -> None:
@@ -1115,12 +1136,26 @@ async def has_worker(client: Client, task_queue: str) -> bool:
     return len(response.pollers) > 0
 
 
-def no_worker(task_queue: str) -> NoWorker:
-    """The error for a task queue that no worker polls, with the command that starts one."""
+def no_worker(task_queue: str, *, sent: bool | None = None) -> NoWorker:
+    """The error for a task queue that no worker polls, with the command that starts one.
+
+    Args:
+        task_queue: The queue.
+        sent: For an edit: whether it was sent (Temporal then keeps it for the run, which takes it once a worker
+            polls) or not (nothing was changed).
+    """
     queue = "" if task_queue == TASK_QUEUE else f" --task-queue {shlex.quote(task_queue)}"
+    fate = {
+        None: "",
+        False: " The edit was not sent; nothing was changed.",
+        True: (
+            " The edit was sent, and Temporal keeps it for the run: it applies (or is refused) once a worker polls, "
+            "so do not send it again; check the transcript then."
+        ),
+    }[sent]
     return NoWorker(
-        f"No worker is polling task queue {task_queue!r}. Start one: {WORKER_COMMAND}{queue} (or, to try things out, "
-        f"the whole development stack: {DEV_COMMAND}{queue})"
+        f"No worker is polling task queue {task_queue!r}.{fate} Start one: {WORKER_COMMAND}{queue} (or, to try "
+        f"things out, the whole development stack: {DEV_COMMAND}{queue})"
     )
 
 

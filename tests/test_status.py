@@ -121,13 +121,35 @@ async def test_without_a_worker_queries_and_edits_say_how_to_start_one(runner: A
     """Rather than time out after half a minute without saying why."""
     run = await runner.start(**BASE)
     try:
-        for call in (run.status, run.transcript, lambda: run.inject("hi")):
+        for call in (run.status, run.transcript):
             with pytest.raises(NoWorker) as e:
                 async with asyncio.timeout(10):
                     await call()
             assert str(e.value) == no_worker_line(task_queue)
     finally:
         await run.terminate("test over")
+
+
+async def test_an_edit_without_a_worker_is_not_sent_so_none_applies_when_one_starts(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
+) -> None:
+    """The edit was sent, and its sender told it failed: Temporal kept it for the run, which took it once a worker
+    started (an inject sent twice joined the conversation twice; a stop stopped the run)."""
+    fake_api.script(end_turn("Sunny."))
+    run = await runner.start(**BASE)
+    refused = []
+    for edit in (run.inject("hi"), run.inject("hi"), run.stop("no")):
+        with pytest.raises(NoWorker) as e:
+            async with asyncio.timeout(10):
+                await edit
+        refused.append(str(e.value))
+    async with worker():
+        result = await run.result()
+        transcript = await run.transcript()
+    line = no_worker_line(task_queue)
+    assert refused == 3 * [line.replace(".", ". The edit was not sent; nothing was changed.", 1)]
+    assert result.status == "completed"
+    assert transcript == [USER, {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]}]
 
 
 async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_one_starts(
