@@ -200,7 +200,12 @@ async def compacting_before_it_continues_as_new(
     turns = by_kind([Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Ok.")])
     fake_api.responder = lambda body: Reply([SUMMARY], "compaction", delay=2) if "compaction" in body else turns(body)
     run = await runner.start(
-        **BASE, tools=[get_weather], thread=False, auto_compact={"input_tokens": 10}, continue_as_new={"events": 10}
+        **BASE,
+        tools=[get_weather],
+        thread=False,
+        betas=["compact-2026-09-04"],
+        auto_compact={"input_tokens": 10},
+        continue_as_new={"events": 10},
     )
     await first(run)
     async with asyncio.timeout(30):
@@ -575,6 +580,7 @@ async def test_auto_compact_summarizes_once_a_turns_input_passes_the_threshold(
             tools=[get_weather],
             thread=thread,
             context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
+            betas=["compact-2026-09-04"],
             auto_compact={"input_tokens": 1000, "compaction": {"instructions": "Keep the cities."}},
         )
         result = await run.result()
@@ -607,7 +613,11 @@ async def test_a_step_mode_loop_yields_the_compaction_and_goes_on_to_the_end(
     )
     async with worker(get_weather):
         run = await runner.start(
-            **BASE, tools=[get_weather], step=True, auto_compact={"input_tokens": 1000, "compaction": {}}
+            **BASE,
+            tools=[get_weather],
+            step=True,
+            betas=["compact-2026-09-04"],
+            auto_compact={"input_tokens": 1000, "compaction": {}},
         )
         stops = [message.stop_reason async for message in run]
         result = await run.result()

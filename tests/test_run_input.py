@@ -156,7 +156,8 @@ def test_a_tool_result_answering_the_previous_assistant_tool_use_is_accepted() -
 )
 def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, object]) -> None:
     messages = [{"role": "user", "content": "hi"}, message]
-    assert parse_run_input({**MINIMAL, "messages": messages}).messages == messages
+    spec = parse_run_input({**MINIMAL, "messages": messages, "betas": ["inline-tools-2026-09-15"]})
+    assert spec.messages == messages
 
 
 @pytest.mark.parametrize(
@@ -244,7 +245,9 @@ def test_every_message_shape_the_sdk_types_take_is_accepted(message: dict[str, o
 )
 def test_a_malformed_message_is_refused_naming_its_index_and_field(message: dict[str, object], problem: str) -> None:
     with pytest.raises(InvalidRunInput) as e:
-        parse_run_input({**MINIMAL, "messages": [{"role": "user", "content": "hi"}, message]})
+        parse_run_input(
+            {**MINIMAL, "messages": [{"role": "user", "content": "hi"}, message], "betas": ["inline-tools-2026-09-15"]}
+        )
     assert str(e.value) == f"The run's input was rejected:\n- {problem}"
 
 
@@ -379,5 +382,5 @@ def test_a_tool_list_the_api_refuses_is_refused_saying_what_to_do(fields: dict[s
 def test_a_tool_list_the_api_takes_is_taken(fields: dict[str, object]) -> None:
     """Server tools, toolsets and MCP toolsets have no ``input_schema``; a ``tool_choice`` may name any tool the run
     offers, or one only the API can name (an MCP server's)."""
-    spec = parse_run_input({**MINIMAL, **fields})
+    spec = parse_run_input({**MINIMAL, "betas": ["inline-tools-2026-09-15"], **fields})
     assert spec.tools[: len(fields.get("tools", []))] == fields.get("tools", [])  # type: ignore[arg-type]
