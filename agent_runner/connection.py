@@ -228,6 +228,15 @@ async def connect(*, embedded: bool = True, **kwargs: Any) -> tuple[Client, Embe
         raise ConfigurationError(
             f"Cannot start the embedded Temporal server: {_one_line(e)}. Or set TEMPORAL_ADDRESS to a running server."
         ) from e
+    except OSError as e:
+        if address is None or e.filename is None:
+            raise
+        # temporalio reads the TLS files the configuration names only now, and lets the OSError through.
+        raise ConfigurationError(
+            f"Cannot read {e.filename}, which Temporal's client configuration names ({e.strerror}): fix the path in "
+            "TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH or the "
+            "config profile."
+        ) from e
     except RuntimeError as e:  # the bridge's connect error, carrying the transport's own
         raise ConfigurationError(
             f"Cannot reach Temporal at {where}: {_reason(e)}. Start the server there, or point TEMPORAL_ADDRESS at a "

@@ -21,9 +21,10 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from agent_runner.contract.errors import AgentRunnerError, ConfigurationError
 from agent_runner.contract.types import MCP_CONFIG_ENV, TASK_QUEUE, TOOLS_ENV, WORKER_ROLES
@@ -34,6 +35,10 @@ from agent_runner.tuning import Backpressure, WorkerTuning
 __all__ = ["JsonFormatter", "configure_logging", "console_main", "main"]
 
 logger = logging.getLogger("agent_runner.worker")
+
+T = TypeVar("T")
+
+LOG_FORMATS = ("text", "json")
 
 
 class JsonFormatter(logging.Formatter):
@@ -76,12 +81,53 @@ def _seconds(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1 to 65535): {text!r}")
+    return port
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if not 0 < rate < float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of activities per second above 0: {text!r}")
+    return rate
+
+
+def _log_format(text: str) -> str:
+    if text not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(LOG_FORMATS)})")
+    return text
+
+
+def _from_env(parser: argparse.ArgumentParser, name: str, convert: Callable[[str], T], fallback: T, wanted: str) -> T:
+    """``$name`` converted as its flag's value is, or ``fallback`` when unset or empty.
+
+    argparse checks neither a flag's ``type`` nor its ``choices`` against a default that is not a string, so a bad
+    value would otherwise surface as a traceback, or not at all.
+    """
+    raw = os.environ.get(name, "")
+    if not raw:
+        return fallback
+    try:
+        return convert(raw)
+    except (ValueError, argparse.ArgumentTypeError):
+        parser.error(f"${name} is {raw!r}, not {wanted}: set it to one, or unset it")
+
+
 def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     default = WorkerTuning()
     parser.add_argument(
         "--processes",
         type=int,
-        default=int(os.environ.get("AGENT_RUNNER_WORKER_PROCESSES", "1")),
+        default=_from_env(parser, "AGENT_RUNNER_WORKER_PROCESSES", int, 1, "a whole number of processes"),
         help="worker processes to run under this command, sharing the task queues: about one core each "
         "(default 1; also $AGENT_RUNNER_WORKER_PROCESSES)",
     )
@@ -137,16 +183,25 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-concurrent-activities",
         type=int,
-        default=tuned.min_slots,
-        help=f"with --backpressure: calls one process runs whatever it measures (default {tuned.min_slots})",
+        default=None,
+        help=f"with --backpressure: calls one process runs whatever it measures (default {tuned.min_slots}, or "
+        "--max-concurrent-activities if that is lower)",
     )
 
 
 def _tuning(args: argparse.Namespace) -> WorkerTuning:
     # Built whether or not it is asked for, so that a bad value of its flags is refused either way.
-    backpressure = Backpressure(
-        max_lag=args.max_loop_lag, max_step_delay=args.max_step_delay, min_slots=args.min_concurrent_activities
-    )
+    backpressure = Backpressure(max_lag=args.max_loop_lag, max_step_delay=args.max_step_delay)
+    floor = args.min_concurrent_activities
+    if floor is not None:
+        backpressure = replace(backpressure, min_slots=floor)
+        # Given both, they must agree: the slot supplier would lower the floor to the ceiling without a word. The
+        # default floor is lowered so, as a small ceiling is all that was asked for.
+        if args.backpressure and floor > args.max_concurrent_activities:
+            raise ConfigurationError(
+                f"--min-concurrent-activities ({floor}) must not be more than --max-concurrent-activities "
+                f"({args.max_concurrent_activities}) with --backpressure: lower the one or raise the other."
+            )
     return WorkerTuning(
         max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
         max_concurrent_activities=args.max_concurrent_activities,
@@ -190,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--max-activities-per-second",
-        type=float,
+        type=_rate,
         default=None,
         help="fleet-wide rate limit for activities on --task-queue (for a model queue: Anthropic's requests/s)",
     )
@@ -203,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
-        default=int(os.environ["AGENT_RUNNER_METRICS_PORT"]) if os.environ.get("AGENT_RUNNER_METRICS_PORT") else None,
+        type=_port,
+        default=_from_env(parser, "AGENT_RUNNER_METRICS_PORT", _port, None, "a port number (1 to 65535)"),
         help="serve Prometheus metrics on this port (also $AGENT_RUNNER_METRICS_PORT)",
     )
     parser.add_argument(
@@ -215,8 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--log-format",
-        choices=("text", "json"),
-        default=os.environ.get("AGENT_RUNNER_LOG_FORMAT", "text"),
+        type=_log_format,
+        choices=LOG_FORMATS,
+        default=_from_env(parser, "AGENT_RUNNER_LOG_FORMAT", _log_format, "text", " or ".join(LOG_FORMATS)),
         help="log lines as text or JSON objects (default text; also $AGENT_RUNNER_LOG_FORMAT)",
     )
     _add_tuning_flags(parser)
@@ -229,6 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_port += int(index.split("/")[0]) - 1
     try:
         tuning = _tuning(args)
+        if args.metrics_port is not None and args.metrics_port + max(args.processes, 1) - 1 > 65535:
+            raise ConfigurationError(
+                f"--metrics-port {args.metrics_port} leaves some of the {args.processes} processes no port (each "
+                "serves on the next one, up to 65535): give a lower port."
+            )
         if args.processes != 1:
             if args.processes < 1:
                 raise ConfigurationError(f"--processes must be at least 1, not {args.processes}.")

@@ -130,14 +130,74 @@ def ready_lines(log: Path) -> list[str]:
             ["--min-concurrent-activities", "0"],
             "error: --min-concurrent-activities must be at least 1, not 0.",
         ),
+        (
+            ["--metrics-port", "99999"],
+            "error: argument --metrics-port: not a port number (1 to 65535): '99999' (see --help)",
+        ),
+        (
+            ["--metrics-port", "65535", "--processes", "2"],
+            "error: --metrics-port 65535 leaves some of the 2 processes no port (each serves on the next one, up to "
+            "65535): give a lower port.",
+        ),
+        (
+            ["--max-activities-per-second", "-5"],
+            "error: argument --max-activities-per-second: not a number of activities per second above 0: '-5' (see "
+            "--help)",
+        ),
+        (
+            ["--backpressure", "--min-concurrent-activities", "50", "--max-concurrent-activities", "10"],
+            "error: --min-concurrent-activities (50) must not be more than --max-concurrent-activities (10) with "
+            "--backpressure: lower the one or raise the other.",
+        ),
+        (
+            ["--log-format", "xml"],
+            "error: argument --log-format: invalid choice: 'xml' (choose from text, json) (see --help)",
+        ),
     ],
 )
 def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(flags: list[str], message: str) -> None:
+    _refused_at_once(flags, {}, message)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (
+            "AGENT_RUNNER_WORKER_PROCESSES",
+            "abc",
+            "error: $AGENT_RUNNER_WORKER_PROCESSES is 'abc', not a whole number of processes: set it to one, or unset "
+            "it (see --help)",
+        ),
+        (
+            "AGENT_RUNNER_METRICS_PORT",
+            "abc",
+            "error: $AGENT_RUNNER_METRICS_PORT is 'abc', not a port number (1 to 65535): set it to one, or unset it "
+            "(see --help)",
+        ),
+        (
+            "AGENT_RUNNER_METRICS_PORT",
+            "99999",
+            "error: $AGENT_RUNNER_METRICS_PORT is '99999', not a port number (1 to 65535): set it to one, or unset it "
+            "(see --help)",
+        ),
+        (
+            "AGENT_RUNNER_LOG_FORMAT",
+            "xml",
+            "error: $AGENT_RUNNER_LOG_FORMAT is 'xml', not text or json: set it to one, or unset it (see --help)",
+        ),
+    ],
+)
+def test_a_bad_environment_value_stops_the_worker_with_one_line_naming_it(name: str, value: str, message: str) -> None:
+    """argparse checks neither types nor choices of defaults: the worker checks what the environment sets."""
+    _refused_at_once([], {name: value}, message)
+
+
+def _refused_at_once(flags: list[str], env: dict[str, str], message: str) -> None:
     # Before the worker loads (Anthropic's types take seconds to import): a typo is refused at once.
     done = subprocess.run(
         worker_command(*flags, importtime=True),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -147,6 +207,33 @@ def test_a_bad_flag_value_stops_the_worker_with_one_line_saying_what_is_wrong(fl
     lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("import time:")]
     assert len(lines) == 1, done.stderr
     assert lines[0].endswith(message)
+
+
+def test_a_tls_file_that_is_missing_stops_the_worker_with_one_line_naming_it(tmp_path: Path) -> None:
+    """temporalio reads the TLS files only when it connects, and lets a FileNotFoundError through."""
+    missing = tmp_path / "client.pem"
+    done = subprocess.run(
+        worker_command(),
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TEMPORAL_ADDRESS": "127.0.0.1:1",
+            "TEMPORAL_TLS_CLIENT_CERT_PATH": str(missing),
+            "TEMPORAL_TLS_CLIENT_KEY_PATH": str(missing),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.endswith(
+        f"error: Cannot read {missing}, which Temporal's client configuration names (No such file or directory): "
+        "fix the path in TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH, "
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH or the config profile."
+    )
 
 
 async def test_tuning_reaches_the_temporal_worker(client: Client) -> None:
