@@ -372,3 +372,23 @@ async def test_terminating_or_cancelling_a_run_that_ended_says_it_ended_and_leav
     assert await run.ended() == "completed"
     with pytest.raises(RunNotFound, match="No run with id 'nobody'"):
         await (runner.attach("nobody").terminate("x") if how == "terminate" else runner.attach("nobody").cancel())
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_an_ended_runs_calls_wait_for_nobody_and_no_worker_is_needed_to_say_so(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A terminated run's pending_approvals query still named the call it waited on (`agent-runner approvals` listed
+    it, and `approve` was then refused), where `status()` says it waits for nothing."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        await wait_status(run, "waiting_for_approval")
+        assert [p.tool_use_id for p in await run.pending_approvals()] == ["toolu_D"]
+        await run.terminate("enough")
+        assert await run.pending_approvals() == []
+    assert await run.pending_approvals() == []  # with no worker to answer a query
+    capsys.readouterr()
+    assert await cli.amain(["approvals", run.id, "--task-queue", runner.task_queue]) == 0
+    assert CALLS == []
+    assert capsys.readouterr() == ("", f"no tool call of run {run.id} waits for approval\n")
