@@ -496,3 +496,23 @@ def test_compose_runs_three_workers_against_its_own_temporal(compose: dict[str, 
         assert services[name]["healthcheck"]["test"], f"{name} has no healthcheck"
     for dependent in ("temporal-ui", "worker"):
         assert services[dependent]["depends_on"]["temporal"]["condition"] == "service_healthy"
+
+
+def test_the_secret_the_docs_create_holds_every_setting_the_read_only_pods_need(secret: dict[str, Any]) -> None:
+    """Each `kubectl create secret` the docs give sets what the example Secret holds, the shared store included.
+
+    A pod's root filesystem is read-only, so a worker without ``AGENT_RUNNER_STORE`` cannot create the default SQLite
+    store under its home, and exits at start.
+    """
+    assert {"ANTHROPIC_API_KEY", "AGENT_RUNNER_STORE"} <= set(secret["stringData"])
+    assert secret["stringData"]["AGENT_RUNNER_STORE"].startswith("postgresql://")
+    uncommented = re.sub(r"^\s*#\s?", "", (K8S / "secret.example.yaml").read_text(), flags=re.MULTILINE)
+    docs = {DEPLOY / "README.md": (DEPLOY / "README.md").read_text(), K8S / "secret.example.yaml": uncommented}
+    for path, text in docs.items():
+        commands = re.findall(r"create secret generic agent-runner-secrets((?:[^\n]*\\\n)*[^\n]*)", text)
+        assert commands, f"{path.relative_to(ROOT)} gives no `kubectl create secret` for the workers"
+        for command in commands:
+            given = set(re.findall(r"--from-literal=([A-Z_]+)=", command))
+            assert given >= set(secret["stringData"]), f"{path.relative_to(ROOT)}: {command!r} leaves out a setting"
+    for documented in (DOCKERFILE.read_text(), (DEPLOY / "README.md").read_text()):
+        assert "AGENT_RUNNER_STORE" in documented
