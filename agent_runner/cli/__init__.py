@@ -33,11 +33,11 @@ Steering a live run (each edit is accepted at once and applies before the run's 
 
 An edit that applies at the boundary waits for it and prints ``applied at version N`` (the transcript version it
 produced); with ``--no-wait``, or for a run in step mode (whose boundary comes only once it is advanced; ``--wait``
-waits anyway), it prints ``accepted; it applies before the next turn``. A refused edit prints ``error: <why>`` and
-exits 1. An edit to a run that waits for a person (an approval, a step-mode pause) prints that it was accepted and a
-note saying what the run waits for, with the command that answers it; Ctrl-C while an edit waits says that the edit
-is still queued. ``follow`` shows what a run waits for (``⏸ waiting for approval: ...``, ``⏸ paused after turn N``)
-with the command that answers it, and never answers it itself.
+waits while it runs), it prints ``accepted; it applies before the next turn``. A refused edit prints ``error: <why>``
+and exits 1. An edit to a run that waits for a person (an approval, a step-mode pause) never waits for them, even with
+``--wait``: it prints that it was accepted and a note saying what the run waits for, with the command that answers it;
+Ctrl-C while an edit waits says that the edit is still queued. ``follow`` shows what a run waits for (``⏸ waiting for
+approval: ...``, ``⏸ paused after turn N``) with the command that answers it, and never answers it itself.
 
 Temporal is reached through ``AgentRunner.connect()``: Temporal's standard environment configuration
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, a ``temporal.toml`` profile, ...), else the local embedded server on

@@ -174,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             default=None,
             help="wait for the edit to apply and print the transcript version it produced (the default, except for "
-            "a run in step mode, whose edits apply only once it is advanced)",
+            "a run in step mode, whose edits apply only once it is advanced); never for a person: to a run that "
+            "waits for one (an approval, a step-mode pause) the edit prints that it was accepted and what the run "
+            "waits for",
         )
         waiting.add_argument(
             "--no-wait",
