@@ -935,10 +935,16 @@ class Run:
             A handle on the new run.
 
         Raises:
+            InvalidRunInput: ``content`` is no message the API takes (empty text, say); nothing was started.
             AgentRunError: The run has not ended (it answers with what to do instead).
         """
-        point = await self._query(SEND_POINT_QUERY)
+        from agent_runner.contract.run_input import message_problems
+
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        problems = message_problems([{"role": "user", "content": blocks}])
+        if problems:  # checked before anything starts, as `run` does: the new run would fail at once
+            raise InvalidRunInput("The message was rejected:\n" + "\n".join(f"- {p}" for p in problems))
+        point = await self._query(SEND_POINT_QUERY)
         run_input = {
             **point["input"],
             "messages": [{"role": "user", "content": blocks}],

@@ -306,3 +306,30 @@ async def test_a_send_point_and_a_fork_point_copied_from_the_stock_cli_start_the
     assert [(r.status, r.iterations) for r in results] == [("completed", 1), ("completed", 1)]
     first = {**BASE, "messages": [USER], "tools": [], "stream": True}
     assert fake_api.bodies() == [first, {**BASE, "messages": [USER, SUNNY, AGAIN], "tools": [], "stream": True}, first]
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_a_message_the_api_refuses_is_refused_before_a_new_run_starts(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`send RUN ""` started a run that failed at once, where `run ""` is refused before anything starts."""
+    fake_api.script(end_turn("Sunny."))
+    async with worker():
+        run = await runner.start(**BASE, messages=[USER])
+        await run.until_done()
+        with pytest.raises(InvalidRunInput) as refused:
+            await run.send(" ")
+        capsys.readouterr()
+        code = await cli.amain(["send", run.id, "", "--task-queue", runner.task_queue, "--detach"])
+        listed = await runner.list()
+    assert str(refused.value) == (
+        "The message was rejected:\n- `messages[0]`.content[0] is a text block with no text but whitespace; the API "
+        "rejects it. Leave the block out."
+    )
+    assert (code, capsys.readouterr().err) == (
+        1,
+        "error: The message was rejected:\n- `messages[0]`.content[0] is a text block with no text but whitespace; "
+        "the API rejects it. Leave the block out.\n",
+    )
+    assert [summary.id for summary in listed] == [run.id]  # no other run started
+    assert len(fake_api.bodies()) == 1
