@@ -32,6 +32,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -40,7 +41,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.common import Priority, SearchAttributeKey, WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.converter import DataConverter
 from temporalio.exceptions import (
@@ -165,6 +166,30 @@ CLOSED_STATUSES: Mapping[WorkflowExecutionStatus, RunStatusName] = {
 }
 """How Temporal says a run ended, when the run's own state cannot say it: a run that failed its input check, or was
 cancelled before its loop began, still reports ``running``; a terminated one, whatever it was doing then."""
+
+LISTED_RUNS = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus != 'ContinuedAsNew'"
+"""The visibility query of every run, each once: the executions a run continued as new from are not runs of their
+own (a run that continued as new three times was four lines, three of them ``continued_as_new``)."""
+
+STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("AgentRunStatus")
+"""The run's own status, which its workers keep current with ``--search-attributes``
+(``workflows/search_attributes.py``)."""
+
+
+def listed_status(execution: WorkflowExecution) -> str:
+    """A run's status as a listing knows it, from Temporal's visibility store.
+
+    Its own (``stopped``, ``waiting_for_approval``, ...) when its workers keep it as a search attribute, else
+    Temporal's word; Temporal's when the run could not say how it ended (failed, cancelled, terminated).
+    """
+    temporal = execution.status
+    if temporal is not None and temporal in CLOSED_STATUSES:
+        return CLOSED_STATUSES[temporal]
+    own = execution.typed_search_attributes.get(STATUS_ATTRIBUTE)
+    if own is not None:
+        return own
+    return temporal.name.lower() if temporal is not None else "unknown"
+
 
 WAITING_STATUSES = frozenset({"waiting_for_approval", "waiting_for_step", "waiting_for_review", "sleeping"})
 """Statuses in which the run waits for a person before it goes on."""
@@ -314,14 +339,14 @@ class AgentRunner:
         Raises:
             AgentRunError: Temporal refused the query (a malformed one, say).
         """
-        full_query = f"WorkflowType = '{WORKFLOW_TYPE}'" + (f" AND ({query})" if query else "")
+        full_query = LISTED_RUNS + (f" AND ({query})" if query else "")
         summaries: list[RunSummary] = []
         try:
             async for execution in self.client.list_workflows(full_query, limit=limit):
                 summaries.append(
                     RunSummary(
                         id=execution.id,
-                        status=execution.status.name.lower() if execution.status else "unknown",
+                        status=listed_status(execution),
                         start_time=execution.start_time.isoformat(),
                         close_time=execution.close_time.isoformat() if execution.close_time else None,
                     )

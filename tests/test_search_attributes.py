@@ -108,3 +108,34 @@ async def test_a_run_that_failed_or_was_cancelled_while_waiting_no_longer_lists_
         ended = await ids(runner, f'AgentRunStatus = "{end}" AND AgentRunWaiting = "" AND WorkflowId = "{run.id}"', 1)
         closed = await run.ended()
     assert (ended, closed) == ([run.id], {"failed": "failed", "cancelled": "canceled"}[end])
+
+
+async def test_list_shows_each_run_once_with_its_own_status(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
+) -> None:
+    """A run that continued as new was a line per execution (`continued_as_new` ones, and in the console stale
+    `running` ones), and a stopped run or one waiting for approval showed Temporal's `completed`/`running`."""
+    from agent_runner.console.listing import list_rows
+
+    fake_api.script(
+        Reply([tool_use("toolu_1", "deploy", {"service": "api"})], "tool_use"),
+        end_turn("done"),
+        Reply([tool_use("toolu_2", "deploy", {"service": "web"})], "tool_use"),
+        Reply([tool_use("toolu_3", "deploy", {"service": "db"})], "tool_use"),
+    )
+    async with worker(deploy, search_attributes=True):
+        long = await runner.start(**SHIP, continue_as_new={"events": 10})
+        await long.until_done()
+        stopped = await runner.start(**SHIP, step=True)
+        await stopped.stop("enough")
+        await stopped.result()
+        waiting = await runner.start(**SHIP, approval={"tools": ["deploy"]})
+        await ids(runner, f'AgentRunWaiting = "approval" AND WorkflowId = "{waiting.id}"', 1)
+        await ids(runner, f'AgentRunStatus = "stopped" AND WorkflowId = "{stopped.id}"', 1)
+        listed = {(s.id, s.status) for s in await runner.list(f"TaskQueue = '{task_queue}'")}
+        rows = await list_rows(runner.client, task_queue=task_queue, waiting=None, limit=50)
+        await waiting.terminate("test over")
+    expected = {(long.id, "completed"), (stopped.id, "stopped"), (waiting.id, "waiting_for_approval")}
+    assert listed == expected
+    assert {(r["id"], r["status"]) for r in rows} == expected
+    assert len(rows) == 3

@@ -46,7 +46,6 @@ LIST_STATUSES: Mapping[str, str] = {
     "canceled": "Canceled",
     "terminated": "Terminated",
     "timed_out": "TimedOut",
-    "continued_as_new": "ContinuedAsNew",
 }
 """``list --status`` values and the Temporal ``ExecutionStatus`` each one queries."""
 

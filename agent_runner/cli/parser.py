@@ -249,7 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--task-queue", default=None, help="only runs on this task queue (default: runs on every task queue)"
     )
-    listing.add_argument("--status", choices=sorted(LIST_STATUSES), help="only runs in this state")
+    listing.add_argument(
+        "--status",
+        choices=sorted(LIST_STATUSES),
+        help="only runs Temporal has in this state (completed includes runs that stopped, hit max_iterations or "
+        "ran out of budget; the list shows each run's own status when its workers keep search attributes)",
+    )
     listing.add_argument("--query", help="a further Temporal visibility query, e.g. \"StartTime > '2026-01-01'\"")
     listing.add_argument("--limit", type=_positive_int, default=50, help="the most runs to list (default 50)")
     listing.set_defaults(handler=("runs", "cmd_list"))

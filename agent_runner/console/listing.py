@@ -21,9 +21,8 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
-from agent_runner.client import CLOSED_STATUSES, AgentRunner
+from agent_runner.client import LISTED_RUNS, STATUS_ATTRIBUTE, AgentRunner, listed_status
 from agent_runner.contract.errors import AgentRunError, AgentRunnerError
-from agent_runner.contract.types import WORKFLOW_TYPE
 
 WAITING_FOR = {
     "waiting_for_approval": "approval",
@@ -33,7 +32,6 @@ WAITING_FOR = {
 }
 """What a run in each waiting status waits for, as the list shows and filters it (``AgentRunWaiting``'s values)."""
 
-STATUS = SearchAttributeKey.for_keyword("AgentRunStatus")
 WAITING = SearchAttributeKey.for_keyword("AgentRunWaiting")
 ITERATIONS = SearchAttributeKey.for_int("AgentRunIterations")
 
@@ -61,7 +59,7 @@ def visibility_query(*, task_queue: str | None, waiting: str | None) -> str:
         waiting: Only running runs waiting for this (``approval``, ``step``, ``review``, ``sleep``), ``any`` of
             them, or ``None`` for every run.
     """
-    clauses = [f"WorkflowType = {_quoted(WORKFLOW_TYPE)}"]
+    clauses = [LISTED_RUNS]
     if task_queue:
         clauses.append(f"TaskQueue = {_quoted(task_queue)}")
     if waiting is not None:
@@ -77,19 +75,12 @@ def row(execution: WorkflowExecution) -> dict[str, Any]:
     ``tools`` (the names of the tool calls waiting for approval) is ``None`` here: ``with_approval_tools`` asks.
     """
     attributes = execution.typed_search_attributes
-    own = attributes.get(STATUS)
-    temporal = execution.status
-    running = temporal in (None, WorkflowExecutionStatus.RUNNING)
-    if temporal is not None and temporal in CLOSED_STATUSES:
-        status: str = CLOSED_STATUSES[temporal]  # the run could not publish how it ended: Temporal's word
-    elif own is not None:
-        status = own
-    else:
-        status = temporal.name.lower() if temporal is not None else "unknown"
+    own = attributes.get(STATUS_ATTRIBUTE)
+    running = execution.status in (None, WorkflowExecutionStatus.RUNNING)
     waiting = attributes.get(WAITING) if running else None
     return {
         "id": execution.id,
-        "status": status,
+        "status": listed_status(execution),
         "start_time": execution.start_time.isoformat(),
         "close_time": execution.close_time.isoformat() if execution.close_time else None,
         "waiting": waiting or None,
