@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -42,6 +43,17 @@ def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 _positive_int = _int_at_least(1, "a positive integer")
 _version = _int_at_least(0, "a transcript version (0 or more)")
+
+
+def _positive_seconds(value: str) -> float:
+    """A number of seconds above 0: ``nan`` and ``inf`` parse as floats but are no time to wait."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):  # False for nan too
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def _checked(convert: Callable[[str], Any], problem: Callable[[Any], str | None], what: str) -> Callable[[str], Any]:
@@ -128,19 +140,29 @@ def parse_param(assignment: str) -> tuple[str, Any]:
     return key, value
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command``, whose usage line is the one a mistake in that command should show."""
+    for action in parser._actions:  # argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The usage rules argparse cannot express; a broken one exits 2 with the usage."""
+    """The usage rules argparse cannot express; a broken one exits 2 with the command's usage, as argparse's own do."""
+    error = _command_parser(parser, args.command).error
     if args.command == "run" and (args.prompt is None) == (args.file is None):
-        parser.error("run: give either a PROMPT or --file RUN.json")
+        error("give either a PROMPT or --file RUN.json")
     if args.command == "inject" and (args.text is None) == (args.file is None):
-        parser.error("inject: give either TEXT or --file BLOCKS.json")
+        error("give either TEXT or --file BLOCKS.json")
     if args.command == "params":
         keys = [key for key, _ in args.params]
         repeated = sorted({key for key in keys if keys.count(key) > 1})
         if repeated:
-            parser.error(f"params: {', '.join(repeated)} given more than once")
+            error(f"{', '.join(repeated)} given more than once")
         if "wait" in keys:
-            parser.error("params: `wait` is not a request parameter")
+            error("`wait` is not a request parameter")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,7 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "Cancel a run: its in-flight model call and tools are stopped.")
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument(
-        "--wait", type=float, default=10.0, metavar="SECONDS", help="how long to wait for the run to stop (default 10)"
+        "--wait",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the run to stop (default 10)",
     )
     cancel.set_defaults(handler=("runs", "cmd_cancel"))
 
