@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +28,6 @@ from temporalio.client import (
     ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
     ScheduleListActionStartWorkflow,
-    ScheduleListSchedule,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
@@ -71,6 +71,7 @@ class ScheduledRun:
         paused: Whether it is paused.
         next_times: When it fires next (ISO 8601, UTC), as far as the server lists them.
         recent_runs: The ids of the runs it started lately, oldest first.
+        task_queue: The task queue its runs start on (workers must poll it).
     """
 
     id: str
@@ -79,6 +80,7 @@ class ScheduledRun:
     paused: bool
     next_times: tuple[str, ...]
     recent_runs: tuple[str, ...]
+    task_queue: str
 
 
 async def create_schedule(
@@ -189,13 +191,14 @@ async def list_schedules(runner: AgentRunner) -> list[ScheduledRun]:
     """
     found: list[ScheduledRun] = []
     async for listed in await runner.client.list_schedules():
-        schedule, info = listed.schedule, listed.info
-        if schedule is None or info is None:  # a schedule the server could not decode: not one we can describe
+        schedule = listed.schedule
+        if schedule is None:  # a schedule the server could not decode: not one we can describe
             continue
         action = schedule.action
         if isinstance(action, ScheduleListActionStartWorkflow) and action.workflow == WORKFLOW_TYPE:
-            cron = await listed.memo_value(_CRON_MEMO, default=None)
-            found.append(_scheduled(listed.id, cron, schedule, info.next_action_times, info.recent_actions))
+            # The list names a schedule's workflow type but not its task queue, which only a describe gives.
+            with contextlib.suppress(ScheduleNotFound):  # deleted since it was listed
+                found.append(await describe_schedule(runner, listed.id))
     return sorted(found, key=lambda s: s.id)
 
 
@@ -214,10 +217,15 @@ async def delete_schedule(runner: AgentRunner, schedule_id: str) -> None:
 def _scheduled(
     schedule_id: str,
     cron: str | None,
-    schedule: Schedule | ScheduleListSchedule,
+    schedule: Schedule,
     next_times: Sequence[datetime],
     recent: Sequence[ScheduleActionResult],
 ) -> ScheduledRun:
+    action = schedule.action
+    if not isinstance(action, ScheduleActionStartWorkflow):  # the one action Temporal has; a newer one is not ours
+        raise ScheduleNotFound(
+            f"Schedule {schedule_id!r} does not start runs: `agent-runner schedule list` shows the schedules that do."
+        )
     return ScheduledRun(
         id=schedule_id,
         cron=cron,
@@ -227,6 +235,7 @@ def _scheduled(
         recent_runs=tuple(
             a.action.workflow_id for a in recent if isinstance(a.action, ScheduleActionExecutionStartWorkflow)
         ),
+        task_queue=action.task_queue,
     )
 
 

@@ -84,7 +84,13 @@ async def test_schedules_are_listed_and_deleted(runner: AgentRunner) -> None:
     else:
         pytest.fail("the schedule was not listed within 20 s")
     mine = listed[schedule_id]
-    assert (mine.cron, mine.every, mine.paused, mine.recent_runs) == ("0 7 * * 1", (), True, ())
+    assert (mine.cron, mine.every, mine.paused, mine.recent_runs, mine.task_queue) == (
+        "0 7 * * 1",
+        (),
+        True,
+        (),
+        runner.task_queue,
+    )
     await delete_schedule(runner, schedule_id)
     with pytest.raises(ScheduleNotFound):
         await delete_schedule(runner, schedule_id)
@@ -134,24 +140,29 @@ async def test_the_cli_creates_lists_and_deletes_a_schedule(
     schedule_id = f"cli-{uuid.uuid4().hex[:8]}"
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps(RUN_INPUT))
+    # --task-queue after the subcommand, as every other command takes it (before it works too: see below).
     base = ["--task-queue", task_queue]
     assert (
         await cli.amain(
-            ["schedule", *base, "create", schedule_id, "--file", str(run_file), "--cron", "0 7 * * *", "--paused"]
+            ["schedule", "create", *base, schedule_id, "--file", str(run_file), "--cron", "0 7 * * *", "--paused"]
         )
         == 0
     )
     created = capsys.readouterr().out.splitlines()
-    assert created[:2] == [f"created schedule {schedule_id}", "  timing: cron '0 7 * * *' (paused)"]
-    assert len(created) == 3 and created[2].startswith("  next: ") and created[2].count("T07:00:00+00:00") == 3
+    assert created[:3] == [
+        f"created schedule {schedule_id}",
+        "  timing: cron '0 7 * * *' (paused)",
+        f"  task queue: {task_queue}",
+    ]
+    assert len(created) == 4 and created[3].startswith("  next: ") and created[3].count("T07:00:00+00:00") == 3
     for _ in range(100):
-        assert await cli.amain(["schedule", *base, "list"]) == 0
+        assert await cli.amain(["schedule", "list", *base]) == 0
         listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(schedule_id)]
         if listed:
             break
         await asyncio.sleep(0.2)
-    assert listed == [f"{schedule_id}  cron '0 7 * * *'  paused  runs: 0 recent"]
-    assert await cli.amain(["schedule", *base, "delete", schedule_id]) == 0
+    assert listed == [f"{schedule_id}  cron '0 7 * * *'  paused  queue {task_queue}  runs: 0 recent"]
+    assert await cli.amain(["schedule", "delete", *base, schedule_id]) == 0
     assert capsys.readouterr().out == f"deleted schedule {schedule_id} (runs it started go on)\n"
     assert await cli.amain(["schedule", *base, "delete", schedule_id]) == 1
     assert capsys.readouterr().err == (

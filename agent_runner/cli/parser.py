@@ -405,8 +405,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     schedule = command("schedule", "Runs on a cron expression or an interval (Temporal Schedules).")
     schedule_commands = schedule.add_subparsers(dest="schedule_command", required=True, metavar="COMMAND")
+
+    def schedule_command(name: str, help: str, queue_help: str) -> argparse.ArgumentParser:  # noqa: A002
+        sub = schedule_commands.add_parser(name, help=help, description=help)
+        # Taken after the subcommand too, as every other command takes it; SUPPRESS leaves the value given before
+        # the subcommand (`schedule --task-queue Q create`) alone when none is given after it.
+        sub.add_argument("--task-queue", default=argparse.SUPPRESS, help=queue_help)
+        return sub
+
     create_help = "Create a schedule that starts a run with the given JSON input each time it fires."
-    create = schedule_commands.add_parser("create", help=create_help, description=create_help)
+    create = schedule_command(
+        "create", create_help, f"the task queue the schedule's runs start on (default {TASK_QUEUE})"
+    )
     create.add_argument("schedule_id", metavar="SCHEDULE_ID", help="its runs are named SCHEDULE_ID-<fire time>")
     create.add_argument(
         "--file",
@@ -427,10 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--now", action="store_true", help="also start one run now")
     _priority_flags(create)
     create.set_defaults(handler=("schedules", "cmd_schedule_create"))
-    schedule_list = schedule_commands.add_parser("list", help="List schedules of runs.", description="List them.")
+    schedule_list = schedule_command(
+        "list",
+        "List schedules of runs, with the task queue each starts its runs on.",
+        "accepted as every command accepts it; the list shows the schedules of every task queue",
+    )
     schedule_list.set_defaults(handler=("schedules", "cmd_schedule_list"))
     delete_help = "Delete a schedule; the runs it started go on."
-    delete = schedule_commands.add_parser("delete", help=delete_help, description=delete_help)
+    delete = schedule_command("delete", delete_help, "accepted as every command accepts it: a schedule's id is enough")
     delete.add_argument("schedule_id", metavar="SCHEDULE_ID")
     delete.set_defaults(handler=("schedules", "cmd_schedule_delete"))
 

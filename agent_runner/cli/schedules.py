@@ -107,11 +107,15 @@ def _timing(schedule: ScheduledRun) -> str:
 
 def _line(schedule: ScheduledRun) -> str:
     state = "paused" if schedule.paused else f"next {schedule.next_times[0]}" if schedule.next_times else "idle"
-    return f"{schedule.id}  {_timing(schedule)}  {state}  runs: {len(schedule.recent_runs)} recent"
+    return (
+        f"{schedule.id}  {_timing(schedule)}  {state}  queue {schedule.task_queue}  "
+        f"runs: {len(schedule.recent_runs)} recent"
+    )
 
 
 def _describe(schedule: ScheduledRun) -> list[str]:
     lines = [f"  timing: {_timing(schedule)}{' (paused)' if schedule.paused else ''}"]
+    lines += [f"  task queue: {schedule.task_queue}"]
     lines += [f"  next: {', '.join(schedule.next_times[:3])}"] if schedule.next_times else []
     lines += [f"  started: {run_id}" for run_id in schedule.recent_runs]
     return lines
