@@ -237,7 +237,10 @@ def test_the_readme_walkthrough_runs_verbatim_without_an_api_key(temporal: str, 
     ending = lines[len(READY) + len(WALKTHROUGH_OUTPUT) :]
     assert len(ending) == len(ENDING) and all(map(re.fullmatch, ENDING, ending)), "\n".join(ending)
     assert ending[-1] == f"Stopped the dev stack (pid {stack_pid})."
-    assert _normalized(done.stderr) == [WAITING_NOTE] * 3
+    assert (
+        _normalized(done.stderr)
+        == [WAITING_NOTE, "note: if it cannot apply then, `agent-runner status RUN` says why."] * 3
+    )
     assert "Traceback" not in (home / "dev.log").read_text()
     assert left == [], "the walk-through left processes running"
     assert not (home / "dev.json").exists()

@@ -70,6 +70,7 @@ async def following(run_id: str) -> AsyncIterator[asyncio.Task[int]]:
 def step_note(run_id: str) -> str:
     return (
         f"note: run {run_id} is in step mode: the edit applies when it is advanced (`agent-runner advance {run_id}`).\n"
+        f"note: if it cannot apply then, `agent-runner status {run_id}` says why.\n"
     )
 
 
@@ -407,3 +408,34 @@ async def test_the_stock_temporal_cli_injects_denies_and_queries_with_plain_json
         ],
         "thread": {"type": "continue", "previous_message_id": "msg_fake_001"},
     }
+
+
+async def test_an_edit_refused_at_its_boundary_is_named_by_status_to_its_sender(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Sent to a run waiting for a person, an edit is accepted and the command returns; one refused when its boundary
+    came (stale: the inject before it moved the version) was found out only by querying `edit_outcome`."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/x"})], "tool_use"), end_turn("Done."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"}, thread=False)
+        await wait_status(run, "waiting_for_approval")
+        version = (await run.status()).version
+        assert await cli.amain(["inject", run.id, "In French."]) == 0
+        history = tmp_path / "history.json"
+        history.write_text(json.dumps([USER]))
+        replace = ["replace-history", run.id, "--file", str(history), "--expected-version", str(version)]
+        assert await cli.amain(replace) == 0
+        await run.approve("toolu_D")
+        await run.until_done()
+        capsys.readouterr()
+        assert await cli.amain(["status", run.id]) == 0
+    refused = [line for line in capsys.readouterr().out.splitlines() if line.startswith("refused")]
+    assert refused == [
+        f"refused      edit 2 (replace_history): The transcript changed since version {version} (it is now at "
+        f"{version + 2}); nothing was changed. Read the transcript again and resend the edit with its version."
+    ]
+    assert fake_api.bodies()[1]["messages"][0] == USER and len(fake_api.bodies()[1]["messages"]) == 3

@@ -102,9 +102,9 @@ class Boundary:
             await self._apply_edit(edit)
             state.edits_applied += 1
             state.version += 1
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version)
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, version=state.version, kind=edit.kind)
         except EditFailed as e:
-            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e))
+            state.outcomes[edit.seq] = EditOutcome(seq=edit.seq, error=str(e), kind=edit.kind)
 
     def _held(self, edit: QueuedEdit) -> bool:
         """Whether ``edit`` stays queued at this boundary.
@@ -210,7 +210,7 @@ class Boundary:
         for edit in [e for e in state.queue if e.replies is not None and e.replies != state.iterations]:
             state.queue.remove(edit)
             state.outcomes[edit.seq] = EditOutcome(
-                seq=edit.seq, error=_stale_text(expected_version(edit.payload), state)
+                seq=edit.seq, error=_stale_text(expected_version(edit.payload), state), kind=edit.kind
             )
 
     def fail_queued(self) -> None:
@@ -221,6 +221,7 @@ class Boundary:
                 seq=edit.seq,
                 error=f"The run ended ({self._run.current_status}) before this edit could apply; nothing was changed. "
                 + TO_GO_ON,
+                kind=edit.kind,
             )
         state.queue.clear()
 

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
 
 
+REFUSED_EDITS_SHOWN = 5
+"""How many of the edits that could not apply the status names (the newest): each says why, to its sender."""
+
+
 def status_of(run: RunView) -> RunStatus:
     """The run's state: status, iterations, usage, transcript version and pending approvals (``STATUS_QUERY``)."""
     state, spec = run.state, run.spec
@@ -35,6 +39,11 @@ def status_of(run: RunView) -> RunStatus:
         transcript_length=len(state.conversation.transcript) if state.conversation else 0,
         version=state.version,
         pending_approvals=run.approvals.waiting(),
+        refused_edits=[
+            outcome.model_dump(exclude_none=True, exclude={"version"})
+            for seq, outcome in sorted(state.outcomes.items())
+            if outcome.error is not None
+        ][-REFUSED_EDITS_SHOWN:],
         stop_reason_detail=state.stop,
         cost_usd=spec.budget.prices.cost(state.usage) if spec and spec.budget.prices else None,
         tool_results_under_review=run.steps.under_review,

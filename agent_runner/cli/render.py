@@ -284,6 +284,10 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         lines.append(f"stopped      {status.stop_reason_detail}")
     if status.last_error:
         lines.append(f"last error   {status.last_error}")
+    for refused in status.refused_edits:
+        lines.append(
+            f"refused      edit {refused.get('seq')} ({refused.get('kind') or 'an edit'}): {refused.get('error')}"
+        )
     if status.agents:
         lines.append("agents")
         lines.extend(render_agents(status.agents))

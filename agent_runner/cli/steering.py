@@ -59,6 +59,7 @@ async def _edit(args: argparse.Namespace, edit: EditCall) -> int:
         except EditQueued:
             print(EDIT_ACCEPTED, flush=True)
             err(f"note: {render_wait_for_people(run.id, await run.status())}")
+            err(_refusal_note(run.id))
             return EXIT_OK
         except Interrupted:
             if run.interrupted_edits:
@@ -78,7 +79,13 @@ async def _edit(args: argparse.Namespace, edit: EditCall) -> int:
             f"note: run {run.id} is in step mode: the edit applies when it is advanced "
             f"(`agent-runner advance {shlex.quote(run.id)}`)."
         )
+        err(_refusal_note(run.id))
     return EXIT_OK
+
+
+def _refusal_note(run_id: str) -> str:
+    """Where the sender of an edit that was not waited for learns that it could not apply, if it could not."""
+    return f"note: if it cannot apply then, `agent-runner status {shlex.quote(run_id)}` says why."
 
 
 async def cmd_inject(args: argparse.Namespace) -> int:

@@ -230,3 +230,5 @@ class EditOutcome(BaseModel):
     seq: int
     version: int | None = None
     error: str | None = None
+    kind: str | None = Field(default=None, exclude_if=lambda kind: kind is None)
+    """The update that carried it (``inject_message``, ...); ``None`` in outcomes recorded before this field."""

@@ -469,6 +469,11 @@ class RunStatus(BaseModel):
     pending_approvals: list[dict[str, Any]] = []
     """Tool calls waiting for a person (``tool_use_id``, ``name``, ``input``, ``iteration``, ``requested_at``)."""
 
+    refused_edits: list[dict[str, Any]] = Field(default=[], exclude_if=lambda refused: not refused)
+    """The last few accepted edits that could not apply when their boundary came (``seq``, ``kind``, ``error``),
+    newest last: an edit sent without waiting for it (to a run in step mode, or waiting for a person) learns here that
+    it was refused."""
+
     stop_reason_detail: str | None = None
     """Why a stopped run stopped."""
 
