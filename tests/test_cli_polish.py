@@ -11,14 +11,17 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import ScheduleNotFound
+from agent_runner.contract.errors import RunCancelled, ScheduleNotFound
 from agent_runner.schedules import describe_schedule
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text
+from tests.conftest import WorkerFactory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,6 +89,41 @@ async def test_terminate_of_an_ended_run_says_it_ended_as_cancel_does(
     assert capsys.readouterr() == (f"Run {run.id} already ended (terminated); there is nothing to cancel.\n", "")
     assert await cli.amain(["terminate", "no-such-run"]) == 1
     assert capsys.readouterr() == ("", "error: No run with id 'no-such-run'. List runs with `agent-runner list`.\n")
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_cancel_and_terminate_of_a_cancelled_run_say_cancelled_as_status_does(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Temporal says ``canceled``; the run, and everything else a person reads, says ``cancelled``."""
+    fake_api.script(Reply(content=[text("too late")], delay=30))
+    async with worker(graceful_shutdown_timeout=timedelta(seconds=1)):
+        run = await runner.start(**RUN_INPUT)
+        await asyncio.to_thread(fake_api.wait_for_requests, 1)
+        await run.cancel()
+        with pytest.raises(RunCancelled):
+            await run.result()
+    assert await cli.amain(["cancel", run.id]) == 0
+    assert capsys.readouterr() == (f"Run {run.id} already ended (cancelled); there is nothing to cancel.\n", "")
+    assert await cli.amain(["terminate", run.id]) == 0
+    assert capsys.readouterr() == (f"Run {run.id} already ended (cancelled); there is nothing to terminate.\n", "")
+
+
+@pytest.mark.usefixtures("temporal_address")
+async def test_fork_and_send_to_an_id_a_run_has_point_to_the_cli_not_the_python_api(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(end_turn("Hello."))
+    async with worker():
+        run = await runner.start(**RUN_INPUT)
+        await run.until_done()
+        for argv in (["fork", run.id, "--from-iteration", "1"], ["send", run.id, "And then?"]):
+            assert await cli.amain([*argv, "--id", run.id, "--detach"]) == 1, argv
+            assert capsys.readouterr() == (
+                "",
+                f"error: A run with id {run.id!r} already exists: pick another --id, or follow it with "
+                f"`agent-runner follow {run.id}`.\n",
+            ), argv
 
 
 def _first_line_then_close(argv: list[str], address: str) -> tuple[str, str, int]:

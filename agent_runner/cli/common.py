@@ -49,6 +49,15 @@ LIST_STATUSES: Mapping[str, str] = {
 }
 """``list --status`` values and the Temporal ``ExecutionStatus`` each one queries."""
 
+
+def run_status_name(ended: str) -> str:
+    """How Temporal says a run ended (``Run.ended``: ``canceled``, ...) in the run's own words (``cancelled``, ...).
+
+    Everything else a person reads (``status``, ``list``, ``follow``) says ``cancelled``, as the run's status does.
+    """
+    return "cancelled" if ended == "canceled" else ended
+
+
 # What the steering commands' JSON files hold, shown in their help and errors.
 BLOCKS_EXAMPLE = '[{"type": "text", "text": "Answer in French."}]'
 MESSAGES_EXAMPLE = '[{"role": "user", "content": "Just say hi."}]'

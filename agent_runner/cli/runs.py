@@ -21,6 +21,7 @@ from agent_runner.cli.common import (
     load_json,
     out,
     priority_flags,
+    run_status_name,
     use_color,
 )
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
@@ -96,11 +97,14 @@ async def start_run(
             **params,
         )
     except RunAlreadyExists as e:
-        # The client's message names its Python API; a person at the command line needs the commands.
-        raise RunAlreadyExists(
-            f"A run with id {run_id!r} already exists: pick another --id, or follow it with "
-            f"`agent-runner follow {run_id}`."
-        ) from e
+        raise _exists(run_id) from e
+
+
+def _exists(run_id: str | None) -> RunAlreadyExists:
+    """``RunAlreadyExists`` told to a person at the command line: the client's message names its Python API."""
+    return RunAlreadyExists(
+        f"A run with id {run_id!r} already exists: pick another --id, or follow it with `agent-runner follow {run_id}`."
+    )
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
@@ -218,7 +222,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         run = runner.attach(args.run_id)
         ended = await run.ended()
         if ended is not None:
-            print(f"Run {run.id} already ended ({ended}); there is nothing to cancel.", flush=True)
+            print(f"Run {run.id} already ended ({run_status_name(ended)}); there is nothing to cancel.", flush=True)
             return EXIT_OK
         await run.cancel()
         print(f"Cancellation of run {run.id} requested.", flush=True)
@@ -243,7 +247,10 @@ async def cmd_fork(args: argparse.Namespace) -> int:
     async with connected(args.task_queue) as runner:
         original = runner.attach(args.run_id)
         priority = priority_flags(args, await original.priority())  # the flags given change the original's
-        fork = await original.fork(args.from_iteration, id=args.id, priority=priority)
+        try:
+            fork = await original.fork(args.from_iteration, id=args.id, priority=priority)
+        except RunAlreadyExists as e:
+            raise _exists(args.id) from e
         return await announce_and_follow(fork, follow=args.follow)
 
 
@@ -252,7 +259,10 @@ async def cmd_send(args: argparse.Namespace) -> int:
     async with connected(args.task_queue) as runner:
         original = runner.attach(args.run_id)
         priority = priority_flags(args, await original.priority())  # the flags given change the original's
-        run = await original.send(args.text, id=args.id, priority=priority)
+        try:
+            run = await original.send(args.text, id=args.id, priority=priority)
+        except RunAlreadyExists as e:
+            raise _exists(args.id) from e
         return await announce_and_follow(run, follow=args.follow)
 
 
@@ -270,7 +280,7 @@ async def cmd_terminate(args: argparse.Namespace) -> int:
                 if ended is None:
                     raise
         if ended is not None:
-            print(f"Run {run.id} already ended ({ended}); there is nothing to terminate.", flush=True)
+            print(f"Run {run.id} already ended ({run_status_name(ended)}); there is nothing to terminate.", flush=True)
             return EXIT_OK
         print(f"Run {run.id} is terminated: {args.reason}", flush=True)
         return EXIT_OK
