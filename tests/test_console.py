@@ -539,11 +539,14 @@ async def test_fork_starts_a_new_run_from_a_chosen_turn(
         created = await post(http, f"{console}/api/runs/{run.id}/fork", {"from_iteration": 1, "id": f"{run.id}-fork"})
         final = await runner.attach(f"{run.id}-fork").until_done()
         zero = await post(http, f"{console}/api/runs/{run.id}/fork", {"from_iteration": 0})
+        past = await post(http, f"{console}/api/runs/{run.id}/fork", {"from_iteration": 2})
     assert created == (201, {"id": f"{run.id}-fork"})
     assert final.content[0].type == "text" and final.content[0].text == "Second answer."
     first, second = fake_api.bodies()
     assert second == first
     assert zero == (400, {"error": "'from_iteration' counts turns from 1."})
+    # The run's own refusal, the user's to act on: not a 502, as if the console or the run had broken.
+    assert past == (409, {"error": "Iteration 2 does not exist; the run has 1 replies."})
 
 
 # --- Who may use it ---------------------------------------------------------------------------------------------

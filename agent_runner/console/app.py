@@ -12,7 +12,7 @@
 - ``POST /api/runs/<id>/{approve,deny,inject,retry,stop,fork}``: the steering actions, JSON in and out.
 
 Errors answer ``{"error": "<what to do>"}`` with the status that fits: 400 a bad request, 404 no such run, 409 an
-edit the run refused, 503 no worker to answer.
+edit (or a fork point) the run refused, 503 no worker to answer.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from temporalio.service import RPCError
 
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import (
+    AgentRunError,
     AgentRunnerError,
     EditRejected,
     NoWorker,
@@ -303,7 +304,14 @@ async def fork(request: web.Request) -> web.StreamResponse:
     iteration = _field(body, "from_iteration", int, required=True)
     if iteration < 1:
         raise _BadRequest("'from_iteration' counts turns from 1.")
-    new = await _run(request).fork(iteration, id=_field(body, "id", str) or None)
+    try:
+        new = await _run(request).fork(iteration, id=_field(body, "id", str) or None)
+    except AgentRunError as e:
+        if isinstance(e.__cause__, WorkflowQueryFailedError):
+            # The run refused the fork point (a turn it does not have, a compaction, one from before it continued as
+            # new) and said why: the request's to change, not a failure of the console or the run.
+            return web.json_response({"error": str(e.__cause__)}, status=409)
+        raise
     return web.json_response({"id": new.id}, status=201)
 
 
