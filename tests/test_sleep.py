@@ -454,3 +454,23 @@ async def _timer_fired(run: Run) -> None:
             if any(e.HasField("timer_fired_event_attributes") for e in history.events):
                 return
             await asyncio.sleep(0.2)
+
+
+async def test_a_sleep_ends_when_the_runs_time_budget_does(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A sleep of ten minutes in a run with two seconds to live slept on, holding the run open past its budget."""
+    from tests.test_umbrella_patch import markers
+
+    fake_api.script(sleeps({"seconds": 600}), end_turn("Out of time; I did not get to check again."))
+    async with worker():
+        run = await runner.start(**BASE, sleep={"max_seconds": 3600}, budget={"timeout": "PT2S", "summarize": True})
+        async with asyncio.timeout(30):
+            result = await run.result()
+        history = await run.handle.fetch_history()
+    assert (result.status, result.detail) == ("budget_exhausted", "The time budget (0:00:02) is spent.")
+    assert results_sent(fake_api) == [
+        result_block("Slept until the run's time budget ran out (you asked to sleep 600 seconds): the run ends now."),
+        text("The time budget (0:00:02) is spent. Do not call tools any more: answer now with what you have."),
+    ]
+    assert "sleep-ends-with-the-time-budget" in markers(history)

@@ -32,6 +32,10 @@ APPROVAL_OUTRANKS_SLEEP_PATCH = "approval-outranks-sleep"
 Runs recorded before set ``sleeping`` there, which with search attributes is an upsert their replays must repeat.
 Asked only there: other runs carry no marker."""
 
+SLEEP_ENDS_WITH_THE_TIME_BUDGET_PATCH = "sleep-ends-with-the-time-budget"
+"""``workflow.patched`` id, asked only of a sleep that would outlast the run's time budget (``budget.timeout``): it
+ends when the budget does. Before, it slept on, past the time the run was to end."""
+
 # What Claude reads when a sleep ends (``what`` is ``30 seconds`` or ``until 2026-12-24T09:00:00+00:00``).
 
 
@@ -46,6 +50,10 @@ def _seconds(n: float) -> str:
 
 def _capped(seconds: int, asked: str) -> str:
     return f"Slept {_seconds(seconds)}, the longest this run allows (you asked to sleep {asked}): the time ran out."
+
+
+def _out_of_time(what: str) -> str:
+    return f"Slept until the run's time budget ran out (you asked to sleep {what}): the run ends now."
 
 
 def _woken(what: str, reason: str | None) -> str:
@@ -114,6 +122,12 @@ class Sleeps:
         if seconds > limit:
             seconds, text = limit, _capped(limit, what)
             what = _seconds(limit)
+        budget = run.spec.budget.timeout
+        if budget is not None:
+            left = (run.state.started_at + budget - now).total_seconds()
+            # The run ends at the boundary after the budget's time is up: a sleep past it would hold it open.
+            if seconds > left and workflow.patched(SLEEP_ENDS_WITH_THE_TIME_BUDGET_PATCH):
+                seconds, text = max(left, 0.0), _out_of_time(what)
         if seconds <= 0:
             return ToolResult(content=text)
         tool_use_id = str(block.get("id"))
