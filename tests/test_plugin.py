@@ -15,7 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.client import AgentRunner
 from agent_runner.codec import KEYS_ENV, new_key
-from agent_runner.connection import SharedPydanticPayloadConverter, data_converter
+from agent_runner.connection import EncryptedWithoutKeys, SharedPydanticPayloadConverter, data_converter
 from agent_runner.contract.types import CreateMessageInput
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
@@ -92,6 +92,8 @@ def test_the_runners_payloads_are_temporals_pydantic_ones_from_a_converter_built
         assert ours.payload_converter.from_payloads(payloads, hints) == values
     first, second = SharedPydanticPayloadConverter(), SharedPydanticPayloadConverter()
     assert first.converters[b"json/plain"] is second.converters[b"json/plain"]
+    # Temporal's, and last one that reads an encrypted payload no key opened as an error saying what to set.
     assert [type(c) for c in first.converters.values()] == [
-        type(c) for c in PydanticPayloadConverter().converters.values()
+        *(type(c) for c in PydanticPayloadConverter().converters.values()),
+        EncryptedWithoutKeys,
     ]

@@ -321,7 +321,7 @@ async def test_a_message_the_api_refuses_is_refused_before_a_new_run_starts(
             await run.send(" ")
         capsys.readouterr()
         code = await cli.amain(["send", run.id, "", "--task-queue", runner.task_queue, "--detach"])
-        listed = await runner.list()
+        listed = await runner.list(f"TaskQueue = '{runner.task_queue}'")
     assert str(refused.value) == (
         "The message was rejected:\n- `messages[0]`.content[0] is a text block with no text but whitespace; the API "
         "rejects it. Leave the block out."
