@@ -8,6 +8,9 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
 from agent_runner.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -48,6 +51,7 @@ from agent_runner.contract.events import (
     ToolInputDelta,
     ToolStarted,
 )
+from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY
 
 
 class _Follower:
@@ -144,6 +148,12 @@ class _Follower:
                 self._out(render_tool_result(name, result, color=self._color))
             del self._calls[iteration]
 
+    def retrying(self, activity: str, attempt: int, failure: str) -> None:
+        """Say that a call failed and Temporal retries it: attempt ``attempt`` is next (or under way)."""
+        what = "model call" if activity == CREATE_MESSAGE_ACTIVITY else activity
+        # As ``status`` words its ``last error``; the failure's message says it is retried.
+        self._print(paint(f"↻ {what} (attempt {attempt}): {failure}", YELLOW, self._color))
+
     def finish(self) -> None:
         """End a line of text that a stopped stream left open."""
         self._end_line()
@@ -166,7 +176,9 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     """Print the run's turns as they stream, its tools' results as they come, then a summary line.
 
     Claude's text is printed as it arrives; a model call that failed mid-stream and is retried is marked
-    (``↺ attempt 1 of turn 2 was cut off; retrying``), and the new attempt's text follows. While the run waits for a
+    (``↺ attempt 1 of turn 2 was cut off; retrying``), and the new attempt's text follows; each new attempt of a call
+    that failed and is retried is said once, with its failure (``↻ model call (attempt 2): Claude's API answered 529
+    ...``), as ``status`` shows its ``last error``. While the run waits for a
     person, it says so once with the command to use, and leaves the decision to them:
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
@@ -186,17 +198,48 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     """
     follower = _Follower(run.id, from_iteration=from_iteration, color=color)
     run.no_worker_notice = lambda e: err(f"note: waiting for a worker. {e}")
+    retries = asyncio.create_task(_report_retries(run, follower))
     try:
         try:
             async for event in _events(run):
                 follower.show(event)
         finally:
+            retries.cancel()
             follower.finish()
         result = await run.result()
     except AgentRunnerError as e:
         return report(e) or EXIT_ERROR
     out([render_summary(result, color=color)])
     return EXIT_OK if result.status in SUCCESSFUL_STATUSES else EXIT_ERROR
+
+
+RETRY_POLL_SECONDS = 2.0
+"""How often ``follow`` asks Temporal whether a call of the run is being retried."""
+
+
+async def _report_retries(run: Run, follower: _Follower) -> None:
+    """Print a line for each new attempt of a model or tool call that Temporal retries after a failure, as it comes.
+
+    The live events of a model call begin only once Claude's API answers, and a tool call's once it returns: a call
+    that fails before (an overloaded API, a tool that raises a retryable error) and is retried with backoff would
+    leave ``follow`` silent for minutes, then print that the run gave up. Temporal's description of the run holds
+    each pending call's attempt and last failure (what ``status`` shows as ``last error``), without a worker and
+    without workflow code: it is read every ``RETRY_POLL_SECONDS`` until the run closes, and each attempt said once.
+    """
+    said: set[tuple[str, int]] = set()
+    while True:
+        try:
+            description = await run.handle.describe()
+        except RPCError:
+            return  # nothing to add: following goes on, and says what went wrong if it matters
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return
+        for activity in description.raw_description.pending_activities:
+            key = (activity.activity_id, activity.attempt)
+            if activity.HasField("last_failure") and key not in said:
+                said.add(key)
+                follower.retrying(activity.activity_type.name, activity.attempt, activity.last_failure.message)
+        await asyncio.sleep(RETRY_POLL_SECONDS)
 
 
 async def _events(run: Run) -> AsyncIterator[RunEvent]:
