@@ -320,7 +320,9 @@ class AgentRunner:
             ) from e
         except RPCError as e:
             raise AgentRunError(f"Temporal refused to start the run: {e.message}") from e
-        return Run(handle, step=params.get("step") not in (None, False), runner=self, output_format=output_format)
+        run = Run(handle, step=params.get("step") not in (None, False), runner=self, output_format=output_format)
+        run._task_queue = self.task_queue  # known: an edit's check for a worker need not ask Temporal for it
+        return run
 
     def attach(self, run_id: str, *, step: bool = False, output_format: type[Any] | None = None) -> Run:
         """A handle on an existing run, started here or anywhere else.
@@ -860,16 +862,7 @@ class Run:
                 update it was sent for the run's next workflow task, so one sent with no worker to take it applies
                 once a worker starts, even after its sender was told it failed (and a resent one applies twice).
         """
-        try:
-            task_queue = await self.task_queue()
-            polled = await has_worker(self._client, task_queue)
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                raise  # no such run: the update says so
-            logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
-        else:
-            if not polled and await self.ended() is None:
-                raise no_worker(task_queue, sent=False)
+        await self._check_worker_before_edit()
         backoff = _Backoff()
         for _ in range(60):
             try:
@@ -879,6 +872,27 @@ class Run:
                     raise
                 await backoff.wait()
         return await self._answered(self.handle.execute_update(update, arg), edit=True)
+
+    async def _check_worker_before_edit(self) -> None:
+        """Raise ``NoWorker`` (nothing sent) unless a worker polls the run's queue.
+
+        A worker that is just starting has ``_WORKER_CHECK`` seconds to poll; a run that has ended, or that no run
+        has, is left to the update to say so.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _WORKER_CHECK
+        try:
+            task_queue = await self.task_queue()
+            while not await has_worker(self._client, task_queue):
+                if loop.time() >= deadline:
+                    if await self.ended() is None:
+                        raise no_worker(task_queue, sent=False)
+                    return
+                await asyncio.sleep(0.1)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return  # no such run: the update says so
+            logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
 
     async def _edit_applied(self, update: str, seq: int) -> int:
         """Wait for a queued edit to apply at the run's boundary; its version, or ``EditRejected`` with the reason.

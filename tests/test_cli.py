@@ -309,11 +309,11 @@ async def test_steering_usage_errors_exit_2_and_bad_files_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     usage_errors = {
-        ("inject", "r"): "inject: give either TEXT or --file BLOCKS.json",
-        ("inject", "r", "hi", "--file", "b.json"): "inject: give either TEXT or --file BLOCKS.json",
+        ("inject", "r"): "agent-runner inject: error: give either TEXT or --file BLOCKS.json",
+        ("inject", "r", "hi", "--file", "b.json"): "agent-runner inject: error: give either TEXT or --file BLOCKS.json",
         ("inject", "r", "hi", "--wait", "--no-wait"): "argument --no-wait: not allowed with argument --wait",
         ("params", "r", "max_tokens"): "expected KEY=JSON_VALUE, e.g. max_tokens=2048, got 'max_tokens'",
-        ("params", "r", "top_k=1", "top_k=2"): "params: top_k given more than once",
+        ("params", "r", "top_k=1", "top_k=2"): "agent-runner params: error: top_k given more than once",
         ("approve", "r", "toolu_1", "--input", "[1]"): "expected a JSON object such as",
         ("replace-history", "r", "--file", "m.json"): "the following arguments are required: --expected-version",
         ("retry", "r", "--expected-version", "-1"): "expected a transcript version (0 or more), got '-1'",
@@ -632,7 +632,7 @@ async def test_cancel_stops_a_waiting_run(
         assert await cli.amain(["follow", run.id]) == 1
         assert capsys.readouterr().err == f"error: Run {run.id} was cancelled.\n"
         assert await cli.amain(["cancel", run.id]) == 0
-        assert capsys.readouterr().out == f"Run {run.id} already ended (canceled); there is nothing to cancel.\n"
+        assert capsys.readouterr().out == f"Run {run.id} already ended (cancelled); there is nothing to cancel.\n"
 
 
 def _subprocess_env(address: str) -> dict[str, str]:
@@ -1016,7 +1016,8 @@ async def test_an_edit_to_a_run_waiting_for_a_person_says_what_it_waits_for(
         assert capsys.readouterr() == (
             f"{EDIT_ACCEPTED}\n",
             f"note: run {run.id} waits for approval of delete_file (toolu_D): the edit applies once it is decided "
-            f"(`agent-runner approve {run.id} toolu_D`, or `deny`).\n",
+            f"(`agent-runner approve {run.id} toolu_D`, or `deny`).\n"
+            f"note: if it cannot apply then, `agent-runner status {run.id}` says why.\n",
         )
         await run.approve("toolu_D")
         await run.until_done()
@@ -1026,7 +1027,8 @@ async def test_an_edit_to_a_run_waiting_for_a_person_says_what_it_waits_for(
         assert capsys.readouterr() == (
             f"{EDIT_ACCEPTED}\n",
             f"note: run {stepped.id} is paused after turn 1: the edit applies when it is advanced "
-            f"(`agent-runner advance {stepped.id}`).\n",
+            f"(`agent-runner advance {stepped.id}`).\n"
+            f"note: if it cannot apply then, `agent-runner status {stepped.id}` says why.\n",
         )
         await stepped.stop()
     assert fake_api.bodies()[1]["messages"][-1]["content"][-1] == {"type": "text", "text": "In French."}
