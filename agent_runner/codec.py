@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import base64
 import binascii
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -40,6 +41,17 @@ KEY_ID_METADATA = "encryption-key-id"
 _NONCE_BYTES = 12
 
 
+logger = logging.getLogger(__name__)
+
+PLAINTEXT_WARNING = (
+    f"A payload reached this process unencrypted though {KEYS_ENV} is set: a client without the keys wrote it (a "
+    "run's input, an edit), or a run started before encryption was on, and Temporal holds it in plaintext. Give every "
+    f"client the keys ({KEYS_ENV}). This is said once per process."
+)
+"""What a process that encrypts logs, once, when it reads a payload no one encrypted: it goes on with it (a run
+started before encryption was turned on must go on), but the history holds that payload in plaintext."""
+
+
 class EncryptionCodec(PayloadCodec):
     """AES-GCM encryption of payloads, with key rotation.
 
@@ -52,6 +64,7 @@ class EncryptionCodec(PayloadCodec):
             raise ConfigurationError(f"An encryption codec needs at least one key; set {KEYS_ENV}.")
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = next(iter(keys))
+        self._told_plaintext = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
@@ -78,6 +91,9 @@ class EncryptionCodec(PayloadCodec):
         decoded = []
         for payload in payloads:
             if payload.metadata.get("encoding") != ENCODING:
+                if not self._told_plaintext:
+                    self._told_plaintext = True
+                    logger.warning(PLAINTEXT_WARNING)
                 decoded.append(payload)
                 continue
             key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
-from agent_runner.codec import KEYS_ENV, TOKEN_ENV, EncryptionCodec, new_key
+from agent_runner.codec import KEYS_ENV, PLAINTEXT_WARNING, TOKEN_ENV, EncryptionCodec, new_key
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import ConfigurationError, ModelRequestRejected
 from agent_runner.testing import FakeMessagesAPI, Fault, Reply, end_turn, error_body, text, tool_use
@@ -56,6 +57,31 @@ async def test_a_run_with_encryption_keeps_its_content_out_of_temporal(
     stored = json.dumps(raw.to_json_dict())
     assert "Reykjavik" not in stored and base64.b64encode(b"Reykjavik").decode() not in stored
     assert "binary/encrypted" in stored or base64.b64encode(b"binary/encrypted").decode() in stored
+
+
+async def test_a_worker_that_encrypts_says_once_that_a_client_without_the_keys_wrote_plaintext(
+    temporal_env: WorkflowEnvironment, fake_api: FakeMessagesAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It goes on with the run (one started before encryption was on must), but the history holds its input in
+    plaintext, which the README's "only ciphertext" does not allow for: the operator learns it from the log."""
+    target = temporal_env.client.service_client.config.target_host
+    keyed = await Client.connect(target, data_converter=data_converter({KEYS_ENV: f"k1:{NEW}"}))
+    keyless = await Client.connect(target, data_converter=data_converter({}))
+    queue = f"enc-{uuid.uuid4()}"
+    fake_api.script(end_turn("Sunny."), end_turn("Sunny again."), end_turn("And again."))
+    ask = {"model": "claude-fake-1", "max_tokens": 64, "messages": [{"role": "user", "content": "Weather in Oslo?"}]}
+    async with fake_claude_worker(keyed, fake_api, queue):
+        with caplog.at_level(logging.WARNING, logger="agent_runner.codec"):
+            await (await AgentRunner(keyed, task_queue=queue).start(**ask)).until_done()
+            told_before = [r.getMessage() for r in caplog.records if r.name == "agent_runner.codec"]
+            for _ in range(2):
+                run = await AgentRunner(keyless, task_queue=queue).start(**ask)
+                await keyed.get_workflow_handle(run.id).result()
+    told = [r.getMessage() for r in caplog.records if r.name == "agent_runner.codec"]
+    assert told_before == []
+    assert told == [PLAINTEXT_WARNING]
+    raw = await temporal_env.client.get_workflow_handle(run.id).fetch_history()
+    assert b"Weather in Oslo?" in raw.events[0].workflow_execution_started_event_attributes.input.payloads[0].data
 
 
 async def test_rotation_decrypts_what_an_older_key_encrypted() -> None:
