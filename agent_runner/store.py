@@ -43,6 +43,7 @@ import bisect
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
 import re
 import sqlite3
@@ -62,6 +63,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from agent_runner.codec import KEYS_ENV, keys_from_env
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, StoreError
 from agent_runner.contract.transcript import is_short, names, next_head, ref_for
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -1525,8 +1528,13 @@ class _StoreCipher:
                     f"the store at {url} is encrypted with key {ids}, and {KEYS_ENV} holds none that opens it: set "
                     f"{KEYS_ENV} to the keys it was written with (the workers' keys)"
                 )
-        if self._newest:
-            self._check_newest(url, meta)
+        behind = self._behind(url, meta)
+        if behind is not None:
+            if self._newest:
+                raise StoreError(behind)
+            # A worker or client still starts (a deployment rolled back mid-rotation must not stop the fleet), but
+            # what it writes is sealed with the older key, which the rotation meant to retire.
+            logger.warning("%s; until then, what this process writes is sealed with the older key", behind)
         if self._current in wrapped:
             return added
         # A rotation: the new key wraps the address key too, so the old one can go once nothing needs it.
@@ -1535,21 +1543,22 @@ class _StoreCipher:
         since = repr(time.time()).encode()
         return {**added, _ADDRESS_KEY + self._current: sealed, _KEY_SINCE + self._current: since}
 
-    def _check_newest(self, url: str, meta: Mapping[str, bytes]) -> None:
-        """Refuse keys whose first is not the store's newest current key: they are listed in the wrong order."""
+    def _behind(self, url: str, meta: Mapping[str, bytes]) -> str | None:
+        """What is wrong when the keys' first is not the store's newest current key (listed in the wrong order)."""
         since = {name.removeprefix(_KEY_SINCE): float(v) for name, v in meta.items() if name.startswith(_KEY_SINCE)}
         if self._current not in since and _ADDRESS_KEY + self._current not in meta:
-            return  # a new key: it becomes the newest now
+            return None  # a new key: it becomes the newest now
         mine = since.get(self._current, 0.0)  # wrapped before write times were kept: older than any that has one
         newer = sorted((when, key_id) for key_id, when in since.items() if when > mine)
-        if newer:
-            newest = newer[-1][1]
-            raise StoreError(
-                f"the first key of {KEYS_ENV}, {self._current!r}, is not the current key of the store at {url}: "
-                f"processes opened it with {newest!r} first since. List the workers' current key first ({newest!r}, "
-                f"then the older ones), or, to go back to {self._current!r}, make a new key instead (`python -m "
-                "agent_runner.codec new-key`) and list it first"
-            )
+        if not newer:
+            return None
+        newest = newer[-1][1]
+        return (
+            f"the first key of {KEYS_ENV}, {self._current!r}, is not the current key of the store at {url}: "
+            f"processes opened it with {newest!r} first since. List the workers' current key first ({newest!r}, "
+            f"then the older ones), or, to go back to {self._current!r}, make a new key instead (`python -m "
+            "agent_runner.codec new-key`) and list it first"
+        )
 
     @property
     def current(self) -> str:

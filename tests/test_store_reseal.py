@@ -4,6 +4,7 @@ key can leave AGENT_RUNNER_ENCRYPTION_KEYS; it is idempotent, resumable, and ref
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import uuid
@@ -180,7 +181,7 @@ async def refused(url: str, environ: dict[str, str]) -> str:
     return str(raised.value)
 
 
-async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> None:
+async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str, caplog: pytest.LogCaptureFixture) -> None:
     heads = await write_old_content(url)
     assert await refused(url, {}) == (
         f"set {KEYS_ENV} to the workers' keys, the current key first and the older ones after it, to reseal the store "
@@ -216,6 +217,16 @@ async def test_bad_keys_are_refused_in_one_line_and_change_nothing(url: str) -> 
         "'k2' first since. List the workers' current key first ('k2', then the older ones), or, to go back to 'k1', "
         "make a new key instead (`python -m agent_runner.codec new-key`) and list it first"
     )
+    # A worker or client with them so still starts (a deployment rolled back mid-rotation), and says so.
+    with caplog.at_level(logging.WARNING, logger="agent_runner.store"):
+        async with open_store(url, environ=keys(f"k1:{K1},k2:{K2}")) as store:
+            await read_everything(store, heads)
+    assert [r.getMessage() for r in caplog.records if r.name == "agent_runner.store"] == [
+        f"the first key of {KEYS_ENV}, 'k1', is not the current key of the store at {url}: processes opened it with "
+        "'k2' first since. List the workers' current key first ('k2', then the older ones), or, to go back to 'k1', "
+        "make a new key instead (`python -m agent_runner.codec new-key`) and list it first; until then, what this "
+        "process writes is sealed with the older key"
+    ]
     async with open_store(url, environ=keys(ROTATED)) as store:
         await read_everything(store, heads)
     assert (await reseal(url, environ=keys(ROTATED), check=True)).in_use == {"k1": KeyUse(7, 5)}
