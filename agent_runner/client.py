@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shlex
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -151,6 +152,8 @@ _WORKER_CHECK = 1.0
 """How long a query, update or wait may go unanswered before the client checks that a worker polls the run's task
 queue: without one, it would wait silently until the RPC times out, or forever."""
 _WORKER_RECHECK_MAX = 30.0
+_WORKER_SEEN_FOR = 10.0
+"""How long an edit takes a worker it saw polling the run's queue to be there still, without asking again."""
 
 WORKER_COMMAND = "python worker.py --tools agent_runner.example_tools"
 """The command ``NoWorker`` suggests (with ``--task-queue`` when the queue is not the default one)."""
@@ -425,6 +428,8 @@ class Run:
         self._runner = runner
         self._content = runner.content if runner is not None else Content()
         self._task_queue: str | None = None
+        self._worker_seen_at = -math.inf
+        """When an edit last found a worker polling the run's queue (the event loop's clock)."""
         self.wait_for_people = True
         self.interrupted_edits: list[int] = []
         self.no_worker_notice: Callable[[NoWorker], None] | None = None
@@ -880,6 +885,8 @@ class Run:
         has, is left to the update to say so.
         """
         loop = asyncio.get_running_loop()
+        if loop.time() - self._worker_seen_at < _WORKER_SEEN_FOR:
+            return  # Temporal itself remembers a poller for minutes: asking again so soon would say nothing new
         deadline = loop.time() + _WORKER_CHECK
         try:
             task_queue = await self.task_queue()
@@ -889,6 +896,7 @@ class Run:
                         raise no_worker(task_queue, sent=False)
                     return
                 await asyncio.sleep(0.1)
+            self._worker_seen_at = loop.time()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 return  # no such run: the update says so

@@ -65,6 +65,9 @@ class EncryptionCodec(PayloadCodec):
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = next(iter(keys))
         self._told_plaintext = False
+        self.warn_plaintext = True
+        """Whether to log ``PLAINTEXT_WARNING`` once; off for a reader of every history (``store gc``), to whom runs
+        from before encryption was on are no news."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
@@ -91,7 +94,7 @@ class EncryptionCodec(PayloadCodec):
         decoded = []
         for payload in payloads:
             if payload.metadata.get("encoding") != ENCODING:
-                if not self._told_plaintext:
+                if self.warn_plaintext and not self._told_plaintext:
                     self._told_plaintext = True
                     logger.warning(PLAINTEXT_WARNING)
                 decoded.append(payload)

@@ -41,7 +41,7 @@ from temporalio.client import Client
 from temporalio.converter import PayloadCodec
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_runner.codec import ENCODING, KEYS_ENV
+from agent_runner.codec import ENCODING, KEYS_ENV, EncryptionCodec
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.tool_result_refs import whole_pending
@@ -135,6 +135,8 @@ async def collect_garbage(
             raise
         raise ConfigurationError(no_namespace) from e
     codec = client.data_converter.payload_codec
+    if isinstance(codec, EncryptionCodec):
+        codec.warn_plaintext = False  # gc reads every history: those of runs from before encryption are no news
     gate = asyncio.Semaphore(_HISTORIES_AT_ONCE)
 
     async def roots_of(workflow_id: str, run_id: str) -> list[str]:

@@ -187,7 +187,10 @@ async def test_an_edit_queued_when_the_run_continues_as_new_applies_in_the_conti
         answered("toolu_H1", "Paris", "note 1"),
         answered("toolu_H2", "Rome", "note 2"),
     ]
-    assert outcomes == [{"seq": 1, "version": 3, "error": None}, {"seq": 2, "version": 6, "error": None}]
+    assert outcomes == [
+        {"seq": 1, "version": 3, "error": None, "kind": "inject_message"},
+        {"seq": 2, "version": 6, "error": None, "kind": "inject_message"},
+    ]
 
 
 async def compacting_before_it_continues_as_new(
@@ -234,7 +237,7 @@ async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_acro
         {"role": "assistant", "content": [SUMMARY]},
         {"role": "user", "content": [text("note")]},
     ]
-    assert outcome == {"seq": 2, "version": version + 1, "error": None}
+    assert outcome == {"seq": 2, "version": version + 1, "error": None, "kind": "inject_message"}
 
 
 async def test_a_stop_while_the_run_waits_to_continue_as_new_goes_across_and_ends_it(
