@@ -152,6 +152,9 @@ _WORKER_CHECK = 1.0
 """How long a query, update or wait may go unanswered before the client checks that a worker polls the run's task
 queue: without one, it would wait silently until the RPC times out, or forever."""
 _WORKER_RECHECK_MAX = 30.0
+_CONTINUED_RESENDS = 5
+"""How often an edit that reached an execution as it continued as new is sent again, to the next one."""
+
 _WORKER_SEEN_FOR = 10.0
 """How long an edit takes a worker it saw polling the run's queue to be there still, without asking again."""
 
@@ -840,16 +843,23 @@ class Run:
 
     async def _edit(self, update: str, payload: dict[str, Any], wait: bool | None) -> int | None:
         arg = {k: v for k, v in payload.items() if v is not None}
-        try:
-            accepted = await self._execute_update(update, arg)
-        except WorkflowUpdateFailedError as e:
-            cause = e.cause
-            message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
-            raise EditRejected(f"{update} was refused: {message}") from e
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND and "already completed" in e.message:
-                raise EditRejected(f"{update} was refused: run {self.id} has already ended. {TO_GO_ON}") from e
-            raise _rpc_error(self.id, e) from e
+        for attempt in range(_CONTINUED_RESENDS + 1):
+            try:
+                accepted = await self._execute_update(update, arg)
+                break
+            except WorkflowUpdateFailedError as e:
+                cause = e.cause
+                message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
+                raise EditRejected(f"{update} was refused: {message}") from e
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND and "already completed" in e.message:
+                    # The execution it reached closed before taking it: if the run continued as new, its next
+                    # execution takes it (it was never accepted, so it is not sent twice).
+                    if attempt < _CONTINUED_RESENDS and await self.ended() in (None, "continued_as_new"):
+                        await asyncio.sleep(0.1 * (attempt + 1))  # the next execution may not be there yet
+                        continue
+                    raise EditRejected(f"{update} was refused: run {self.id} has already ended. {TO_GO_ON}") from e
+                raise _rpc_error(self.id, e) from e
         seq = accepted.get("seq") if isinstance(accepted, dict) else None
         if seq is None or not (wait if wait is not None else not self.step):
             return None
