@@ -11,11 +11,7 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
-
-from agent_runner.workflows.edits import QueuedEdit
-from agent_runner.workflows.needed_betas import param_after
 
 EMPTY_COMPACTION_PATCH = "empty-compaction-keeps-the-history"
 """``workflow.patched`` id: a compaction reply without a summary keeps the conversation and its thread (issue 13)."""
@@ -33,11 +29,6 @@ def compaction_edits(context_management: Any) -> list[str]:
         for edit in edits or ()
         if isinstance(edit, dict) and isinstance(edit.get("type"), str) and edit["type"].startswith("compact_")
     ]
-
-
-def context_management_after(current: dict[str, Any], queue: Iterable[QueuedEdit]) -> Any:
-    """The ``context_management`` the run will send once the queued ``update_params`` apply."""
-    return param_after(current, queue, "context_management")
 
 
 def check_can_compact(context_management: Any) -> None:
