@@ -383,7 +383,8 @@ def inline_tools_problems(messages: Any, betas: Any) -> list[str]:
     for number, message in enumerate(messages if isinstance(messages, list) else [], start=1):
         content = message.get("content") if isinstance(message, dict) and message.get("role") == "system" else None
         blocks = content if isinstance(content, list) else []
-        for kind in [b["type"] for b in blocks if isinstance(b, dict) and b.get("type") in _INLINE_TOOL_CHANGES][:1]:
+        kind = next((b["type"] for b in blocks if isinstance(b, dict) and b.get("type") in _INLINE_TOOL_CHANGES), None)
+        if kind is not None:
             return [
                 f"Message {number} is a `system` message with a `{kind}` block, which needs the `{INLINE_TOOLS_BETA}` "
                 f'beta: add it to `betas` (`"betas": ["{INLINE_TOOLS_BETA}"]`).'
