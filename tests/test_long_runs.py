@@ -7,6 +7,7 @@ compare what Claude received with what a run that never continued as new sends.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from agent_runner.client import AgentRunner, Run
 from agent_runner.connection import data_converter
 from agent_runner.contract.errors import AgentRunError, EditRejected
 from agent_runner.contract.events import ModelCallEvent, ReplyReceived, RunFinished, TextDelta, ToolFinished
-from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE
+from agent_runner.contract.steering import EDIT_OUTCOME_QUERY, INJECT_MESSAGE_UPDATE, STOP_UPDATE
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, TOOL_USE_READY_SIGNAL
 from agent_runner.store import open_store
 from agent_runner.temporal_server import EmbeddedTemporal
@@ -194,14 +195,20 @@ async def test_an_edit_queued_when_the_run_continues_as_new_applies_in_the_conti
 
 
 async def compacting_before_it_continues_as_new(
-    runner: AgentRunner, fake_api: FakeMessagesAPI, first: Callable[[Run], Awaitable[Any]]
+    runner: AgentRunner, fake_api: FakeMessagesAPI, first: Callable[[Run], Awaitable[Any]], summarized: threading.Event
 ) -> Run:
-    """A run whose first turn calls get_weather, then compacting (its summary takes 5 s) before it continues as new.
+    """A run whose first turn calls get_weather, then compacting (its summary held until ``summarized`` is set)
+    before it continues as new; its second turn ends it. A worker with get_weather must be running.
 
-    ``first`` acts on the run before that; the run's second turn ends it. A worker with get_weather must be running.
+    ``first`` acts on the run while its first reply is held: an edit it has accepted applies before the compaction.
     """
-    turns = by_kind([Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Ok.")])
-    fake_api.responder = lambda body: Reply([SUMMARY], "compaction", delay=5) if "compaction" in body else turns(body)
+    replied = threading.Event()
+    turns = by_kind(
+        [Reply([tool_use("toolu_P", "get_weather", {"city": "Paris"})], "tool_use", until=replied), end_turn("Ok.")]
+    )
+    fake_api.responder = lambda body: (
+        Reply([SUMMARY], "compaction", until=summarized) if "compaction" in body else turns(body)
+    )
     run = await runner.start(
         **BASE,
         tools=[get_weather],
@@ -210,7 +217,11 @@ async def compacting_before_it_continues_as_new(
         auto_compact={"input_tokens": 10},
         continue_as_new={"events": 10},
     )
+    async with asyncio.timeout(30):
+        while not fake_api.bodies():
+            await asyncio.sleep(0.02)
     await first(run)
+    replied.set()
     async with asyncio.timeout(30):
         while not split(fake_api.bodies())[1]:
             await asyncio.sleep(0.02)
@@ -223,29 +234,37 @@ async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_acro
     """The run compacts its conversation before it continues as new; an edit accepted meanwhile is queued,
     goes across and applies in the continuation, its version judged against the edits applied over the whole run (a
     count started afresh would take it for stale)."""
+    summarized = threading.Event()
     async with worker(get_weather):
-        run = await compacting_before_it_continues_as_new(runner, fake_api, lambda run: run.inject("first"))
+        run = await compacting_before_it_continues_as_new(
+            runner, fake_api, lambda run: run.inject("first", wait=False), summarized
+        )
         version = (await run.status()).version
-        # Sent as the run continues as new, the update may reach the execution that is closing: the client sends it
-        # again to the next one (it said the run had ended).
-        applied = await run.inject("note", expected_version=version)
+        accepted = await run.handle.execute_update(
+            INJECT_MESSAGE_UPDATE, {"content": "note", "expected_version": version}
+        )
+        summarized.set()
         await run.until_done()
         status = await run.status()
+        outcome = await run.handle.query(EDIT_OUTCOME_QUERY, accepted["seq"])
     assert (status.iterations, status.replies, status.continuations) == (2, 3, 1)  # the compaction is no iteration
+    assert split(fake_api.bodies())[1][0]["messages"][-1]["content"][-1] == text("first")  # summarized with the rest
     assert split(fake_api.bodies())[0][1]["messages"] == [
         {"role": "assistant", "content": [SUMMARY]},
         {"role": "user", "content": [text("note")]},
     ]
-    assert applied == version + 1
+    assert outcome == {"seq": 2, "version": version + 1, "error": None, "kind": "inject_message"}
 
 
 async def test_a_stop_while_the_run_waits_to_continue_as_new_goes_across_and_ends_it(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """A client's stop accepted while the run compacts before it continues as new ends the run there: no more turns."""
+    summarized = threading.Event()
     async with worker(get_weather):
-        run = await compacting_before_it_continues_as_new(runner, fake_api, lambda _: asyncio.sleep(0))
-        await run.stop("Enough.")
+        run = await compacting_before_it_continues_as_new(runner, fake_api, lambda _: asyncio.sleep(0), summarized)
+        await run.handle.execute_update(STOP_UPDATE, {"reason": "Enough."})  # accepted before the summary comes
+        summarized.set()
         result = await run.result()
         status = await run.status()
     assert (result.status, result.detail, status.continuations) == ("stopped", "Enough.", 1)

@@ -7,6 +7,7 @@ Each item is what :meth:`agent_runner.testing.FakeMessagesAPI.script` queues for
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -108,6 +109,8 @@ class Reply:
         model: The model; defaults to the request's ``model``.
         delay: Seconds to wait before answering (before the response headers).
         event_delay: Seconds to wait between SSE events when streaming.
+        until: Answer only once this is set (after ``delay``): a test holds the reply while it acts on the run,
+            where a delay would leave it a window to race.
     """
 
     content: list[dict[str, Any]]
@@ -121,6 +124,7 @@ class Reply:
     model: str | None = None
     delay: float = 0.0
     event_delay: float = 0.0
+    until: threading.Event | None = None
 
 
 @dataclass

@@ -682,6 +682,8 @@ class FakeMessagesAPI:
         reply = item if isinstance(item, Reply) else item.reply
         message = self._complete(reply, body)
         await asyncio.sleep(reply.delay)
+        while reply.until is not None and not reply.until.is_set():
+            await asyncio.sleep(0.01)  # a threading.Event: the test that sets it runs on another loop
         if not stream:
             if isinstance(item, DropMidStream):
                 return _disconnect(request)
