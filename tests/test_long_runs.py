@@ -96,29 +96,45 @@ async def test_max_iterations_and_edits_carry_across_continue_as_new(
     """Edits sent before and after the run continued as new all apply, once each, in order; the iteration limit
     counts over the whole run."""
 
+    gates = {city: asyncio.Event() for city in CITIES}
+    held: list[str] = []
+
     @beta_async_tool
     async def get_weather(city: str) -> str:
-        """Get the weather, slowly.
+        """Get the weather once the test lets it.
 
         Args:
             city: The city.
         """
-        await asyncio.sleep(0.3)
+        held.append(city)
+        await gates[city].wait()
         return f"sunny in {city}"
+
+    async def until_held(count: int) -> None:
+        async with asyncio.timeout(30):
+            while len(held) < count:
+                await asyncio.sleep(0.02)
 
     script(fake_api)
     async with worker(get_weather):
         run = await runner.start(
             **BASE, tools=["get_weather"], thread=False, continue_as_new={"events": 40}, max_iterations=6
         )
-        versions = [await run.inject("note 0")]
-        async with asyncio.timeout(30):
-            while (await run.status()).continuations < 1:
-                await asyncio.sleep(0.05)
-        versions += [await run.inject("note 1"), await run.inject("note 2")]
+        await until_held(1)
+        await run.inject("note 0", wait=False)  # accepted while the first call runs: it joins its result
+        gates[held[-1]].set()
+        while (await run.status()).continuations < 1:  # let calls run, one by one, until the run went across
+            await until_held(len(held) + 1)
+            gates[held[-1]].set()
+        await run.inject("note 1", wait=False)
+        await run.inject("note 2", wait=False)
+        for gate in gates.values():
+            gate.set()
         result = await run.result()
         status = await run.status()
         transcript = await run.transcript()
+        outcomes = [await run.handle.query(EDIT_OUTCOME_QUERY, seq) for seq in (1, 2, 3)]
+    versions = [outcome["version"] for outcome in outcomes]
     assert result.status == "max_iterations" and result.iterations == 6
     assert status.continuations >= 1
     notes = [
@@ -129,7 +145,8 @@ async def test_max_iterations_and_edits_carry_across_continue_as_new(
         if b.get("type") == "text" and b["text"].startswith("note")
     ]
     assert notes == ["note 0", "note 1", "note 2"]
-    assert all(v is not None for v in versions) and versions == sorted(versions)
+    assert [outcome["error"] for outcome in outcomes] == [None, None, None]
+    assert versions == sorted(set(versions))
     assert fake_api.bodies()[-1]["messages"] == transcript[: len(fake_api.bodies()[-1]["messages"])]
 
 
