@@ -931,7 +931,7 @@ async def test_status_and_transcript_of_an_ended_run_need_no_worker(
         "stop_reason  none",
         "tokens       0 input / 0 output tokens",
         "messages     1",
-        "version      0",
+        "version      unknown",
         "stopped      nobody serves this queue",
     ]
     # Its conversation too, as its history holds it (no model call: the input's message).

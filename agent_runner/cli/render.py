@@ -270,7 +270,7 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         f"stop_reason  {status.stop_reason or 'none'}",
         f"tokens       {render_usage(status.usage)}",
         f"messages     {status.transcript_length}",
-        f"version      {status.version}",
+        f"version      {'unknown' if status.version is None else status.version}",
     ]
     if status.pending_approvals:
         lines.append(

@@ -385,6 +385,7 @@ async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun
             usage=result.usage,
             stop_reason_detail=result.detail,
             transcript_length=len(messages),
+            version=None,
         )
     elif reading.last_status is not None:
         status = RunStatus.model_validate(reading.last_status).model_copy(
@@ -398,6 +399,7 @@ async def _ended(runner: AgentRunner, reading: _Reading, ended: str) -> EndedRun
             usage=reading.usage,
             stop_reason_detail=reading.detail,
             transcript_length=len(messages),
+            version=None,
         )
     return EndedRun(status=status, messages=messages, unfinished=unfinished)
 

@@ -463,8 +463,10 @@ class RunStatus(BaseModel):
     transcript_length: int = 0
     """How many messages the transcript holds."""
 
-    version: int = 0
-    """The transcript's version: it goes up with every change (a reply, tool results, an edit)."""
+    version: int | None = 0
+    """The transcript's version: it goes up with every change (a reply, tool results, an edit). ``None`` when
+    unknown: a run read from its history that ended without recording its status (terminated, cancelled, timed
+    out), since the history does not record the edits applied."""
 
     pending_approvals: list[dict[str, Any]] = []
     """Tool calls waiting for a person (``tool_use_id``, ``name``, ``input``, ``iteration``, ``requested_at``)."""

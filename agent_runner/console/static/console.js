@@ -238,7 +238,7 @@ async function showRun(id) {
       ["Turns", s.iterations],
       ["Tokens", `${s.usage.input_tokens} in · ${s.usage.output_tokens} out`],
       s.cost_usd !== null ? ["Cost", `$${s.cost_usd.toFixed(4)}`] : null,
-      ["Transcript version", data.transcript.version],
+      ["Transcript version", data.transcript.version ?? s.version ?? "unknown"],
       s.stop_reason ? ["Stop reason", s.stop_reason] : null,
       s.stop_reason_detail ? ["Detail", s.stop_reason_detail] : null,
       s.last_error ? ["Retrying after", el("span", { class: "error", text: s.last_error })] : null,
