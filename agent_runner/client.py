@@ -959,7 +959,9 @@ class Run:
         queue unless ``task_queue`` names another, with this run's priority unless ``priority`` is given; this run is
         left as it is. Use it to resume a failed or stopped run from a chosen turn, or to try a turn again.
         """
-        point = await self._query(FORK_POINT_QUERY, from_iteration)
+        point = await self._query(
+            FORK_POINT_QUERY, from_iteration, refusing=f"fork run {self.id} from iteration {from_iteration}"
+        )
         messages = await self._content.resolve(await self._content.messages(point["head"]))
         run_input = {**point["input"], "messages": messages}
         if task_queue is None:
@@ -1001,7 +1003,7 @@ class Run:
         problems = message_problems([{"role": "user", "content": blocks}])
         if problems:  # checked before anything starts, as `run` does: the new run would fail at once
             raise InvalidRunInput("The message was rejected:\n" + "\n".join(f"- {p}" for p in problems))
-        point = await self._query(SEND_POINT_QUERY)
+        point = await self._query(SEND_POINT_QUERY, refusing=f"send a message after run {self.id}")
         run_input = {
             **point["input"],
             "messages": [{"role": "user", "content": blocks}],
@@ -1049,12 +1051,21 @@ class Run:
                     return _already_ended(self.id, ended, what)
         return _rpc_error(self.id, error)
 
-    async def _query(self, name: str, *args: Any) -> Any:
+    async def _query(self, name: str, *args: Any, refusing: str | None = None) -> Any:
+        """Ask the run a query.
+
+        ``refusing`` names what the caller does, for a query whose refusal is an answer (a fork from an iteration the
+        run no longer holds): the error then reads ``Cannot <refusing>: <the run's reason>``.
+        """
         try:
             return await self._answered(self.handle.query(name, *args))
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as e:
+        except WorkflowQueryFailedError as e:
+            if refusing is not None:
+                raise AgentRunError(f"Cannot {refusing}: {e}") from e
+            raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
+        except WorkflowQueryRejectedError as e:
             raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
 
     @property

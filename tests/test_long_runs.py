@@ -394,7 +394,7 @@ async def test_a_continuation_keeps_its_last_fork_points_and_refuses_the_older_b
         await fork.until_done()
     assert status.continuations == 4
     assert str(refused.value) == (
-        f"Run {run.id} could not answer 'fork_point': Iteration 2 is too old to fork from this run (it continued as "
+        f"Cannot fork run {run.id} from iteration 2: Iteration 2 is too old to fork from this run (it continued as "
         "new since); fork from iteration 3 or later, or start a run from the transcript."
     )
     bodies = fake_api.bodies()

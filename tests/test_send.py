@@ -240,9 +240,13 @@ async def test_send_to_a_run_still_going_says_to_inject(
     async with worker(get_weather):
         run = await runner.start(**BASE, messages=[USER])
         await asyncio.to_thread(fake_api.wait_for_requests, 1)
-        with pytest.raises(AgentRunError, match="The run is still running: send it a message with `inject` instead"):
+        with pytest.raises(AgentRunError) as refused:
             await run.send("And in Oslo?")
         await run.terminate("test over")
+    assert str(refused.value) == (
+        f"Cannot send a message after run {run.id}: The run is still running: send it a message with `inject` "
+        "instead, or wait for it to end."
+    )
 
 
 @pytest.mark.usefixtures("temporal_address")
