@@ -7,9 +7,11 @@ This is the boundary between plain content and content as held (``contract/trans
 methods take plain JSON (Claude's reply, a tool's result, a client's messages), ``escape`` it once and store its big
 parts; ``resolve`` gives plain JSON back. Nothing else turns data into placeholders or placeholders into data.
 
-A blob the store does not hold, or holds corrupted, fails the activity that needs it for good
-(``ApplicationError`` of type ``BlobMissing`` or ``BlobCorrupted``, not retryable): another attempt reads the same
-store, so retrying would only hang the run.
+A blob the store holds corrupted fails the activity that needs it for good (``ApplicationError`` of type
+``BlobCorrupted``, not retryable): another attempt reads the same store, so retrying would only hang the run. A blob
+the store does not hold (``BlobMissing``) is tried again a few times (``MISSING_BLOB_ATTEMPTS``), on any worker, before
+it fails the run: the worker that looked may be the one whose ``AGENT_RUNNER_STORE`` is wrong (a mistyped URL opens a
+new, empty store), and another worker, or this one set right, reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -41,6 +44,14 @@ from agent_runner.store import ChainNode, ContentStore, LiveEntries, open_store
 
 _TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
 """Blocks a run only carries (it reads no field of theirs), which ``offload_reply`` may store from a smaller size."""
+
+
+MISSING_BLOB_ATTEMPTS = 4
+"""Attempts of an activity that finds content missing before the run fails with ``BlobMissing``."""
+
+MISSING_BLOB_RETRY_DELAY = timedelta(seconds=20)
+"""Between those attempts: about a minute in all for a fleet to hand the task to a worker with the right store, or
+for a misconfigured one to be restarted, before the run fails."""
 
 
 CACHE_ENTRY_OVERHEAD = 1_000
@@ -348,14 +359,29 @@ def _extended(refs: list[str], length: int, new: list[str]) -> tuple[list[str], 
 
 @contextlib.contextmanager
 def _unrecoverable_in_activity() -> Iterator[None]:
-    """In an activity, turn a missing or corrupted blob into a failure Temporal does not retry.
+    """In an activity, turn a missing or corrupted blob into a failure Temporal retries a bounded number of times.
 
-    Another attempt would read the same store and fail the same way, forever: the run fails at once instead, with
-    the store's message (what is missing or corrupted, and what to do). Elsewhere (a client) the error is raised as is.
+    Corrupted content is read the same way by every attempt: the run fails at once, with the store's message (what is
+    corrupted, and what to do). Missing content may be another worker's to read (this one's store may be the wrong
+    one): ``MISSING_BLOB_ATTEMPTS`` attempts, ``MISSING_BLOB_RETRY_DELAY`` apart, then the run fails; never a retry
+    without end. Elsewhere (a client) the error is raised as is.
     """
     try:
         yield
     except (BlobMissing, BlobCorrupted) as error:
         if not activity.in_activity():
             raise
+        info = activity.info()
+        attempt, policy = info.attempt, info.retry_policy
+        # Only while Temporal itself would try again: an at-most-once tool's activity has one attempt (the workflow
+        # decides what follows), and one out of attempts would fail as retryable, read as an unknown outcome.
+        retried = policy is None or not policy.maximum_attempts or attempt < policy.maximum_attempts
+        if isinstance(error, BlobMissing) and attempt < MISSING_BLOB_ATTEMPTS and retried:
+            raise ApplicationError(
+                f"{error} (attempt {attempt} of {MISSING_BLOB_ATTEMPTS}: tried again in "
+                f"{MISSING_BLOB_RETRY_DELAY.total_seconds():g} s, on any worker, in case this worker's store is the "
+                "wrong one)",
+                type=type(error).__name__,
+                next_retry_delay=MISSING_BLOB_RETRY_DELAY,
+            ) from error
         raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error

@@ -18,6 +18,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from agent_runner import content
 from agent_runner.activities.claude import ClaudeActivities, default_client
 from agent_runner.activities.hooks import ResultHook
 from agent_runner.activities.tools import Tool, ToolRegistry
@@ -179,6 +181,13 @@ def anthropic_clients_closed() -> Iterator[None]:
         "These tests left an Anthropic client open (a bare Worker: enter `claude.running()` around it): "
         + ", ".join(left)
     )
+
+
+@pytest.fixture(autouse=True)
+def quick_missing_blob_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' in-process workers try missing content again 0.1 s apart, not ``MISSING_BLOB_RETRY_DELAY``: a test
+    of a missing blob checks the attempts without waiting out a fleet's delays."""
+    monkeypatch.setattr(content, "MISSING_BLOB_RETRY_DELAY", timedelta(milliseconds=100))
 
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Worker]]

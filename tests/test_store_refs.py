@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,9 +25,10 @@ from anthropic import beta_async_tool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from agent_runner import content
 from agent_runner.activities.tools import Tool, ToolRegistry, tool_options
 from agent_runner.client import AgentRunner, Run
-from agent_runner.content import Content
+from agent_runner.content import MISSING_BLOB_ATTEMPTS, Content
 from agent_runner.contract.errors import BlobCorrupted, BlobMissing, EditRejected, InvalidRunInput
 from agent_runner.contract.events import BlockStart, ReplyReceived, RunEvent, ToolFinished, ToolStarted
 from agent_runner.contract.transcript import (
@@ -44,6 +46,7 @@ from agent_runner.contract.transcript import (
     splice,
     stored,
 )
+from agent_runner.contract.types import ToolEffects
 from agent_runner.live import read_live_log
 from agent_runner.store import open_store
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
@@ -109,13 +112,19 @@ def tamper(runner: AgentRunner, ref: str, data: bytes | None) -> None:
             assert conn.execute("UPDATE blobs SET data = ? WHERE ref = ?", (data, ref)).rowcount == 1
 
 
-async def fails_at_once(run: Run, error: type[E]) -> E:
-    """The ``error`` the run fails with, raised by one activity attempt that was not retried."""
+async def fails_for_good(run: Run, error: type[E], attempts: int = 1) -> E:
+    """The ``error`` the run fails with, raised by the last of ``attempts`` activity attempts, not retried."""
     with pytest.raises(error) as raised:
         async with asyncio.timeout(30):
             await run.result()
     history = await run.handle.fetch_history()
     assert activity_failures(iter(history.events)) == [(error.__name__, True)]
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert started[-1] == attempts
     return raised.value
 
 
@@ -457,18 +466,19 @@ async def test_a_message_whose_whole_content_is_reference_shaped_is_invalid_inpu
 # ------------------------------------------------------------------------------------- missing and corrupted blobs
 
 
-async def test_a_missing_blob_fails_the_run_at_once_with_blob_missing(
+async def test_a_missing_blob_fails_the_run_after_a_few_attempts_with_blob_missing(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    """Case 5: a big message is stored by the client, then deleted before any worker reads it: one attempt, no
-    retries, no request, and the client gets ``BlobMissing`` saying what is missing and what to do."""
+    """Case 5: a big message is stored by the client, then deleted before any worker reads it: the model call tries
+    ``MISSING_BLOB_ATTEMPTS`` times (another worker's store may hold it), sends no request, and the client gets
+    ``BlobMissing`` saying what is missing and what to do."""
     big = "y" * 6000
     ref = ref_for(canonical(big), short=True)  # offloaded content is named short
     run = await runner.start(**BASE, messages=[{"role": "user", "content": big}])
     tamper(runner, ref, None)
 
     async with worker():
-        missing = await fails_at_once(run, BlobMissing)
+        missing = await fails_for_good(run, BlobMissing, attempts=MISSING_BLOB_ATTEMPTS)
 
     assert str(missing) == (
         f"the store at {os.environ['AGENT_RUNNER_STORE']} has no blob {ref}: it was deleted, or stored in another "
@@ -478,14 +488,56 @@ async def test_a_missing_blob_fails_the_run_at_once_with_blob_missing(
     assert fake_api.requests == []
 
 
-async def test_a_blob_deleted_mid_run_fails_the_tool_call_at_once_with_blob_missing(
-    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, client: Client, task_queue: str
+async def test_a_worker_with_another_store_leaves_the_run_to_a_worker_with_its_store(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker started with a mistyped ``AGENT_RUNNER_STORE`` (a new, empty store) finds the run's content missing:
+    its attempt fails saying so, and is tried again; a worker with the run's store then completes the run, and
+    Claude gets the message whole."""
+    monkeypatch.setattr(content, "MISSING_BLOB_RETRY_DELAY", timedelta(seconds=3))  # time to stop the wrong worker
+    big = "y" * 6000
+    ref = ref_for(canonical(big), short=True)
+    typo = f"sqlite:///{tmp_path / 'typo.db'}"
+    fake_api.script(end_turn("Read it."))
+    run = await runner.start(**BASE, messages=[{"role": "user", "content": big}])
+    async with open_store(typo) as wrong, worker(store=wrong):
+        async with asyncio.timeout(30):
+            while (status := await run.status()).last_error is None:
+                await asyncio.sleep(0.05)
+    async with worker():
+        async with asyncio.timeout(30):
+            result = await run.result()
+    assert status.last_error == (
+        f"agent_runner.create_message (attempt 2): the store at {typo} has no blob {ref}: it was deleted, or stored "
+        "in another store. The worker and the client must use the same AGENT_RUNNER_STORE; a run that needs this "
+        "content cannot go on, so start it again (or fork it from an earlier turn) (attempt 1 of 4: tried again in "
+        "3 s, on any worker, in case this worker's store is the wrong one)"
+    )
+    assert result.status == "completed"
+    assert fake_api.bodies()[0]["messages"] == [{"role": "user", "content": big}]
+
+
+@pytest.mark.parametrize(("effects", "attempts"), [("idempotent", MISSING_BLOB_ATTEMPTS), ("at_most_once", 1)])
+async def test_a_blob_deleted_mid_run_fails_the_tool_call_with_blob_missing(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    client: Client,
+    task_queue: str,
+    effects: ToolEffects,
+    attempts: int,
 ) -> None:
     """Case 5, mid-run: Claude's big tool input is stored, then deleted while the call waits for approval; the tool
-    worker (another process's cache) finds it missing: one attempt, and the client gets ``BlobMissing``."""
+    worker (another process's cache) finds it missing: ``MISSING_BLOB_ATTEMPTS`` attempts where the tool's retry
+    policy allows them, one for an at-most-once tool (never an unknown outcome: the tool did not start), and the
+    client gets ``BlobMissing``."""
     tools_queue = f"{task_queue}-tools"
 
-    @tool_options(task_queue=tools_queue)
+    @tool_options(task_queue=tools_queue, effects=effects)
     @beta_async_tool
     async def inspect(payload: dict[str, Any]) -> str:
         """Look at a payload.
@@ -508,7 +560,7 @@ async def test_a_blob_deleted_mid_run_fails_the_tool_call_at_once_with_blob_miss
         await run.approve("toolu_M1")
         tools_worker = build_worker(client, registry=ToolRegistry([inspect]), task_queue=tools_queue, serve=["tools"])
         async with tools_worker:
-            missing = await fails_at_once(run, BlobMissing)
+            missing = await fails_for_good(run, BlobMissing, attempts=attempts)
 
     assert str(missing) == (
         f"the store at {os.environ['AGENT_RUNNER_STORE']} has no blob {ref}: it was deleted, or stored in another "
@@ -530,7 +582,7 @@ async def test_a_corrupted_blob_is_detected_and_never_sent_to_claude(
     tamper(runner, ref, canonical(tampered))
 
     async with worker():
-        corrupted = await fails_at_once(run, BlobCorrupted)
+        corrupted = await fails_for_good(run, BlobCorrupted)
 
     assert str(corrupted) == (
         f"the store at {os.environ['AGENT_RUNNER_STORE']} holds corrupted content under {ref}: the bytes no longer "
@@ -588,7 +640,7 @@ async def test_a_tool_result_corrupted_mid_run_is_never_sent_to_claude(
     async with worker(fetch) as second:  # a new worker: nothing kept in memory
         assert second is not first
         await run.advance()
-        corrupted = await fails_at_once(run, BlobCorrupted)
+        corrupted = await fails_for_good(run, BlobCorrupted)
     assert str(corrupted).startswith(
         f"the store at {os.environ['AGENT_RUNNER_STORE']} holds corrupted content under {ref}: "
     )
