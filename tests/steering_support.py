@@ -47,3 +47,20 @@ async def wait_status(run: Run, status: str, iterations: int | None = None) -> N
             if current.status == status and (iterations is None or current.iterations == iterations):
                 return
             await asyncio.sleep(0.05)
+
+
+async def wait_accepted(run: Run, update: str, count: int = 1) -> None:
+    """Wait until the run has accepted ``count`` updates named ``update`` (its history shows them): an edit a task
+    sent and still waits on has reached the run."""
+    async with asyncio.timeout(20):
+        while True:
+            events = (await run.handle.fetch_history()).events
+            accepted = [
+                e
+                for e in events
+                if e.HasField("workflow_execution_update_accepted_event_attributes")
+                and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == update
+            ]
+            if len(accepted) >= count:
+                return
+            await asyncio.sleep(0.05)

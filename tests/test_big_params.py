@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -212,17 +213,21 @@ async def test_a_big_parameter_a_plain_update_sent_goes_whole_into_a_continuatio
     """A plain-JSON ``update_params`` (the stock CLI's) holds a big ``system`` by value until a model call stores it:
     a continuation that comes first carries the value, never a reference to nothing."""
     system = "Be brief. " + "q" * 100_000
+    replied = threading.Event()
     fake_api.script(
-        Reply([text("One."), tool_use("toolu_1", "launch", {"target": "a"})], "tool_use", delay=2), end_turn("Done.")
+        Reply([text("One."), tool_use("toolu_1", "launch", {"target": "a"})], "tool_use", until=replied),
+        end_turn("Done."),
     )
     async with worker(launch):
         run = await runner.start(
             **BASE, system="terse", messages=[USER], tools=[launch], thread=False, continue_as_new={"events": 10}
         )
-        async with asyncio.timeout(30):
-            while not fake_api.requests:
-                await asyncio.sleep(0.05)
-        await run.handle.execute_update(UPDATE_PARAMS_UPDATE, {"params": {"system": system}})
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 1, 30)
+            # Accepted while the first reply is held: the run continues as new before another model call.
+            await run.handle.execute_update(UPDATE_PARAMS_UPDATE, {"params": {"system": system}})
+        finally:
+            replied.set()
         result = await run.result()
         status = await run.status()
     assert (result.status, status.continuations) == ("completed", 1)

@@ -337,14 +337,17 @@ async def test_a_continuation_carries_its_last_reply_however_big_and_leaves_olde
     goes on reading (its status says how the last reply stopped); a follower reads every reply all the same."""
     monkeypatch.setattr(carry, "CARRIED_REPLY_BYTES", 1)
     calls = weather_calls(3)
-    fake_api.script(*(Reply([call], "tool_use") for call in calls), Reply([text("All done.")], "end_turn", delay=2))
+    replied = threading.Event()
+    last = Reply([text("All done.")], "end_turn", until=replied)
+    fake_api.script(*(Reply([call], "tool_use") for call in calls), last)
     async with worker(get_weather):
         run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
-        # The last model call takes 2 s: the run has continued as new for the last time and holds one reply.
-        async with asyncio.timeout(30):
-            while len(fake_api.requests) < 4:
-                await asyncio.sleep(0.05)
-        waiting = await run.status()
+        # The last model call's reply is held: the run has continued as new for the last time and holds one reply.
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 4, 30)
+            waiting = await run.status()
+        finally:
+            replied.set()
         await run.until_done()
         status = await run.status()
         replies = [reply.content[0].model_dump(exclude_none=True) async for reply in run.messages()]

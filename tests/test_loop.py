@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -778,13 +779,17 @@ async def test_cancelling_a_run_ends_it_as_cancelled(
 ) -> None:
     from agent_runner.contract.errors import RunCancelled
 
-    fake_api.script(Reply(content=[text("never seen")], delay=5.0))
+    held = threading.Event()  # never set before the run is cancelled: the reply is never seen
+    fake_api.script(Reply(content=[text("never seen")], until=held))
     async with worker():
         run = await runner.start(**BASE, messages=[USER])
-        await asyncio.to_thread(fake_api.wait_for_requests, 1)
-        await run.cancel()
-        with pytest.raises(RunCancelled, match="was cancelled"):
-            await run.until_done()
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 1)
+            await run.cancel()
+            with pytest.raises(RunCancelled, match="was cancelled"):
+                await run.until_done()
+        finally:
+            held.set()
 
 
 class Holds(Interceptor):

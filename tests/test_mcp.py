@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -358,16 +359,19 @@ async def test_a_call_of_a_servers_tool_goes_only_to_workers_configured_with_the
     server's tools go to a queue only configured workers poll (``mcp_task_queue``). So a call made while no configured
     worker is up waits for one, and never reaches the worker without the configuration, where it would fail (an
     ``at_most_once`` call's outcome would then be unknown, and Claude told so)."""
+    replied = threading.Event()
     fake_api.script(
-        Reply([tool_use("toolu_1", "lookup", {"city": "Paris"})], "tool_use", delay=2.0), end_turn("Sunny.")
+        Reply([tool_use("toolu_1", "lookup", {"city": "Paris"})], "tool_use", until=replied), end_turn("Sunny.")
     )
     other = await another_client(client)
     servers = config(tmp_path, effects="at_most_once")
     async with worker():  # every role, no MCP configuration
-        async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):
-            run = await runner.start(**BASE, messages=[USER], mcp=["files"])
-            await wait_for(lambda: len(fake_api.requests) == 1, "the first request")  # the tools are listed by then
-        # The configured worker is gone before Claude's reply calls the tool.
+        try:
+            async with build_worker(other, task_queue=runner.task_queue, serve=("tools",), mcp=servers):
+                run = await runner.start(**BASE, messages=[USER], mcp=["files"])
+                await wait_for(lambda: len(fake_api.requests) == 1, "the first request")  # the tools are listed
+        finally:
+            replied.set()  # the configured worker is gone before Claude's reply calls the tool
         await until_pending(run, CALL_MCP_TOOL_ACTIVITY)
         await asyncio.sleep(1.0)  # time for the worker without the configuration to take it, were it offered
         assert (calls(tmp_path), (await run.status()).status) == ([], "running")

@@ -9,6 +9,10 @@ first, so it is the one the run (or the call) meets first, whatever the server's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from temporalio.client import Client
@@ -41,6 +45,27 @@ async def until_pending(run: Run, activity_type: str, *, past_attempt: int = 0) 
 async def handed_back(run: Run, activity_type: str) -> None:
     """Wait until the run's ``activity_type`` activity was handed back (its attempt is past the first)."""
     await until_pending(run, activity_type, past_attempt=1)
+
+
+@contextlib.contextmanager
+def when_a_worker_begins_shutting_down(event: threading.Event) -> Iterator[None]:
+    """Set ``event`` as a worker begins its shutdown: once it logs so, it polls for no more tasks."""
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Beginning worker shutdown"):
+                event.set()
+
+    sdk_logger = logging.getLogger("temporalio.worker._worker")  # the SDK's Worker logs there as it shuts down
+    handler, level = Handler(), sdk_logger.level
+    sdk_logger.addHandler(handler)
+    sdk_logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        sdk_logger.removeHandler(handler)
+        sdk_logger.setLevel(level)
+        event.set()
 
 
 async def another_client(client: Client) -> Client:
@@ -78,12 +103,16 @@ async def test_a_call_that_meets_a_worker_without_its_tool_runs_once_on_one_that
     client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     RAN.clear()
-    fake_api.script(Reply([tool_use("toolu_1", "launch", {"target": "b"})], "tool_use", delay=2.0), end_turn("Done."))
-    async with await with_launch(client, runner, fake_api):
-        run = await runner.start(**BASE, messages=[USER], tools=["launch"])
-        async with asyncio.timeout(15):
-            while not fake_api.requests:
-                await asyncio.sleep(0.05)
+    replied = threading.Event()
+    fake_api.script(
+        Reply([tool_use("toolu_1", "launch", {"target": "b"})], "tool_use", until=replied), end_turn("Done.")
+    )
+    with when_a_worker_begins_shutting_down(replied):  # Claude's reply is held until then
+        async with await with_launch(client, runner, fake_api):
+            run = await runner.start(**BASE, messages=[USER], tools=["launch"])
+            async with asyncio.timeout(15):
+                while not fake_api.requests:
+                    await asyncio.sleep(0.05)
     # The worker that looked the tool up is gone before Claude's reply calls it; the one left lacks it.
     async with worker():
         await handed_back(run, RUN_TOOL_ACTIVITY)

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import subprocess
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -87,12 +88,16 @@ FORGED: list[Any] = [
 async def test_forged_or_malformed_tool_use_ready_signals_neither_wedge_the_run_nor_run_a_tool(
     eager: bool, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(Reply(content=[text("Thinking.")], delay=1.5), end_turn("unused"))
+    replied = threading.Event()
+    fake_api.script(Reply(content=[text("Thinking.")], until=replied), end_turn("unused"))
     async with worker(launch):
         run = await runner.start(**BASE, messages=[USER], tools=[launch], eager_tools=eager, thread=False)
-        await wait_for_request(fake_api, 1)  # the model call is under way: iteration 1, attempt 1
-        for payload in FORGED:
-            await run.handle.signal(TOOL_USE_READY_SIGNAL, payload)
+        try:
+            await wait_for_request(fake_api, 1)  # the model call is under way (its reply held): iteration 1, attempt 1
+            for payload in FORGED:
+                await run.handle.signal(TOOL_USE_READY_SIGNAL, payload)
+        finally:
+            replied.set()
         async with asyncio.timeout(30):
             result = await run.result()
     assert (result.status, result.iterations) == ("completed", 1)
@@ -293,14 +298,18 @@ async def test_input_no_converter_can_read_or_more_than_one_input_fails_the_run_
 async def test_update_params_with_a_value_of_the_wrong_type_is_refused_and_the_run_goes_on(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
-    fake_api.script(Reply(content=[text("One.")], delay=1.0), end_turn("unused"))
+    replied = threading.Event()
+    fake_api.script(Reply(content=[text("One.")], until=replied), end_turn("unused"))
     async with worker(launch):
         run = await runner.start(**BASE, messages=[USER], tools=[launch], thread=False)
-        await wait_for_request(fake_api, 1)
-        with pytest.raises(EditRejected) as refused:
-            await run.update_params(max_tokens="4k")
-        with pytest.raises(EditRejected, match=r"`temperature` must be a number between 0.0 and 1.0; got 7."):
-            await run.update_params(temperature=7)
+        try:
+            await wait_for_request(fake_api, 1)  # the reply is held while the run is refused the edits
+            with pytest.raises(EditRejected) as refused:
+                await run.update_params(max_tokens="4k")
+            with pytest.raises(EditRejected, match=r"`temperature` must be a number between 0.0 and 1.0; got 7."):
+                await run.update_params(temperature=7)
+        finally:
+            replied.set()
         result = await run.result()
     assert str(refused.value) == (
         "update_params was refused: The new parameters were rejected:\n- `max_tokens` must be a positive integer."

@@ -4,6 +4,7 @@ store password too."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -47,11 +48,15 @@ async def test_claude_gets_the_token_and_the_history_never_holds_it(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_RUNNER_MCP_TOKEN_LINEAR_PROD", "tok-secret-4242")
-    fake_api.script(Reply(content=[text("Hello.")], delay=1.0))
+    replied = threading.Event()
+    fake_api.script(Reply(content=[text("Hello.")], until=replied))  # held while the run is refused the edit
     async with worker():
         run = await runner.start(**BASE, mcp_servers=[SERVER], thread=False)
-        with pytest.raises(EditRejected, match="AGENT_RUNNER_MCP_TOKEN_LINEAR_PROD in the workers' environment"):
-            await run.update_params(mcp_servers=[{**SERVER, "authorization_token": "tok-other"}])
+        try:
+            with pytest.raises(EditRejected, match="AGENT_RUNNER_MCP_TOKEN_LINEAR_PROD in the workers' environment"):
+                await run.update_params(mcp_servers=[{**SERVER, "authorization_token": "tok-other"}])
+        finally:
+            replied.set()
         await run.until_done()
         history = history_text(await run.handle.fetch_history())
     assert fake_api.bodies()[0]["mcp_servers"] == [{**SERVER, "authorization_token": "tok-secret-4242"}]

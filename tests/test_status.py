@@ -6,6 +6,7 @@ Each test runs against the real Temporal dev server and the fake Messages API, t
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -181,12 +182,20 @@ async def test_a_worker_check_temporal_fails_to_answer_does_not_fail_the_wait(
         raise RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")
 
     monkeypatch.setattr(service, "describe_task_queue", cancelled)
-    fake_api.script(Reply([text("Sunny.")], "end_turn", delay=2.5))  # answered after the first check
+    replied = threading.Event()
+    fake_api.script(Reply([text("Sunny.")], "end_turn", until=replied))  # answered after the first check
     async with worker():
         run = await runner.start(**BASE)
         notices: list[str] = []
         run.no_worker_notice = lambda e: notices.append(str(e))
-        result = await run.result()
+        waiting = asyncio.create_task(run.result())
+        try:
+            async with asyncio.timeout(20):
+                while not failed:
+                    await asyncio.sleep(0.05)
+        finally:
+            replied.set()
+        result = await waiting
     assert result.status == "completed"
     assert result.final_message is not None and result.final_message["content"] == [{"type": "text", "text": "Sunny."}]
     assert failed and set(failed) == {runner.task_queue} and notices == []

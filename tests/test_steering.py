@@ -4,20 +4,22 @@ exact next request shows it. Each of the SDK's verified pitfalls has a test prov
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateStage
 from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
+from agent_runner.contract.steering import ADVANCE_UPDATE, INJECT_MESSAGE_UPDATE
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
-from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_accepted, wait_status
 from tests.tools_for_tests import get_time, get_weather
 
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -40,7 +42,7 @@ async def test_injected_message_joins_the_tool_results_and_no_tool_runs_twice(
             while not CALLS:
                 await asyncio.sleep(0.02)
         inject = asyncio.create_task(run.inject("Also answer in French."))
-        await asyncio.sleep(0.3)
+        await wait_accepted(run, INJECT_MESSAGE_UPDATE)  # while the tool runs
         GATE.set()
         version = await inject
         await run.until_done()
@@ -154,11 +156,16 @@ async def test_a_retry_before_the_first_reply_is_refused_before_anything_is_writ
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """There is nothing to retry yet: the update's validator refuses it, so it never enters the run's history."""
-    fake_api.script(Reply([text("Sunny.")], delay=1.0))
+    replied = threading.Event()
+    fake_api.script(Reply([text("Sunny.")], until=replied))
     async with worker():
         run = await runner.start(**BASE)
-        with pytest.raises(EditRejected, match=r"There is no reply to retry yet\."):
-            await run.retry()
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 1, 20)  # the first reply is held until the retry
+            with pytest.raises(EditRejected, match=r"There is no reply to retry yet\."):
+                await run.retry()
+        finally:
+            replied.set()
         await run.until_done()
         history = await run.handle.fetch_history()
     assert [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")] == []
@@ -169,13 +176,20 @@ async def test_an_advance_for_the_reply_still_coming_waits_for_its_pause_then_le
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     """Accepted, not refused as "not paused": Temporal may hand the run the update with the reply it pauses after."""
-    fake_api.script(Reply([text("Sunny.")], "end_turn", delay=1.0))
+    replied = threading.Event()
+    fake_api.script(Reply([text("Sunny.")], "end_turn", until=replied))
     async with worker():
         run = await runner.start(**BASE, step=True)
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 1, 20)
+            # The first reply is held until the advance is accepted; the advance completes at the pause after it.
+            advance = await run.handle.start_update(
+                ADVANCE_UPDATE, {"iteration": 1}, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            )
+        finally:
+            replied.set()
         async with asyncio.timeout(20):
-            while not fake_api.requests:
-                await asyncio.sleep(0.02)
-        await run.advance(iteration=1)  # the first reply is still on its way
+            await advance.result()
         result = await run.result()
     assert (result.status, result.iterations) == ("completed", 1)
 

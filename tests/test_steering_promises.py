@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 from typing import Any
 
 import pytest
@@ -18,10 +19,16 @@ from temporalio.client import Client
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
 from agent_runner.contract.events import ApprovalDecided
-from agent_runner.contract.steering import TO_GO_ON
+from agent_runner.contract.steering import (
+    ADVANCE_UPDATE,
+    INJECT_MESSAGE_UPDATE,
+    REPLACE_HISTORY_UPDATE,
+    RETRY_TURN_UPDATE,
+    TO_GO_ON,
+)
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import TEMPORAL_BIN, WorkerFactory
-from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
+from tests.steering_support import CALLS, GATE, delete_file, gated, wait_accepted, wait_status
 
 USER = {"role": "user", "content": "Clean up."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
@@ -109,7 +116,7 @@ async def test_replace_history_with_the_version_read_while_tools_run_applies(
                 await asyncio.sleep(0.02)
         snapshot = await run.versioned_transcript()  # the reply is in; its tool is still running
         replaced = asyncio.create_task(run.replace_history(trimmed, expected_version=snapshot.version))
-        await asyncio.sleep(0.3)
+        await wait_accepted(run, REPLACE_HISTORY_UPDATE)  # while the tool runs
         GATE.set()
         version = await replaced
         await run.until_done()
@@ -134,23 +141,27 @@ async def test_an_edit_made_against_a_version_read_mid_turn_is_refused_once_the_
     if calls:
         content.append(tool_use("toolu_D", "delete_file", {"path": "/tmp/x"}))
     first = Reply([tool_use("toolu_A", "delete_file", {"path": "/a"})], "tool_use")
-    fake_api.script(first, Reply(content, "tool_use" if calls else "end_turn", delay=1.5), end_turn("Done."))
+    replied = threading.Event()
+    fake_api.script(first, Reply(content, "tool_use" if calls else "end_turn", until=replied), end_turn("Done."))
     async with worker(delete_file):
         run = await runner.start(**BASE, tools=[delete_file], step=True, thread=False)
         await wait_status(run, "waiting_for_step", 1)
         await run.advance()
-        async with asyncio.timeout(15):
-            while len(fake_api.requests) < 2:
-                await asyncio.sleep(0.02)
-        snapshot = await run.versioned_transcript()  # the second model call is under way: its reply is not in
-        if edit == "replace_history":
-            rephrased = [{"role": "user", "content": "Rephrased."}]
-            made = run.replace_history(rephrased, expected_version=snapshot.version, wait=True)
-        elif edit == "inject":
-            made = run.inject("And in French.", expected_version=snapshot.version, wait=True)
-        else:
-            made = run.retry(expected_version=snapshot.version, wait=True)
-        sent = asyncio.create_task(made)
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 2, 15)
+            snapshot = await run.versioned_transcript()  # the second model call is under way: its reply is held
+            if edit == "replace_history":
+                rephrased = [{"role": "user", "content": "Rephrased."}]
+                made = run.replace_history(rephrased, expected_version=snapshot.version, wait=True)
+            elif edit == "inject":
+                made = run.inject("And in French.", expected_version=snapshot.version, wait=True)
+            else:
+                made = run.retry(expected_version=snapshot.version, wait=True)
+            sent = asyncio.create_task(made)
+            update = {"replace_history": REPLACE_HISTORY_UPDATE, "inject": INJECT_MESSAGE_UPDATE}.get(edit)
+            await wait_accepted(run, update or RETRY_TURN_UPDATE)  # accepted before the reply comes
+        finally:
+            replied.set()
         async with asyncio.timeout(15):
             with pytest.raises(EditRejected) as refused:
                 await sent
@@ -243,7 +254,7 @@ async def test_a_client_waiting_for_its_edit_is_told_when_the_run_is_terminated(
         run = await runner.start(**BASE, tools=[delete_file], approval={"tools": ["delete_file"]})
         await wait_status(run, "waiting_for_approval")
         waiting = asyncio.create_task(run.inject("Also check /var."))
-        await asyncio.sleep(0.5)
+        await wait_accepted(run, INJECT_MESSAGE_UPDATE)
         await run.terminate("operator ended it")
         async with asyncio.timeout(15):
             with pytest.raises(EditRejected) as refused:
@@ -262,9 +273,10 @@ async def test_an_advance_waiting_for_a_pause_gives_up_when_the_run_continues_as
     run looks as if that pause were still coming); the run then continues as new: the advance must give up, refused,
     instead of holding the continuation (and the run) for ever."""
     summary = {"type": "compaction", "content": "Summary: Oslo reported."}
+    summarized = threading.Event()
     fake_api.script(
         Reply([text("Reporting."), tool_use("toolu_G", "delete_file", {"path": "/tmp/oslo"})], "tool_use"),
-        Reply([summary], "compaction", delay=1.5),
+        Reply([summary], "compaction", until=summarized),
         end_turn("Done."),
     )
     async with worker(delete_file):
@@ -279,13 +291,16 @@ async def test_an_advance_waiting_for_a_pause_gives_up_when_the_run_continues_as
         await run.advance()
         await wait_status(run, "waiting_for_review", 1)
         await run.compact(wait=False)
-        await run.advance()  # the review pause: the boundary now compacts (slowly), then continues as new
-        async with asyncio.timeout(20):
-            while len(fake_api.requests) < 2:
-                await asyncio.sleep(0.02)
+        await run.advance()  # the review pause: the boundary now compacts (its summary held), then continues as new
+        try:
+            await asyncio.to_thread(fake_api.wait_for_requests, 2, 20)
+            stale = asyncio.create_task(run.advance(iteration=1))  # the review pause of iteration 1 has passed
+            await wait_accepted(run, ADVANCE_UPDATE, 3)  # accepted while the summary is held
+        finally:
+            summarized.set()
         with pytest.raises(EditRejected) as refused:
             async with asyncio.timeout(20):
-                await run.advance(iteration=1)  # stale: the review pause of iteration 1 has passed
+                await stale
         await wait_status(run, "waiting_for_step", 2)
         status = await run.status()
         await run.advance()
@@ -312,7 +327,7 @@ async def test_an_edit_made_against_a_version_a_queued_edit_changes_is_refused_a
         late = asyncio.create_task(
             run.replace_history([{"role": "user", "content": "Say bye."}], expected_version=version, wait=True)
         )
-        await asyncio.sleep(0.5)  # accepted too: no edit has applied yet
+        await wait_accepted(run, REPLACE_HISTORY_UPDATE, 2)  # accepted too: no edit has applied yet
         await run.advance()
         async with asyncio.timeout(15):
             with pytest.raises(EditRejected) as refused:
@@ -335,7 +350,7 @@ async def test_an_edit_still_queued_when_the_run_stops_is_answered_with_the_reas
         run = await runner.start(**BASE, step=True)
         await wait_status(run, "waiting_for_step", 1)
         waiting = asyncio.create_task(run.inject("And tomorrow?", wait=True))
-        await asyncio.sleep(0.5)  # accepted, and queued for the next boundary
+        await wait_accepted(run, INJECT_MESSAGE_UPDATE)  # accepted, and queued for the next boundary
         await run.stop("enough")
         async with asyncio.timeout(15):
             with pytest.raises(EditRejected) as refused:

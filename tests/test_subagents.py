@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -145,19 +146,29 @@ async def test_agents_in_one_reply_run_concurrently_and_answer_in_block_order(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
     MET.clear()
+    b_done = threading.Event()
 
     def child(body: dict[str, Any]) -> ScriptItem:
         task = body["messages"][0]["content"]
         if len(body["messages"]) == 1:
             return Reply(content=[tool_use(f"toolu_{task}", "rendezvous", {"who": task})], stop_reason="tool_use")
-        # The first agent's child finishes last: its result still comes first.
-        return Reply(content=[text(f"{task} done")], delay=0.5 if task == "a" else 0.0)
+        # The first agent's child finishes last (its last reply held until the second's child has ended): its result
+        # still comes first.
+        return Reply(content=[text(f"{task} done")], until=b_done if task == "a" else None)
+
+    async def second_child_ended() -> bool:
+        agents = (await run.status()).agents
+        return any(a["tool_use_id"] == "toolu_P1" and a["status"] == "completed" for a in agents)
 
     fake_api.responder = by_system([research("toolu_P", "a", "b"), end_turn("Both done.")], child)
     async with worker(rendezvous):
         run = await runner.start(
             **BASE, messages=[USER], thread=False, agents=[{**RESEARCHER, "tools": ["rendezvous"]}]
         )
+        try:
+            await wait_for(second_child_ended)
+        finally:
+            b_done.set()
         await run.until_done()
     # Each child's tool waited for the other's: they ran at the same time.
     met = sorted(b["messages"][-1]["content"][0]["content"] for b in child_bodies(fake_api) if len(b["messages"]) == 3)
