@@ -152,6 +152,7 @@ _WORKER_CHECK = 1.0
 """How long a query, update or wait may go unanswered before the client checks that a worker polls the run's task
 queue: without one, it would wait silently until the RPC times out, or forever."""
 _WORKER_RECHECK_MAX = 30.0
+
 _CONTINUED_RESENDS = 5
 """How often an edit that reached an execution as it continued as new is sent again, to the next one."""
 
@@ -1061,11 +1062,9 @@ class Run:
             return await self._answered(self.handle.query(name, *args))
         except RPCError as e:
             raise _rpc_error(self.id, e) from e
-        except WorkflowQueryFailedError as e:
-            if refusing is not None:
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as e:
+            if refusing is not None and isinstance(e, WorkflowQueryFailedError):
                 raise AgentRunError(f"Cannot {refusing}: {e}") from e
-            raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
-        except WorkflowQueryRejectedError as e:
             raise AgentRunError(f"Run {self.id} could not answer {name!r}: {e}") from e
 
     @property
