@@ -112,7 +112,7 @@ class FloorWorkflow:
 
 STREAMED_MODEL_CALL = "bench_streamed_model_call"
 """An activity that sends one turn through the SDK and reads its reply as a stream, returning nothing (its worker
-registers it: ``bench/peer.py``)."""
+registers it: ``bench/peer.py``). Its arguments are the turn's number and the size of the tool result it carries."""
 
 
 @workflow.defn(name="BenchStreamingFloor")
@@ -120,10 +120,16 @@ class StreamingFloorWorkflow:
     """The floor whose model activity makes the turn's streamed request: N of them, a no-op between each two."""
 
     @workflow.run
-    async def run(self, iterations: int) -> int:
-        """Run ``iterations`` streamed model calls, each but the last followed by a no-op tool activity."""
+    async def run(self, iterations: int, size: int = 0) -> int:
+        """Run ``iterations`` streamed model calls, each but the last followed by a no-op tool activity.
+
+        Each call after the first carries a tool result of ``size`` bytes, as a runner's turn does; the activity
+        makes it, so no payload carries it.
+        """
         for n in range(iterations):
-            await workflow.execute_activity(STREAMED_MODEL_CALL, start_to_close_timeout=timedelta(seconds=30))
+            await workflow.execute_activity(
+                STREAMED_MODEL_CALL, args=[n + 1, size], start_to_close_timeout=timedelta(seconds=30)
+            )
             if n < iterations - 1:
                 await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=30))
         return iterations

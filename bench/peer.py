@@ -17,8 +17,9 @@ workers, against the same fake:
   its replies could cost.
 * ``floor-stream``: the floor whose model activities make the turn's request through the SDK and read its reply as
   a stream (``StreamingFloorWorkflow``: N such activities, a no-op between each two; the same client as
-  agent-runner's worker, no payload, no store): measured, not added, the least a durable runner that streams its
-  replies through the SDK could cost here.
+  agent-runner's worker; each request after the first carries the previous ``ping`` call and its result, made in
+  the activity: no payload, no store): measured, not added, the least a durable runner that streams its replies
+  through the SDK could cost here.
 * ``agent-runner``: ``AgentRunner.start(...)`` + ``run.result()`` (message thread, the default), a fresh SQLite
   content store for the whole benchmark; ``agent-runner-full``: the same with ``thread=False`` (the full
   conversation on the wire every turn, as the peer sends it).
@@ -184,14 +185,22 @@ class StreamedModelCall:
     client: anthropic.AsyncAnthropic
 
     @activity.defn(name=STREAMED_MODEL_CALL)
-    async def call(self) -> None:
-        """Send the run's prompt with ``ping``; read the reply's events as JSON; return nothing.
+    async def call(self, turn: int, size: int) -> None:
+        """Send the run's ``turn``-th request with ``ping``; read the reply's events as JSON; return nothing.
 
-        As agent-runner's model call reads them (``activities/claude.py``, ``_events``): the SDK's stream, its events
-        read from the bytes without its per-event models, the least the SDK lets a streamed call do.
+        A turn after the first carries the previous ``ping`` call and its ``size``-byte result, the bytes a threaded
+        runner's ``continue`` carries (a reply and its tool results), so the SDK encodes and sends what agent-runner's
+        model call must. Its events are read as agent-runner's model call reads them (``activities/claude.py``,
+        ``_events``): the SDK's stream, from the bytes without its per-event models, the least the SDK lets a
+        streamed call do.
         """
+        messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+        if turn > 1:
+            call = tool_use(f"toolu_{turn - 1}", ping.name, {"n": turn - 1, "size": size})
+            result = {"type": "tool_result", "tool_use_id": call["id"], "content": pad(turn - 1, size)}
+            messages += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
         async with self.client.beta.messages.stream(
-            model=MODEL, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": PROMPT}], tools=[ping.to_dict()]
+            model=MODEL, max_tokens=MAX_TOKENS, messages=messages, tools=[ping.to_dict()]
         ) as stream:
             async for sse in anthropic.AsyncStream.raw_events(stream.response):
                 if sse.event not in (None, "ping") and sse.data:
@@ -262,7 +271,7 @@ class Bench:
         self.fresh_fake()
         handle = await self.client.start_workflow(
             StreamingFloorWorkflow.run,
-            self.iterations,
+            args=[self.iterations, self.size],
             id=f"bench-floor-stream-{uuid.uuid4()}",
             task_queue=FLOOR_TASK_QUEUE,
         )
@@ -515,10 +524,10 @@ def report(
         "(both on the SDK's aiohttp transport, as the worker's client). "
         "floor + sdk: the two added, the least a durable run of the same turns could cost (the floor makes no "
         "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does; "
-        "floor-stream: that least measured (the floor's model activities make the streamed request). The floor "
-        "carries no payload; agent-runner also looks its tools up once per run (describe_tools, a local "
-        "activity). pydantic-ai's history per iteration grows with N (the whole conversation is each model "
-        "activity's input)."
+        "floor-stream: that least measured (the floor's model activities make the streamed request, with the "
+        "turn's tool result). The floor carries no payload; agent-runner also looks its tools up once per run "
+        "(describe_tools, a local activity). pydantic-ai's history per iteration grows with N (the whole "
+        "conversation is each model activity's input)."
     )
     for size in sizes:
         least, ours = table.get((size, "floor-stream")), table.get((size, "agent-runner"))
