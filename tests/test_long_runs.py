@@ -10,12 +10,19 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from anthropic import beta_async_tool
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio import workflow
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry, tool_options
@@ -271,6 +278,100 @@ async def test_an_edit_accepted_while_the_run_waits_to_continue_as_new_goes_acro
         {"role": "user", "content": [text("note")]},
     ]
     assert outcome == {"seq": 2, "version": version + 1, "error": None, "kind": "inject_message"}
+
+
+async def admitted(client: Client, run_id: str, update_id: str, within: float) -> bool:
+    """Whether the server admits update ``update_id`` of the run's current execution within ``within`` seconds."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id),
+        wait_policy=WaitPolicy(
+            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            await client.workflow_service.poll_workflow_execution_update(request, timeout=timedelta(seconds=within))
+            return True
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.01)  # not there yet: the client is still sending it
+    return False
+
+
+async def test_an_edit_that_reaches_the_run_as_it_continues_as_new_applies_once_in_the_continuation(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit the server took while the execution's last workflow task (the one that continues as new) was under way:
+    that execution never sees it, and the client's call neither fails nor is lost: a continuation applies it, once.
+
+    The workflow task is held where the run continues as new until the server has admitted the update (polled, not
+    waited for), so the race happens every time; the hold stays under the SDK's deadlock detector (a workflow task
+    held 2 s fails; its debug mode, which turns the detector off, runs workflow tasks on the client's event loop). The
+    continuation's reply waits until the edit is accepted: a run that ended first would rightly refuse it.
+    """
+    replied = threading.Event()
+    fake_api.script(
+        Reply([tool_use("toolu_0", "get_weather", {"city": "A"})], "tool_use"),
+        Reply([tool_use("toolu_1", "get_weather", {"city": "B"})], "tool_use", until=replied),
+        end_turn("All done."),
+    )
+    continuing, taken = threading.Event(), threading.Event()
+    held: list[bool] = []
+    continue_as_new = workflow.continue_as_new
+
+    def held_until_taken(*args: Any, **kwargs: Any) -> NoReturn:
+        if not continuing.is_set():  # the first execution's: later ones go on at once
+            continuing.set()
+            held.append(taken.wait(1.8))
+        continue_as_new(*args, **kwargs)
+
+    monkeypatch.setattr(workflow, "continue_as_new", held_until_taken)
+    update_ids: list[str] = []
+    execute_update = WorkflowHandle.execute_update
+
+    async def named(self: WorkflowHandle[Any, Any], update: Any, arg: Any = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("id", str(uuid.uuid4()))
+        update_ids.append(kwargs["id"])
+        return await execute_update(self, update, arg, **kwargs)
+
+    monkeypatch.setattr(WorkflowHandle, "execute_update", named)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], thread=False, continue_as_new={"events": 10})
+        while not continuing.is_set():
+            await asyncio.sleep(0.01)
+        editing = asyncio.create_task(run.inject("late", wait=False))
+        while not update_ids:
+            await asyncio.sleep(0.01)
+        if await admitted(runner.client, run.id, update_ids[0], within=1.6):
+            taken.set()
+        await editing  # accepted
+        replied.set()
+        result = await run.result()
+        status = await run.status()
+        transcript = await run.transcript()
+        histories = await executions(runner.client, run.id, run.handle.first_execution_run_id)
+    assert held == [True]  # the server admitted the update while the first execution was continuing as new
+    assert (result.status, status.continuations, status.iterations) == ("completed", 2, 3)
+    accepted = [
+        (n, e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.update_id)
+        for n, history in enumerate(histories)
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert len(accepted) == 1 and accepted[0][0] > 0 and accepted[0][1] in update_ids  # in a continuation, once
+    assert [message["content"] for message in transcript[-3:-1]] == [
+        [tool_use("toolu_1", "get_weather", {"city": "B"})],
+        [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny, 21C in B"}, text("late")],
+    ] or [message["content"] for message in transcript[-5:-3]] == [
+        [tool_use("toolu_0", "get_weather", {"city": "A"})],
+        [{"type": "tool_result", "tool_use_id": "toolu_0", "content": "sunny, 21C in A"}, text("late")],
+    ]  # at the continuation's first boundary, or its second (the update came with its first workflow task or after)
+    assert str(transcript).count("'late'") == 1
+    bodies = fake_api.bodies()
+    assert str(bodies[0]).count("'late'") == 0 and str(bodies[-1]).count("'late'") == 1
 
 
 async def test_a_stop_while_the_run_waits_to_continue_as_new_goes_across_and_ends_it(
