@@ -61,7 +61,9 @@ from agent_runner.contract.agents import AgentSpec
 from agent_runner.contract.big_params import DESCRIBED_TOOL_FIELD_LIMIT
 from agent_runner.contract.errors import ToolRegistrationError
 from agent_runner.contract.run_input import TOOL_NAME
+from agent_runner.contract.tool_input import input_problems
 from agent_runner.contract.types import (
+    CHECK_TOOL_INPUT_ACTIVITY,
     DESCRIBE_TOOLS_ACTIVITY,
     RECONCILE_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,
@@ -69,6 +71,7 @@ from agent_runner.contract.types import (
     TOOL_TIMEOUT_GRACE,
     TOOLS_NOT_HERE_ERROR,
     ActivityOptions,
+    CheckToolInput,
     DescribeToolsInput,
     DescribeToolsOutput,
     OnUnknown,
@@ -434,6 +437,12 @@ class ToolActivities:
             model_task_queue=self._model_task_queue,
             search_attributes=self._search_attributes,
         )
+
+    @activity.defn(name=CHECK_TOOL_INPUT_ACTIVITY)
+    async def check_tool_input(self, input: CheckToolInput) -> list[str]:
+        """What is wrong with an edited input under its tool's ``input_schema`` (``contract/tool_input.py``)."""
+        schema, value = await self._content.resolve([input.input_schema, input.input])
+        return input_problems(schema, value)
 
     @activity.defn(name=RUN_TOOL_ACTIVITY)
     async def run_tool(self, input: RunToolInput) -> ToolResult:

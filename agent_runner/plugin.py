@@ -129,7 +129,8 @@ class AgentRunnerPlugin(SimplePlugin):
         hooks = HookActivities(registry.hooks, content=content)
         activities: list[Callable[..., Any]] = []
         if "workflows" in serve:
-            activities += [tool_activities.describe_tools, hooks.process_results, child_usage]
+            activities += [tool_activities.describe_tools, tool_activities.check_tool_input, hooks.process_results]
+            activities.append(child_usage)
         if "model" in serve:
             activities.append(claude.create_message)
         if "tools" in serve:

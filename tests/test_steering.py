@@ -8,14 +8,15 @@ import threading
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateStage
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateStage
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolActivities, ToolRegistry
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
-from agent_runner.contract.steering import ADVANCE_UPDATE, INJECT_MESSAGE_UPDATE
+from agent_runner.contract.steering import ADVANCE_UPDATE, APPROVE_TOOL_UPDATE, INJECT_MESSAGE_UPDATE
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
 from agent_runner.workflows.agent_run import AgentRun
 from tests.conftest import WorkerFactory, anthropic_client_factory
@@ -326,6 +327,39 @@ async def test_approval_with_edited_input_runs_the_tool_with_that_input(
         await run.approve("toolu_D", input={"path": "/tmp/scratch"})
         await run.until_done()
     assert CALLS == ["delete /tmp/scratch"]
+
+
+async def test_edited_input_the_tools_schema_refuses_is_refused_and_the_call_still_waits(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A person's edited input is checked against the tool's ``input_schema`` as it is sent (from the Python client,
+    held, or as the stock CLI sends it, plain): refused with what is wrong, the call still waits, and a fixed input
+    runs. Claude's own input is left to the tool, as in the SDK."""
+    fake_api.script(Reply([tool_use("toolu_D", "delete_file", {"path": "/etc"})], "tool_use"), end_turn("Done."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file], approval={"tools": "all"})
+        await wait_status(run, "waiting_for_approval")
+        with pytest.raises(EditRejected) as wrong_type:
+            await run.approve("toolu_D", input={"path": 5})
+        with pytest.raises(WorkflowUpdateFailedError) as stock:
+            await run.handle.execute_update(APPROVE_TOOL_UPDATE, {"tool_use_id": "toolu_D", "input": {"file": "/x"}})
+        pending = await run.pending_approvals()
+        await run.approve("toolu_D", input={"path": "/tmp/scratch"})
+        await run.until_done()
+    assert str(wrong_type.value) == (
+        "approve_tool was refused: The edited input does not fit delete_file's input_schema: at `path`: 5 is not of "
+        "type 'string'. Approve with input the schema accepts, or with none to run the call as Claude wrote it."
+    )
+    assert isinstance(stock.value.cause, ApplicationError) and stock.value.cause.message == (
+        "The edited input does not fit delete_file's input_schema: Additional properties are not allowed ('file' was "
+        "unexpected); 'path' is a required property. Approve with input the schema accepts, or with none to run the "
+        "call as Claude wrote it."
+    )
+    assert [(p.tool_use_id, p.input) for p in pending] == [("toolu_D", {"path": "/etc"})]
+    assert CALLS == ["delete /tmp/scratch"]
+    assert fake_api.bodies()[1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/scratch"}
+    ]
 
 
 async def test_an_unanswered_approval_times_out_as_denied(

@@ -8,20 +8,33 @@ nothing waits.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
     from agent_runner.contract.steering import Advance, ApproveTool, DenyTool, PendingApproval
-    from agent_runner.contract.types import RunStatusName, ToolResult, ToolSpec
+    from agent_runner.contract.types import (
+        CHECK_TOOL_INPUT_ACTIVITY,
+        CheckToolInput,
+        RunStatusName,
+        ToolResult,
+        ToolSpec,
+    )
     from agent_runner.workflows.failures import refused
     from agent_runner.workflows.metrics import count
     from agent_runner.workflows.plain_json import as_held
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
+
+INPUT_CHECK_PATCH = "approval-input-checked"
+"""``workflow.patched`` id of checking an approval's edited input against its tool's ``input_schema`` (a local
+activity in the ``approve_tool`` handler); asked only where edited input comes."""
 
 
 class Approvals:
@@ -47,6 +60,36 @@ class Approvals:
         if tool_use_id not in self.pending or tool_use_id in self.decisions:
             waiting = sorted(t for t in self.pending if t not in self.decisions)
             raise ValueError(f"Tool call {tool_use_id!r} is not waiting for approval. Waiting: {waiting or 'none'}.")
+
+    async def check_input(self, decision: ApproveTool) -> None:
+        """Refuse edited input its tool's ``input_schema`` refuses (``contract/tool_input.py``), saying why.
+
+        The run holds the schema by reference, so a local activity reads and checks it. A check that cannot run (a
+        worker of older code, the store down) lets the input through: the tool's own validation still stands, and
+        Claude reads its error. Runs that took approvals before this check replay without it.
+        """
+        tool = self._run.state.tools.get(self.pending[decision.tool_use_id].name)
+        if decision.input is None or tool is None or not workflow.patched(INPUT_CHECK_PATCH):
+            return
+        check = CheckToolInput(
+            input_schema=tool.definition.get("input_schema"), input=as_held(decision.input, decision.held)
+        )
+        try:
+            problems: list[str] = await workflow.execute_local_activity(
+                CHECK_TOOL_INPUT_ACTIVITY,
+                check,
+                result_type=list[str],
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+            )
+        except (ActivityError, ApplicationError) as e:
+            workflow.logger.warning("Could not check the edited input of %s: %s", decision.tool_use_id, e)
+            return
+        if problems:
+            raise refused(
+                f"The edited input does not fit {tool.name}'s input_schema: {'; '.join(problems)}. Approve with input "
+                "the schema accepts, or with none to run the call as Claude wrote it."
+            )
 
     async def gate(self, block: dict[str, Any], spec: ToolSpec, iteration: int) -> tuple[ToolResult | None, Any]:
         """Let the call ``block`` through, asking a person first when ``needed``.

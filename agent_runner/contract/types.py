@@ -44,6 +44,9 @@ CALL_MCP_TOOL_ACTIVITY = "agent_runner.call_mcp_tool"
 """Calls one tool of an MCP server the workers connect to (``activities/mcp.py``)."""
 CHILD_USAGE_ACTIVITY = "agent_runner.child_usage"
 """Reads what a child run that ended without a result spent (its status's ``usage``), to charge it to its parent."""
+CHECK_TOOL_INPUT_ACTIVITY = "agent_runner.check_tool_input"
+"""Checks a person's edited input for a waiting tool call against the tool's ``input_schema``, which the run holds by
+reference (``contract/tool_input.py``); a local activity of ``approve_tool``."""
 
 TOOL_NOT_STARTED_ERROR = "ToolNotStarted"
 """The ``ApplicationError.type`` of a tool attempt that failed before the tool's own code ran (its stored input could
@@ -216,6 +219,13 @@ class DescribeToolsInput(BaseModel):
     hand_back: bool = Field(default=False, exclude_if=lambda hand_back: not hand_back)
     """A worker that lacks a named tool or hook hands the lookup back to the queue, for another worker of a mixed
     fleet (a rolling upgrade); only the last attempt answers with what is missing (``workflows/tool_lookup.py``)."""
+
+
+class CheckToolInput(BaseModel):
+    """Input of ``agent_runner.check_tool_input``: a tool's ``input_schema`` and an edited input, both as held."""
+
+    input_schema: Any
+    input: dict[str, Any]
 
 
 TOOLS_NOT_HERE_ERROR = "ToolsNotRegisteredHere"
