@@ -27,10 +27,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -70,6 +71,7 @@ from agent_runner.contract.errors import (
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
+    RunStuck,
 )
 from agent_runner.contract.events import (
     EVENT_TYPES,
@@ -152,6 +154,25 @@ _WORKER_CHECK = 1.0
 """How long a query, update or wait may go unanswered before the client checks that a worker polls the run's task
 queue: without one, it would wait silently until the RPC times out, or forever."""
 _WORKER_RECHECK_MAX = 30.0
+
+_TASK_FAILING = "Workflow Task in failed state"
+"""How Temporal refuses a query or an update to a run whose workflow task keeps failing."""
+_ROUTINE_TASK_FAILURES = frozenset(
+    (
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_UPDATE,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FAILOVER_CLOSE_COMMAND,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW,
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_PAUSE_REQUESTED_BEFORE_TASK_STARTED,
+    )
+)
+"""Workflow task failures Temporal causes in its routine work (a signal that came during the task, a worker's cache
+dropped): the next attempt goes through."""
+_TASK_FAILURE_EVENTS = 50
+"""Events read back from a run's history for its last workflow task failure (the retried failures are not recorded,
+so the last one is near the end)."""
 
 _CONTINUED_RESENDS = 5
 """How often an edit that reached an execution as it continued as new is sent again, to the next one."""
@@ -1161,15 +1182,23 @@ class Run:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
-                    return task.result()
+                    try:
+                        return task.result()
+                    except RPCError as e:
+                        if e.status == RPCStatusCode.FAILED_PRECONDITION and _TASK_FAILING in e.message:
+                            raise await self._stuck(sent=False if edit else None) from e
+                        raise
                 try:
                     task_queue = await self.task_queue()
                     polled = await has_worker(self._client, task_queue)
+                    failing = await self._task_failing() if polled and not durable else None
                 except RPCError as e:
                     # The check is advisory: Temporal failing to answer it (an RPC cancelled or timed out under load)
                     # says nothing of the run, whose own call goes on and fails by itself if Temporal is gone.
                     logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
                 else:
+                    if failing is not None:
+                        raise run_stuck(self.id, failing, sent=True if edit else None)
                     if polled:
                         told = False
                     elif not durable:
@@ -1184,6 +1213,66 @@ class Run:
                 await asyncio.wait({task})  # a step of an async generator must end before the generator is closed
                 if not task.cancelled():
                     task.exception()  # read, so asyncio does not log it as never retrieved: the caller was told
+
+    async def _task_failing(self) -> str | None:
+        """How the run's workflow task keeps failing, if it does: retried after a failure of the workers' code.
+
+        A workflow task retried after a timeout (its worker was killed) is not failing: another worker takes it.
+        """
+        description = await self.handle.describe()
+        if not description.raw_description.HasField("pending_workflow_task"):
+            return None
+        attempt = description.raw_description.pending_workflow_task.attempt
+        if attempt < 2:
+            return None
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=self._client.namespace,
+            execution=ExecutionRef(workflow_id=self.id),
+            maximum_page_size=_TASK_FAILURE_EVENTS,
+        )
+        history = await self._client.workflow_service.get_workflow_execution_history_reverse(request)
+        for event in history.history.events:
+            if event.HasField("workflow_task_timed_out_event_attributes"):
+                return None
+            if event.HasField("workflow_task_failed_event_attributes"):
+                failed = event.workflow_task_failed_event_attributes
+                if failed.cause in _ROUTINE_TASK_FAILURES:
+                    return None
+                cause = WorkflowTaskFailedCause.Name(failed.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
+                return f"attempt {attempt}; {cause}: {failed.failure.message}"
+        return None
+
+    async def _stuck(self, *, sent: bool | None) -> RunStuck:
+        """``RunStuck`` for a call Temporal refused because the run's workflow task is failing, saying how if it can."""
+        try:
+            failing = await self._task_failing()
+        except RPCError:
+            failing = None
+        return run_stuck(self.id, failing, sent=sent)
+
+
+def run_stuck(run_id: str, failing: str | None, *, sent: bool | None) -> RunStuck:
+    """The error for a run whose workflow task keeps failing on the workers, with where to look.
+
+    Args:
+        run_id: The run.
+        failing: The task's attempt and last failure, when known.
+        sent: For an edit: whether it was sent (it may then still apply once the run goes on) or not.
+    """
+    how = f" ({failing})" if failing else ""
+    fate = {
+        None: "",
+        False: " The edit was not sent; nothing was changed.",
+        True: (
+            " The edit was sent: it may still apply once the run goes on, so check the transcript before sending it "
+            "again."
+        ),
+    }[sent]
+    return RunStuck(
+        f"Run {run_id} cannot answer now: its workflow task keeps failing on the workers{how}.{fate} The workers' "
+        f"log says why (`temporal workflow show --workflow-id {run_id}` shows the first failure); once workers run "
+        "code that can go on with the run, it goes on by itself."
+    )
 
 
 def check_run_input(run_input: Mapping[str, Any]) -> None:

@@ -6,6 +6,7 @@ Each test runs against the real Temporal dev server and the fake Messages API, t
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from datetime import timedelta
 from typing import Any
@@ -15,9 +16,17 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.errors import InvalidRunInput, NoWorker, RunAlreadyExists, RunCancelled, ToolNotRegistered
+from agent_runner.contract.errors import (
+    InvalidRunInput,
+    NoWorker,
+    RunAlreadyExists,
+    RunCancelled,
+    RunStuck,
+    ToolNotRegistered,
+)
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from agent_runner.workflows import model_calls
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file, wait_status
 
@@ -151,6 +160,63 @@ async def test_an_edit_without_a_worker_is_not_sent_so_none_applies_when_one_sta
     assert refused == 3 * [line.replace(".", ". The edit was not sent; nothing was changed.", 1)]
     assert result.status == "completed"
     assert transcript == [USER, {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]}]
+
+
+async def test_queries_and_edits_to_a_run_whose_workflow_task_keeps_failing_say_so_and_where_to_look(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the workers' code fails the run's workflow task on every attempt. Temporal refuses queries and edits to
+    it (once the task has failed twice) or holds an edit for a task that never takes it: each raises ``RunStuck``,
+    with the failure and where to look, instead of a bare RPC error or a wait without end. Fixed workers carry the run
+    on, with an edit Temporal held for it."""
+    release = threading.Event()
+    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
+
+    def broken(_message: Any) -> list[str]:
+        raise RuntimeError("a bug in the worker's code")
+
+    fixed = model_calls.reply_problems
+
+    async with worker():
+        run = await runner.start(**BASE)
+        monkeypatch.setattr(model_calls, "reply_problems", broken)
+        release.set()
+        refused: list[str] = []
+        async with asyncio.timeout(30):
+            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 2:
+                await asyncio.sleep(0.05)
+            for call in (run.status, lambda: run.inject("hi"), run.transcript):
+                with pytest.raises(RunStuck) as e:
+                    await call()
+                refused.append(str(e.value))
+        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        result = await run.result()  # the task's next attempt, on the fixed code
+        conversation = await run.transcript()
+    stuck = (
+        f"Run {run.id} cannot answer now: its workflow task keeps failing on the workers (attempt N; "
+        "WORKFLOW_WORKER_UNHANDLED_FAILURE: a bug in the worker's code).{} The workers' log says why (`temporal "
+        f"workflow show --workflow-id {run.id}` shows the first failure); once workers run code that can go on with "
+        "the run, it goes on by itself."
+    )
+    status, edit, transcript = (re.sub(r"\(attempt \d+;", "(attempt N;", line) for line in refused)
+    assert status == transcript == stuck.format("")
+    assert edit in (  # refused at once, or held for a workflow task that never took it
+        stuck.format(" The edit was not sent; nothing was changed."),
+        stuck.format(
+            " The edit was sent: it may still apply once the run goes on, so check the transcript before sending it "
+            "again."
+        ),
+    )
+    assert result.status == "completed"
+    if "The edit was sent" in edit:  # Temporal held it, and the run took it once its workflow task went through
+        assert conversation == [
+            USER,
+            {"role": "assistant", "content": [text("Looking.")]},
+            {"role": "user", "content": [text("hi")]},
+            {"role": "assistant", "content": [text("Sunny.")]},
+        ]
+    else:
+        assert "'hi'" not in str(conversation)
 
 
 async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_one_starts(

@@ -38,6 +38,7 @@ from agent_runner.contract.errors import (
     NoWorker,
     RunAlreadyExists,
     RunNotFound,
+    RunStuck,
 )
 from agent_runner.contract.events import RUN_FINISHED
 
@@ -74,7 +75,7 @@ def _api(
             return web.json_response({"error": str(e)}, status=404)
         except (EditRejected, RunAlreadyExists) as e:
             return web.json_response({"error": str(e)}, status=409)
-        except NoWorker as e:
+        except (NoWorker, RunStuck) as e:
             return web.json_response({"error": str(e)}, status=503)
         except AgentRunnerError as e:
             return web.json_response({"error": str(e)}, status=502)

@@ -111,6 +111,13 @@ class NoWorker(AgentRunError):
     """No worker polls the run's task queue: queries, edits and the run itself wait until one starts."""
 
 
+class RunStuck(AgentRunError):
+    """The run's workflow task keeps failing on the workers: queries and edits cannot reach it.
+
+    A bug in the workers' code, or code that cannot replay the run; once workers that can run it poll, it goes on.
+    """
+
+
 class StoreError(AgentRunnerError):
     """The content store (``agent_runner.store``) refused an operation or cannot be reached; the message says why."""
 
@@ -165,6 +172,7 @@ ERRORS_BY_NAME: dict[str, type[AgentRunnerError]] = {
         RunNotFound,
         RunAlreadyExists,
         NoWorker,
+        RunStuck,
         StoreError,
         BlobMissing,
         BlobCorrupted,
