@@ -115,7 +115,7 @@ with workflow.unsafe.imports_passed_through():
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import fail, not_registered, refused, refusing, with_last_status
+    from agent_runner.workflows.failures import fail, not_registered, refusing, with_last_status
     from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
@@ -666,10 +666,6 @@ class AgentRun:
         decision = parse_update(ApproveTool, raw, more)
         self._updates += 1
         await self._approvals.check_input(decision)
-        try:
-            self._approvals.check_waiting(decision.tool_use_id)  # decided, timed out or dropped during the check
-        except ValueError as e:
-            raise refused(str(e)) from None
         self._approvals.decisions[decision.tool_use_id] = decision
         return {"version": self._state.version}
 

@@ -66,7 +66,8 @@ class Approvals:
 
         The run holds the schema by reference, so a local activity reads and checks it. A check that cannot run (a
         worker of older code, the store down) lets the input through: the tool's own validation still stands, and
-        Claude reads its error. Runs that took approvals before this check replay without it.
+        Claude reads its error. Runs that took approvals before this check replay without it. The call must still
+        wait once the check is done: another decision, its timeout or its reply being dropped may have come meanwhile.
         """
         tool = self._run.state.tools.get(self.pending[decision.tool_use_id].name)
         if decision.input is None or tool is None or not workflow.patched(INPUT_CHECK_PATCH):
@@ -84,12 +85,16 @@ class Approvals:
             )
         except (ActivityError, ApplicationError) as e:
             workflow.logger.warning("Could not check the edited input of %s: %s", decision.tool_use_id, e)
-            return
+            problems = []
         if problems:
             raise refused(
                 f"The edited input does not fit {tool.name}'s input_schema: {'; '.join(problems)}. Approve with input "
                 "the schema accepts, or with none to run the call as Claude wrote it."
             )
+        try:
+            self.check_waiting(decision.tool_use_id)
+        except ValueError as e:
+            raise refused(str(e)) from None
 
     async def gate(self, block: dict[str, Any], spec: ToolSpec, iteration: int) -> tuple[ToolResult | None, Any]:
         """Let the call ``block`` through, asking a person first when ``needed``.

@@ -5,9 +5,9 @@ Claude reads why in an ``is_error`` result. An approver's edited input is differ
 that only fails once it runs tells them nothing. The check is JSON Schema's (``jsonschema``, the reference
 implementation), strict where a tool's own validation may be lenient (``"5"`` is no integer here): it refuses only
 what the schema refuses. A ``$ref`` to another document is not fetched and no ``format`` is checked; a schema it
-cannot use (not an object, still a placeholder, invalid, or referring outside itself) refuses nothing. The run holds
-its tools' schemas by reference, so ``approve_tool`` has the ``agent_runner.check_tool_input`` local activity read
-the schema and call this (``activities/tools.py``, ``workflows/approvals.py``).
+cannot use (none, not an object, invalid, or referring outside itself) refuses nothing. The run holds its tools'
+schemas by reference, so ``approve_tool`` has the ``agent_runner.check_tool_input`` local activity read the schema
+and call this (``activities/tools.py``, ``workflows/approvals.py``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import referencing.exceptions
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from agent_runner.contract.transcript import is_placeholder
-
 MAX_PROBLEMS = 3
 """Problems named in one refusal; a person fixes the first few and sends it again."""
 
@@ -33,7 +31,7 @@ def input_problems(schema: object, value: Any) -> list[str]:
         One line per problem, each naming where in the input it is (``at `city`: 5 is not of type 'string'``);
         empty when ``value`` fits, or when ``schema`` cannot be checked here.
     """
-    if not isinstance(schema, dict) or is_placeholder(schema):
+    if not isinstance(schema, dict):
         return []
     validator_class: type[Validator] = jsonschema.validators.validator_for(
         schema, default=jsonschema.Draft202012Validator
