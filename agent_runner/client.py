@@ -426,8 +426,9 @@ class Run:
     the SDK's loop body: the run waits while the body runs, and the next iteration advances it.
 
     A query or an edit that goes unanswered while no worker polls the run's task queue raises ``NoWorker`` (with the
-    command that starts one) rather than time out without saying why. Waiting for the run's result or its events goes
-    on, since a worker may yet come (the queue is durable), and tells ``no_worker_notice``.
+    command that starts one) rather than time out without saying why, and ``RunStuck`` while the run's workflow task
+    keeps failing on the workers. Waiting for the run's result or its events goes on, since a worker may yet come (the
+    queue is durable) and fixed workers carry a stuck run on, and tells ``wait_notice``.
 
     Attributes:
         wait_for_people: Whether an edit waited for (``wait=True``) keeps waiting while the run waits for a person (an
@@ -435,8 +436,10 @@ class Run:
             for; the edit stays queued. A program that answers the person's part itself keeps the default.
         interrupted_edits: The ``seq`` of each edit this handle stopped waiting for when it was cancelled: the run
             still holds them queued, and applies them at its next boundary.
-        no_worker_notice: Called with a ``NoWorker`` when a wait for the run's result or events finds no worker
-            polling its task queue, once each time the worker goes missing; the wait goes on. ``None``: wait silently.
+        wait_notice: Called when a wait for the run's result or events finds that the run cannot go on by itself:
+            with a ``NoWorker`` when no worker polls its task queue, with a ``RunStuck`` when its workflow task keeps
+            failing on the workers. Once each time it happens (shared by this handle's waits); the wait goes on.
+            ``None``: wait silently.
     """
 
     def __init__(
@@ -457,7 +460,9 @@ class Run:
         """When an edit last found a worker polling the run's queue (the event loop's clock)."""
         self.wait_for_people = True
         self.interrupted_edits: list[int] = []
-        self.no_worker_notice: Callable[[NoWorker], None] | None = None
+        self.wait_notice: Callable[[NoWorker | RunStuck], None] | None = None
+        self._noticed: type[NoWorker | RunStuck] | None = None
+        """What ``wait_notice`` was last told, until a wait finds the run going on again."""
 
     @property
     def id(self) -> str:
@@ -533,14 +538,20 @@ class Run:
         stream = WorkflowStreamClient.create(self._client, self.id)
         attempts = AttemptFilter()
         live = LiveMerge(self._content.store, self.id)  # what the model call streams (agent_runner/live.py)
-        # An async generator, though typed as an iterator: closed here, since its steps are awaited one by one.
-        items = cast(
-            AsyncGenerator[Any, None],
-            stream.subscribe([EVENTS_TOPIC], from_offset=after, poll_cooldown=_EVENTS_POLL),
-        )
+
+        def subscribe(offset: int) -> AsyncGenerator[Any, None]:
+            # An async generator, though typed as an iterator: closed here, since its steps are awaited one by one.
+            return cast(
+                AsyncGenerator[Any, None],
+                stream.subscribe([EVENTS_TOPIC], from_offset=offset, poll_cooldown=_EVENTS_POLL),
+            )
+
+        items = subscribe(after)
         step: asyncio.Future[Any] | None = None
+        pause = _WORKER_CHECK
         try:
-            async with contextlib.aclosing(items):
+            async with contextlib.AsyncExitStack() as stack:
+                stack.push_async_callback(lambda: items.aclose())  # whichever subscription is the last
                 try:
                     while True:
                         step = step or asyncio.ensure_future(self._answered(anext(items), durable=True))
@@ -554,6 +565,16 @@ class Run:
                             item = done.result()
                         except StopAsyncIteration:
                             return
+                        except RunStuck as e:
+                            # Temporal refuses the stream's poll while the run's workflow task keeps failing, which
+                            # ends the subscription. The run goes on once its workers are fixed: so does the wait.
+                            self._notice(e)
+                            await items.aclose()
+                            await asyncio.sleep(pause)
+                            pause = min(pause * 2, _WORKER_RECHECK_MAX)
+                            items = subscribe(after)
+                            continue
+                        after, pause = item.offset + 1, _WORKER_CHECK
                         if not isinstance(item.data, dict) or item.data.get("type") not in EVENT_TYPES:
                             # A newer worker's event this client does not know: following goes on without it.
                             logger.debug("Run %s: skipped an unknown live event %r", self.id, item.data)
@@ -673,7 +694,7 @@ class Run:
         child = Run(self._client.get_workflow_handle(f"{self.id}/{tool_use_id}"), runner=self._runner)
         child._content = self._content
         child.wait_for_people = self.wait_for_people
-        child.no_worker_notice = self.no_worker_notice
+        child.wait_notice = self.wait_notice
         return child
 
     async def transcript(self) -> list[dict[str, Any]]:
@@ -1172,40 +1193,46 @@ class Run:
         Args:
             call: A query, an update, or a durable wait.
             durable: ``call`` waits for the run itself (its result, its events), which a worker that comes later
-                answers: tell ``no_worker_notice`` instead of raising, and go on waiting.
+                (or a fixed one) answers: tell ``wait_notice`` instead of raising, and go on waiting. A call Temporal
+                refuses because the run's workflow task keeps failing still raises ``RunStuck``: it cannot go on.
             edit: ``call`` sends an edit (an update), which Temporal keeps for the run once sent.
         """
         task = asyncio.ensure_future(call)
         timeout = _WORKER_CHECK
-        told = False
+        sent = True if edit else None
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
                     try:
-                        return task.result()
+                        answer = task.result()
                     except RPCError as e:
                         if e.status == RPCStatusCode.FAILED_PRECONDITION and _TASK_FAILING in e.message:
-                            raise await self._stuck(sent=False if edit else None) from e
+                            raise await self._stuck(sent=False if edit else None, waiting=durable) from e
                         raise
+                    if durable:
+                        self._noticed = None
+                    return answer
                 try:
                     task_queue = await self.task_queue()
                     polled = await has_worker(self._client, task_queue)
-                    failing = await self._task_failing() if polled and not durable else None
+                    failing = await self._task_failing() if polled else None
                 except RPCError as e:
                     # The check is advisory: Temporal failing to answer it (an RPC cancelled or timed out under load)
                     # says nothing of the run, whose own call goes on and fails by itself if Temporal is gone.
                     logger.debug("Could not check run %s's task queue for a worker: %s", self.id, e.message)
                 else:
                     if failing is not None:
-                        raise run_stuck(self.id, failing, sent=True if edit else None)
-                    if polled:
-                        told = False
-                    elif not durable:
-                        raise no_worker(task_queue, sent=True if edit else None)
-                    elif not told and self.no_worker_notice is not None:
-                        self.no_worker_notice(no_worker(task_queue))
-                        told = True
+                        stuck = run_stuck(self.id, failing, sent=sent, waiting=durable)
+                        if not durable:
+                            raise stuck
+                        self._notice(stuck)
+                    elif not polled:
+                        if not durable:
+                            raise no_worker(task_queue, sent=sent)
+                        self._notice(no_worker(task_queue))
+                    else:
+                        self._noticed = None
                 timeout = min(timeout * 2, _WORKER_RECHECK_MAX)
         finally:
             if not task.done():
@@ -1242,22 +1269,30 @@ class Run:
                 return f"attempt {attempt}; {cause}: {failed.failure.message}"
         return None
 
-    async def _stuck(self, *, sent: bool | None) -> RunStuck:
+    async def _stuck(self, *, sent: bool | None, waiting: bool) -> RunStuck:
         """``RunStuck`` for a call Temporal refused because the run's workflow task is failing, saying how if it can."""
         try:
             failing = await self._task_failing()
         except RPCError:
             failing = None
-        return run_stuck(self.id, failing, sent=sent)
+        return run_stuck(self.id, failing, sent=sent, waiting=waiting)
+
+    def _notice(self, notice: NoWorker | RunStuck) -> None:
+        """Tell ``wait_notice`` why a wait goes on, unless it was told so since the run last went on."""
+        if type(notice) is not self._noticed:
+            self._noticed = type(notice)
+            if self.wait_notice is not None:
+                self.wait_notice(notice)
 
 
-def run_stuck(run_id: str, failing: str | None, *, sent: bool | None) -> RunStuck:
+def run_stuck(run_id: str, failing: str | None, *, sent: bool | None, waiting: bool = False) -> RunStuck:
     """The error for a run whose workflow task keeps failing on the workers, with where to look.
 
     Args:
         run_id: The run.
         failing: The task's attempt and last failure, when known.
         sent: For an edit: whether it was sent (it may then still apply once the run goes on) or not.
+        waiting: Whether it is said to a wait for the run's result or events, which goes on.
     """
     how = f" ({failing})" if failing else ""
     fate = {
@@ -1268,10 +1303,12 @@ def run_stuck(run_id: str, failing: str | None, *, sent: bool | None) -> RunStuc
             "again."
         ),
     }[sent]
+    state = "is not going on" if waiting else "cannot answer now"
+    after = ", and this wait with it" if waiting else ""
     return RunStuck(
-        f"Run {run_id} cannot answer now: its workflow task keeps failing on the workers{how}.{fate} The workers' "
-        f"log says why (`temporal workflow show --workflow-id {run_id}` shows the first failure); once workers run "
-        "code that can go on with the run, it goes on by itself."
+        f"Run {run_id} {state}: its workflow task keeps failing on the workers{how}.{fate} The workers' log says why "
+        f"(`temporal workflow show --workflow-id {run_id}` shows the first failure); once workers run code that can "
+        f"go on with the run, it goes on by itself{after}."
     )
 
 

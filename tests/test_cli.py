@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -49,6 +51,7 @@ from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
+from agent_runner.workflows import model_calls
 from tests.conftest import IMPORTS_ANTHROPIC, WorkerFactory
 from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
@@ -892,6 +895,56 @@ async def test_without_a_worker_run_says_so_and_waits_while_status_and_transcrip
         f"error: A run with id {run_id!r} already exists: pick another --id, or follow it with "
         f"`agent-runner follow {run_id}`.\n",
     )
+
+
+@pytest.mark.slow  # about 15 s: Temporal retries a failing workflow task after 10 s
+@pytest.mark.usefixtures("temporal_address")
+async def test_follow_says_once_that_a_run_whose_workflow_task_keeps_failing_is_not_going_on_and_goes_on_once_fixed(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    release = threading.Event()
+    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
+
+    def broken(_message: Any) -> list[str]:
+        raise RuntimeError("a bug in the worker's code")
+
+    fixed = model_calls.reply_problems
+    out = err = ""
+    async with worker():
+        run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
+        monkeypatch.setattr(model_calls, "reply_problems", broken)
+        following = asyncio.create_task(cli.amain(["follow", run.id]))
+        release.set()
+        try:
+            async with asyncio.timeout(30):
+                while "note:" not in err:
+                    await asyncio.sleep(0.05)
+                    captured = capsys.readouterr()
+                    out, err = out + captured.out, err + captured.err
+            monkeypatch.setattr(model_calls, "reply_problems", fixed)
+            assert await asyncio.wait_for(following, 40) == 0
+        finally:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+    captured = capsys.readouterr()
+    out, err = out + captured.out, err + captured.err
+    assert re.sub(r"\(attempt \d+;", "(attempt N;", err) == (
+        f"note: Run {run.id} is not going on: its workflow task keeps failing on the workers (attempt N; "
+        "WORKFLOW_WORKER_UNHANDLED_FAILURE: a bug in the worker's code). The workers' log says why (`temporal "
+        f"workflow show --workflow-id {run.id}` shows the first failure); once workers run code that can go on with "
+        "the run, it goes on by itself, and this wait with it.\n"
+    )
+    assert _lines(out) == [
+        "── turn 1 ──",
+        "Looking.",
+        "── turn 2 ──",
+        "Sunny.",
+        "── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+    ]
 
 
 @pytest.mark.usefixtures("temporal_address")

@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,11 @@ from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
 from agent_runner.contract.steering import TO_GO_ON
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
+from agent_runner.workflows import model_calls
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS, delete_file, wait_status
 from tests.test_layers import ROOT, _imports, _layer_of_module
+from tests.test_status import no_worker_line
 
 USER = {"role": "user", "content": "Clean up the temp files."}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
@@ -90,9 +94,11 @@ async def run_page(http: aiohttp.ClientSession, console: str, run: Run) -> Any:
     return data
 
 
-async def sse(http: aiohttp.ClientSession, url: str, **kw: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
-    """Every message of an event stream until its ``end``: (event name, id, data)."""
-    messages = []
+async def sse(
+    http: aiohttp.ClientSession, url: str, into: list[tuple[str, str | None, dict[str, Any]]] | None = None, **kw: Any
+) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Every message of an event stream until its ``end``: (event name, id, data), appended ``into`` as they come."""
+    messages = [] if into is None else into
     async with http.get(url, **kw) as response:
         assert response.status == 200 and response.content_type == "text/event-stream"
         kind, event_id, data = "message", None, ""
@@ -419,6 +425,82 @@ async def test_the_event_stream_carries_the_text_as_written_and_resumes_after_an
     assert [id for _, id, _ in messages[:-1]] == [str(e["offset"]) for e in events]
     # A browser that reconnects sends the last id it saw; the stream goes on from the next event.
     assert [data for kind, _, data in resumed if kind == "message"] == [e for e in events if e["offset"] > middle]
+
+
+async def test_without_a_worker_a_runs_page_is_a_503_saying_so_and_its_stream_says_so_and_goes_on_when_one_starts(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    console: str,
+    http: aiohttp.ClientSession,
+    task_queue: str,
+) -> None:
+    fake_api.script(end_turn("All clean."))
+    run = await runner.start(**BASE)
+    assert await get(http, f"{console}/api/runs/{run.id}") == (503, {"error": no_worker_line(task_queue)})
+    messages: list[tuple[str, str | None, dict[str, Any]]] = []
+    stream = asyncio.create_task(sse(http, f"{console}/api/runs/{run.id}/events?after=0", into=messages))
+    async with asyncio.timeout(20):
+        while not messages:
+            await asyncio.sleep(0.05)
+    assert messages == [("notice", None, {"notice": no_worker_line(task_queue)})]
+    async with worker():
+        await asyncio.wait_for(stream, 20)
+    events = [data for kind, _, data in messages if kind == "message"]
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "All clean."
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    assert [kind for kind, _, _ in messages] == ["notice", *["message"] * len(events), "end"]
+
+
+@pytest.mark.slow  # about 15 s: Temporal retries a failing workflow task after 10 s
+async def test_a_run_whose_workflow_task_keeps_failing_has_a_503_page_and_a_stream_that_says_so_and_goes_on(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    console: str,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in the workers' code fails the run's workflow task: the page cannot be read and says why; its stream says
+    so once and goes on, and ends as the run does once the workers are fixed."""
+    release = threading.Event()
+    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("All clean."))
+
+    def broken(_message: Any) -> list[str]:
+        raise RuntimeError("a bug in the worker's code")
+
+    fixed = model_calls.reply_problems
+    async with worker():
+        run = await runner.start(**BASE)
+        monkeypatch.setattr(model_calls, "reply_problems", broken)
+        release.set()
+        async with asyncio.timeout(30):
+            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 2:
+                await asyncio.sleep(0.05)
+        status, page = await get(http, f"{console}/api/runs/{run.id}")
+        messages: list[tuple[str, str | None, dict[str, Any]]] = []
+        stream = asyncio.create_task(sse(http, f"{console}/api/runs/{run.id}/events?after=0", into=messages))
+        async with asyncio.timeout(30):
+            while not any(kind == "notice" for kind, _, _ in messages):
+                await asyncio.sleep(0.05)
+        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        await asyncio.wait_for(stream, 40)
+    failing = (
+        "its workflow task keeps failing on the workers (attempt N; WORKFLOW_WORKER_UNHANDLED_FAILURE: a bug in the "
+        f"worker's code). The workers' log says why (`temporal workflow show --workflow-id {run.id}` shows the first "
+        "failure); once workers run code that can go on with the run, it goes on by itself"
+    )
+    assert (status, re.sub(r"\(attempt \d+;", "(attempt N;", page["error"])) == (
+        503,
+        f"Run {run.id} cannot answer now: {failing}.",
+    )
+    said = [data["notice"] for kind, _, data in messages if kind == "notice"]
+    notices = [re.sub(r"\(attempt \d+;", "(attempt N;", notice) for notice in said]
+    assert notices == [f"Run {run.id} is not going on: {failing}, and this wait with it."]
+    events = [data for kind, _, data in messages if kind == "message"]
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "Looking.All clean."
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    assert messages[-1] == ("end", None, {})
 
 
 # --- Steering ---------------------------------------------------------------------------------------------------

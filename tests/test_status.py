@@ -24,11 +24,13 @@ from agent_runner.contract.errors import (
     RunStuck,
     ToolNotRegistered,
 )
+from agent_runner.contract.events import RunEvent
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.workflows import model_calls
 from tests.conftest import WorkerFactory
 from tests.steering_support import delete_file, wait_status
+from tests.test_events import streamed_text, without_deltas
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 1024, "messages": [USER]}
@@ -219,6 +221,77 @@ async def test_queries_and_edits_to_a_run_whose_workflow_task_keeps_failing_say_
         assert "'hi'" not in str(conversation)
 
 
+@pytest.mark.slow  # about 25 s: Temporal retries a failing workflow task after 10 s, then after longer
+async def test_waiting_for_a_run_whose_workflow_task_keeps_failing_says_so_once_and_goes_on_once_fixed(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiting for a run's result or its events is durable: fixed workers carry a stuck run on, so the waits go on,
+    each handle telling ``wait_notice`` once why the run is not going on. The wait for the result is held; from the
+    task's third attempt on, Temporal refuses the event stream's poll outright, so the stream polls again now and
+    then. The events then come exactly as a reader of the ended run gets them."""
+    release = threading.Event()
+    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
+
+    def broken(_message: Any) -> list[str]:
+        raise RuntimeError("a bug in the worker's code")
+
+    fixed = model_calls.reply_problems
+    async with worker():
+        run = await runner.start(**BASE)
+        watcher = runner.attach(run.id)
+        notices: dict[str, list[str]] = {"result": [], "events": []}
+        run.wait_notice = lambda e: notices["result"].append(str(e))
+        watcher.wait_notice = lambda e: notices["events"].append(str(e))
+        monkeypatch.setattr(model_calls, "reply_problems", broken)
+        result = asyncio.create_task(run.result())
+        release.set()
+        async with asyncio.timeout(30):
+            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 3:
+                await asyncio.sleep(0.05)
+        events = asyncio.create_task(collect(watcher))  # its polls refused
+        async with asyncio.timeout(40):
+            while not (notices["result"] and notices["events"]):
+                await asyncio.sleep(0.05)
+        assert not result.done() and not events.done()
+        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        async with asyncio.timeout(40):
+            outcome, seen = await result, await events
+        again = await collect(runner.attach(run.id))
+    stuck = (
+        f"Run {run.id} is not going on: its workflow task keeps failing on the workers (attempt N; "
+        "WORKFLOW_WORKER_UNHANDLED_FAILURE: a bug in the worker's code). The workers' log says why (`temporal "
+        f"workflow show --workflow-id {run.id}` shows the first failure); once workers run code that can go on with "
+        "the run, it goes on by itself, and this wait with it."
+    )
+    said = {k: [re.sub(r"\(attempt \d+;", "(attempt N;", line) for line in v] for k, v in notices.items()}
+    assert said == {"result": [stuck], "events": [stuck]}
+    assert outcome.status == "completed"
+    assert streamed_text(seen) == "Looking.Sunny."
+    assert (
+        without_deltas(seen)
+        == without_deltas(again)
+        == [
+            ("iteration_started", 1, None),
+            ("model_call_started", 1, 1),
+            ("block_start", 1, 1),
+            ("text", 1, 1),
+            ("block_stop", 1, 1),
+            ("reply", 1, None),
+            ("iteration_started", 2, None),
+            ("model_call_started", 2, 1),
+            ("block_start", 2, 1),
+            ("text", 2, 1),
+            ("block_stop", 2, 1),
+            ("reply", 2, None),
+            ("run_finished", 2, None),
+        ]
+    )
+
+
+async def collect(run: Run) -> list[RunEvent]:
+    return [event async for event in run.events()]
+
+
 async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_one_starts(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, task_queue: str
 ) -> None:
@@ -226,7 +299,7 @@ async def test_waiting_for_a_run_without_a_worker_says_so_once_and_goes_on_when_
     fake_api.script(end_turn("Sunny."))
     run = await runner.start(**BASE)
     notices: list[str] = []
-    run.no_worker_notice = lambda e: notices.append(str(e))
+    run.wait_notice = lambda e: notices.append(str(e))
     result = asyncio.create_task(run.result())
     async with asyncio.timeout(10):
         while not notices:
@@ -253,7 +326,7 @@ async def test_a_worker_check_temporal_fails_to_answer_does_not_fail_the_wait(
     async with worker():
         run = await runner.start(**BASE)
         notices: list[str] = []
-        run.no_worker_notice = lambda e: notices.append(str(e))
+        run.wait_notice = lambda e: notices.append(str(e))
         waiting = asyncio.create_task(run.result())
         try:
             async with asyncio.timeout(20):

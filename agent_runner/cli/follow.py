@@ -34,7 +34,7 @@ from agent_runner.cli.render import (
     render_turn,
 )
 from agent_runner.client import Run
-from agent_runner.contract.errors import AgentRunnerError
+from agent_runner.contract.errors import AgentRunnerError, NoWorker
 from agent_runner.contract.events import (
     ApprovalWaiting,
     BlockStart,
@@ -183,7 +183,8 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
     ``⏸ waiting for approval: delete_file {"path": "/etc"} (toolu_D) — agent-runner approve RUN toolu_D`` for each
     pending tool call, ``⏸ paused after turn 2 — agent-runner advance RUN`` for a step-mode pause. It never approves
     or advances anything itself. When no worker polls the run's task queue it says so on stderr, with the command
-    that starts one, and goes on waiting. A run that has already ended needs no worker: its turns are read from its
+    that starts one, and goes on waiting; as when the run's workflow task keeps failing on the workers (fixed workers
+    carry it on). A run that has already ended needs no worker: its turns are read from its
     histories, its live log and the content store (``console/ended.py``), and printed as following it live printed
     them.
 
@@ -197,7 +198,7 @@ async def follow_run(run: Run, *, from_iteration: int = 1, color: bool = False) 
         failed or was cancelled (the error is printed to stderr as ``error: <message>``).
     """
     follower = _Follower(run.id, from_iteration=from_iteration, color=color)
-    run.no_worker_notice = lambda e: err(f"note: waiting for a worker. {e}")
+    run.wait_notice = lambda e: err(f"note: {'waiting for a worker. ' if isinstance(e, NoWorker) else ''}{e}")
     retries = asyncio.create_task(_report_retries(run, follower))
     try:
         try:

@@ -8,11 +8,12 @@
 - ``GET /api/runs/<id>``: the run's status, its transcript with stored content put back, and the offset its live
   events go on from; for an ended run, read from its history and the content store (``ended.py``), without a worker;
 - ``GET /api/runs/<id>/events?after=N``: the live events as a Server-Sent Events stream (each ``id:`` is the event's
-  offset, so a reconnecting browser resumes where it was), ``event: end`` once the run finished;
+  offset, so a reconnecting browser resumes where it was), ``event: end`` once the run finished, ``event: notice``
+  when the run cannot go on by itself for now (no worker, or its workflow task keeps failing on the workers);
 - ``POST /api/runs/<id>/{approve,deny,inject,retry,stop,fork}``: the steering actions, JSON in and out.
 
 Errors answer ``{"error": "<what to do>"}`` with the status that fits: 400 a bad request, 404 no such run, 409 an
-edit (or a fork point) the run refused, 503 no worker to answer.
+edit (or a fork point) the run refused, 503 no worker to answer (or workers whose code keeps failing the run).
 """
 
 from __future__ import annotations
@@ -209,6 +210,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
     await response.prepare(request)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    # No worker, or workers whose code fails the run's workflow task: the page says so, and the stream goes on.
+    run.wait_notice = lambda e: queue.put_nowait(_sse({"notice": str(e)}, kind="notice"))
 
     async def pump() -> None:
         # In a task of its own: the writer below wakes for keep-alives, and an async generator's step cannot be

@@ -461,6 +461,7 @@ async function showRun(id) {
       source.close();
       reloadSoon();
     });
+    source.addEventListener("notice", (message) => flash(JSON.parse(message.data).notice, "error"));
     source.addEventListener("failure", (message) => {
       source.close();
       flash(`The live stream stopped: ${JSON.parse(message.data).error}`, "error");
