@@ -10,10 +10,12 @@ import os
 import re
 import threading
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import temporalio.api.failure.v1
 from temporalio.api.common.v1 import Payload
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
@@ -25,6 +27,7 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
     PayloadConverter,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.codec import ENCODING, KEY_ID_METADATA, KEYS_ENV, EncryptionCodec
 from agent_runner.contract.errors import ConfigurationError
@@ -195,8 +198,8 @@ async def connect(*, embedded: bool = True, **kwargs: Any) -> tuple[Client, Embe
 
     Raises:
         ConfigurationError: The configured address is malformed or unreachable, Temporal's config file cannot be
-            read, the embedded server cannot start, or none is configured and ``embedded`` is false; the message
-            says what to fix, in one line.
+            read, the embedded server cannot start, the server has no such namespace, or none is configured and
+            ``embedded`` is false; the message says what to fix, in one line.
     """
     try:
         address = configured_address()
@@ -219,7 +222,7 @@ async def connect(*, embedded: bool = True, **kwargs: Any) -> tuple[Client, Embe
             f"The Temporal address {where} must be HOST:PORT without a scheme, e.g. 127.0.0.1:7233."
         )
     try:
-        return await connect_client(data_converter=data_converter(), **kwargs)
+        client, server = await connect_client(data_converter=data_converter(), **kwargs)
     except ValueError as e:  # the address does not parse
         raise ConfigurationError(
             f"The Temporal address {where} is malformed ({_reason(e)}): give HOST:PORT, e.g. 127.0.0.1:7233."
@@ -242,6 +245,41 @@ async def connect(*, embedded: bool = True, **kwargs: Any) -> tuple[Client, Embe
             f"Cannot reach Temporal at {where}: {_reason(e)}. Start the server there, or point TEMPORAL_ADDRESS at a "
             "running one (unset, the embedded local server is used)."
         ) from e
+    try:
+        await _check_namespace(client)
+    except ConfigurationError:
+        if server is not None:
+            server.stop()
+        raise
+    return client, server
+
+
+_NAMESPACE_CHECK = timedelta(seconds=10)
+
+
+async def _check_namespace(client: Client) -> None:
+    """Refuse a namespace the server does not have, which Temporal would otherwise report as each run missing.
+
+    Raises:
+        ConfigurationError: The server has no such namespace.
+    """
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace), timeout=_NAMESPACE_CHECK
+        )
+    except RPCError as e:
+        # Only an answer that the namespace is missing (or unnamed) counts: credentials that may not describe it, or a
+        # server slow to answer, say nothing of it, and what the caller does next reports its own failure.
+        if e.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT) and "amespace" in e.message:
+            raise no_namespace(client) from e
+
+
+def no_namespace(client: Client) -> ConfigurationError:
+    """The error for a client whose namespace the server does not have."""
+    return ConfigurationError(
+        f"Temporal at {client.service_client.config.target_host} has no namespace {client.namespace!r}: set "
+        "TEMPORAL_NAMESPACE to the namespace the workers use (`temporal operator namespace list` lists them)."
+    )
 
 
 def _one_line(error: BaseException) -> str:

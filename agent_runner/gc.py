@@ -42,6 +42,7 @@ from temporalio.converter import PayloadCodec
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_runner.codec import ENCODING, KEYS_ENV, EncryptionCodec
+from agent_runner.connection import no_namespace
 from agent_runner.contract.errors import ConfigurationError
 from agent_runner.contract.lean import full_output_json
 from agent_runner.contract.tool_result_refs import whole_pending
@@ -125,15 +126,14 @@ async def collect_garbage(
         f"CloseTime > '{closed_after.isoformat().replace('+00:00', 'Z')}')"
     )
     where = f"namespace {client.namespace!r} at {client.service_client.config.target_host}"
-    no_namespace = f"Temporal has no {where}: set TEMPORAL_NAMESPACE to the namespace the workers use."
     if not client.namespace:  # TEMPORAL_NAMESPACE set empty; Temporal would answer only "Namespace is empty."
-        raise ConfigurationError(no_namespace)
+        raise no_namespace(client)
     try:
         runs = [(execution.id, execution.run_id) async for execution in client.list_workflows(query)]
     except RPCError as e:
         if e.status != RPCStatusCode.NOT_FOUND:
             raise
-        raise ConfigurationError(no_namespace) from e
+        raise no_namespace(client) from e
     codec = client.data_converter.payload_codec
     if isinstance(codec, EncryptionCodec):
         codec.warn_plaintext = False  # gc reads every history: those of runs from before encryption are no news

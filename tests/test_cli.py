@@ -1155,6 +1155,55 @@ async def test_a_bad_temporal_address_is_one_line(
     assert capsys.readouterr() == ("", f"error: {error}\n")
 
 
+def _no_namespace(address: str, namespace: str) -> str:
+    return (
+        f"Temporal at {address} has no namespace {namespace!r}: set TEMPORAL_NAMESPACE to the namespace the workers "
+        "use (`temporal operator namespace list` lists them)."
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "some-run"],
+        ["transcript", "some-run"],
+        ["inject", "some-run", "hi"],
+        ["list"],
+        ["run", "Hi", "--detach"],
+    ],
+    ids=lambda command: command[0],
+)
+@pytest.mark.parametrize("namespace", ["no-such-namespace", ""], ids=["unknown", "empty"])
+async def test_a_namespace_temporal_does_not_have_is_one_line_naming_it_not_a_missing_run(
+    command: list[str],
+    namespace: str,
+    temporal_address: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Temporal answers NOT_FOUND for a run in a namespace it does not have, as for a run it does not have: the
+    namespace is checked as the client connects, so no command says that a run is missing, or quotes Temporal."""
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", namespace)
+    assert await cli.amain(command) == 1
+    assert capsys.readouterr() == ("", f"error: {_no_namespace(temporal_address, namespace)}\n")
+
+
+def test_the_worker_refuses_a_namespace_temporal_does_not_have_in_one_line(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "worker.py")],
+        env={**_subprocess_env(temporal_address), "TEMPORAL_NAMESPACE": "no-such-namespace"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.endswith(f" ERROR agent_runner.worker: error: {_no_namespace(temporal_address, 'no-such-namespace')}")
+
+
 @pytest.mark.usefixtures("temporal_address")
 async def test_a_store_that_cannot_be_opened_is_one_line(
     runner: AgentRunner,

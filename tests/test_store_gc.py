@@ -523,6 +523,6 @@ async def test_gc_in_a_namespace_temporal_does_not_have_says_so_in_one_line(
 
     assert await cli.amain(["store", "gc", "--retention", "0s", "--no-runs-ok"]) == 1
     assert capsys.readouterr().err == (
-        f"error: Temporal has no namespace {namespace!r} at {temporal_address}: set TEMPORAL_NAMESPACE to the "
-        "namespace the workers use.\n"
+        f"error: Temporal at {temporal_address} has no namespace {namespace!r}: set TEMPORAL_NAMESPACE to the "
+        "namespace the workers use (`temporal operator namespace list` lists them).\n"
     )
