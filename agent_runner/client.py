@@ -81,6 +81,7 @@ from agent_runner.contract.events import (
     RunFinished,
     parse_event,
 )
+from agent_runner.contract.recorded_results import ToolResultsSource, recorded_from
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -995,18 +996,51 @@ class Run:
         id: str | None = None,
         task_queue: str | None = None,
         priority: Priority | None = None,
+        changes: Mapping[str, Any] | None = None,
+        tool_results: ToolResultsSource = "run",
     ) -> Run:
         """Start a new run whose first request is this run's request for ``from_iteration``.
 
         The new run has the same parameters, tools and options, and the history up to that point, on the same task
         queue unless ``task_queue`` names another, with this run's priority unless ``priority`` is given; this run is
         left as it is. Use it to resume a failed or stopped run from a chosen turn, or to try a turn again.
+
+        With ``changes`` and ``tool_results``, it is a what-if run: the same run from that turn on with another
+        model, system prompt or worker code, whose tool calls made as this run made them get this run's results
+        instead of running (``contract/recorded_results.py``), so it costs only what the change changed.
+
+        Args:
+            from_iteration: The reply whose request the new run's first request is (1 is the first).
+            id: The new run's workflow id; a new ``agent-<uuid>`` by default.
+            task_queue: Where the new run goes; this run's task queue by default.
+            priority: The new run's priority and fairness key; this run's by default.
+            changes: Run input fields the new run sets otherwise (``model``, ``system``, ``max_tokens``,
+                ``thinking``, ``max_iterations``, ...; a ``None`` value leaves one out); its messages and tools are
+                the fork point's.
+            tool_results: ``"run"``: tools run as in any run. ``"recorded"``: a call of a tool with the same input
+                as one of this run's calls gets that call's result (each once, in this run's order), and only the
+                others run. ``"recorded_only"``: as ``"recorded"``, but the others do not run either: Claude is told
+                so, in an error result (a dry run).
+
+        Raises:
+            InvalidRunInput: ``changes`` would make an input the run refuses, or sets its messages or tools; nothing
+                was started.
         """
         point = await self._query(
             FORK_POINT_QUERY, from_iteration, refusing=f"fork run {self.id} from iteration {from_iteration}"
         )
         messages = await self._content.resolve(await self._content.messages(point["head"]))
-        run_input = {**point["input"], "messages": messages}
+        own = {k: v for k, v in point["input"].items() if k not in ("recorded_tool_results", "unrecorded_tool_calls")}
+        run_input = {**own, **_fork_changes(changes), "messages": messages}
+        run_input = {k: v for k, v in run_input.items() if v is not None}
+        if tool_results != "run":
+            transcript = await self._query(TRANSCRIPT_QUERY)
+            held = [*(await self._content.messages(transcript["head"])), *transcript["pending"]]
+            run_input["recorded_tool_results"] = recorded_from(held)
+            if tool_results == "recorded_only":
+                run_input["unrecorded_tool_calls"] = "refuse"
+        if changes:
+            check_run_input({**run_input, "held": True})
         if task_queue is None:
             task_queue = await self.task_queue()  # where the original runs, by default
         priority = priority or await self.priority()
@@ -1310,6 +1344,30 @@ def run_stuck(run_id: str, failing: str | None, *, sent: bool | None, waiting: b
         f"(`temporal workflow show --workflow-id {run_id}` shows the first failure); once workers run code that can "
         f"go on with the run, it goes on by itself{after}."
     )
+
+
+_FORK_KEEPS = (
+    "messages",
+    "tools",
+    "held",
+    "forked_from",
+    "continue_from",
+    "recorded_tool_results",
+    "unrecorded_tool_calls",
+)
+"""Run input a fork's ``changes`` cannot set: the fork point's, or what ``tool_results`` sets."""
+
+
+def _fork_changes(changes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``Run.fork``'s ``changes``, refused if they set what the fork point decides."""
+    kept = sorted(key for key in changes or {} if key in _FORK_KEEPS)
+    if kept:
+        raise InvalidRunInput(
+            f"A fork's changes cannot set {', '.join(f'`{key}`' for key in kept)}: its messages and tools are the "
+            "fork point's, and `tool_results` says how its tool calls are answered. Fork from another iteration, or "
+            "start a new run with `AgentRunner.start`."
+        )
+    return dict(changes or {})
 
 
 def check_run_input(run_input: Mapping[str, Any]) -> None:

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.patches import implied
     from agent_runner.workflows.pending_edits import TOOL_ADDITIONS_PATCH, last_addition
+    from agent_runner.workflows.recorded_results import RecordedResults
     from agent_runner.workflows.sleep import Sleeps
     from agent_runner.workflows.subagents import SubAgents
     from agent_runner.workflows.toolsets import Toolsets
@@ -88,22 +89,27 @@ class ToolCalls:
         """Tools a queued ``add_tools`` names, looked up for the reply being handled (once per name)."""
         self.sleeps = Sleeps(run)
         self.toolsets = Toolsets(run)
+        self.recorded = RecordedResults(run)
 
     async def run(self, block: dict[str, Any], iteration: int | None = None) -> dict[str, Any]:
         """The ``tool_result`` block for the ``tool_use`` ``block`` (of reply number ``iteration``, the last one's)."""
         run = self._run
         iteration = iteration if iteration is not None else run.state.reply_count
-        if self.toolsets.takes(block):
-            return await self.toolsets.call(block, iteration)  # an action of a runnable toolset
         name = str(block.get("name"))
         tool_use_id = str(block.get("id"))
         tool_input = block.get("input")
-        spec = await self._runnable(name)
+        # A what-if run's call made as another run made it gets that run's result; nothing runs.
+        recorded = self.recorded.answer(name, tool_input)
+        if recorded is None and self.toolsets.takes(block):
+            return await self.toolsets.call(block, iteration)  # an action of a runnable toolset
+        spec = await self._runnable(name) if recorded is None else None
         run.event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
         # An agent the run declared, or one a worker registered (described like a tool, so ``spec`` carries it).
         agent = self.agents.find(name) if spec is None else spec.agent
-        if agent is not None:
+        if recorded is not None:
+            result = recorded
+        elif agent is not None:
             result = await self.agents.call(agent, block)  # an agent is a tool: a child run answers the call
         elif spec is None and name == SLEEP_TOOL and run.spec is not None and run.spec.sleep is not None:
             result = await self.sleeps.call(block)  # the built-in sleep: a durable timer in the workflow

@@ -301,6 +301,15 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("run_id", metavar="RUN_ID")
     fork.add_argument("--from-iteration", type=_positive_int, required=True, metavar="N")
     fork.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
+    fork.add_argument("--model", default=None, help="what-if: the new run's model (default: the run's)")
+    fork.add_argument("--system", default=None, metavar="TEXT", help="what-if: its system prompt (default: the run's)")
+    fork.add_argument(
+        "--tool-results",
+        choices=("run", "recorded", "recorded-only"),
+        default="run",
+        help="run: its tools run (the default); recorded: a call made as the run made it gets the run's result, the "
+        "others run; recorded-only: the others are refused too, so no tool runs",
+    )
     fork.add_argument("--detach", dest="follow", action="store_false", help="print the new run's id and return")
     _priority_flags(fork, inherited=True)
     fork.set_defaults(handler=("runs", "cmd_fork"), follow=True)

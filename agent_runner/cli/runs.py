@@ -248,7 +248,13 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         original = runner.attach(args.run_id)
         priority = priority_flags(args, await original.priority())  # the flags given change the original's
         try:
-            fork = await original.fork(args.from_iteration, id=args.id, priority=priority)
+            fork = await original.fork(
+                args.from_iteration,
+                id=args.id,
+                priority=priority,
+                changes={k: v for k, v in (("model", args.model), ("system", args.system)) if v is not None},
+                tool_results="recorded_only" if args.tool_results == "recorded-only" else args.tool_results,
+            )
         except RunAlreadyExists as e:
             raise _exists(args.id) from e
         return await announce_and_follow(fork, follow=args.follow)

@@ -28,6 +28,7 @@ from agent_runner.contract.conversation import tool_changes_in
 from agent_runner.contract.errors import InvalidRunInput, validation_summary
 from agent_runner.contract.forking import ForkedFrom, forked_from_problems
 from agent_runner.contract.params import param_problems
+from agent_runner.contract.recorded_results import RecordedResult, Unrecorded, recorded_problems
 from agent_runner.contract.sleep import SleepPolicy, parse_sleep
 from agent_runner.contract.steering import COMPACT_BETA, INLINE_TOOLS_BETA, ApprovalPolicy, StepPolicy
 from agent_runner.contract.toolsets import toolset_family
@@ -91,6 +92,8 @@ RUNNER_OPTIONS: frozenset[str] = frozenset(
         "refusal_fallbacks",
         "continue_from",
         "forked_from",
+        "recorded_tool_results",
+        "unrecorded_tool_calls",
     }
 )
 
@@ -187,6 +190,13 @@ class RunSpec(BaseModel):
 
     forked_from: ForkedFrom | None = None
     """The run and reply this run was forked from, and the tools it runs (``workflows/forking.py``)."""
+
+    recorded_tool_results: list[RecordedResult] = []
+    """Tool calls another run made, with their results: a call made the same way is answered with its result, and
+    its tool does not run (a what-if run; ``contract/recorded_results.py``)."""
+
+    unrecorded_tool_calls: Unrecorded = "run"
+    """What a call no recorded result answers gets: run, as usual, or ``refuse``d with an error (a dry run)."""
 
 
 def parse_run_input(raw: object, *, late_checks: bool = True) -> RunSpec:
@@ -293,6 +303,7 @@ def parse_run_input(raw: object, *, late_checks: bool = True) -> RunSpec:
     problems.extend(fallback_problems(refusal_fallbacks, raw))
     problems.extend(continue_from_problems(raw.get("continue_from"), messages))
     problems.extend(forked_from_problems(raw.get("forked_from")))
+    problems.extend(recorded_problems(raw.get("recorded_tool_results"), raw.get("unrecorded_tool_calls")))
     if late_checks:
         problems.extend(late_problems(raw))
     if problems:
@@ -321,6 +332,8 @@ def parse_run_input(raw: object, *, late_checks: bool = True) -> RunSpec:
         refusal_fallbacks=entries(refusal_fallbacks or []),
         continue_from=ContinueFrom.model_validate(raw["continue_from"]) if raw.get("continue_from") else None,
         forked_from=ForkedFrom.model_validate(raw["forked_from"]) if raw.get("forked_from") else None,
+        recorded_tool_results=[RecordedResult.model_validate(e) for e in raw.get("recorded_tool_results") or []],
+        unrecorded_tool_calls=raw.get("unrecorded_tool_calls") or "run",
     )
 
 

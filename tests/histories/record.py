@@ -38,6 +38,8 @@ that must keep determinism; keep the old files, since runs started on the old co
                                                          # NAME_late.json (a run given that beta mid-way)
     python tests/histories/record.py NAME compact_results  # writes NAME.json and NAME_continued.json (tool results
                                                            # sent compact, issue 14)
+    python tests/histories/record.py NAME what_if      # writes NAME.json (a fork answering a call from the run's
+                                                       # record, running a new one)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -870,6 +872,28 @@ async def fork(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     save(f"{name}_fork", await forked.handle.fetch_history())
 
 
+async def what_if(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``what_if`` scenario: a fork on another model whose call made as the run made it gets the run's
+    recorded result, and whose new call runs."""
+    fake.script(
+        Reply([tool_use("toolu_W", "get_weather", {"city": "Paris"})], "tool_use"),
+        end_turn("Sunny."),
+        Reply(
+            [
+                tool_use("toolu_A", "get_weather", {"city": "Paris"}),
+                tool_use("toolu_B", "get_weather", {"city": "Oslo"}),
+            ],
+            "tool_use",
+        ),
+        end_turn("Sunny in both."),
+    )
+    run = await start(runner, "Paris?", tools=[get_weather])
+    assert (await run.result()).status == "completed"
+    forked = await run.fork(1, id=f"{name}-fork", changes={"model": "claude-fake-2"}, tool_results="recorded")
+    assert (await forked.result()).status == "completed"
+    save(name, await forked.handle.fetch_history())
+
+
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
     one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
@@ -982,6 +1006,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "last_status": last_status,
     "request_shape": request_shape,
     "compact_results": compact_results,
+    "what_if": what_if,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
 
