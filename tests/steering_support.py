@@ -4,10 +4,15 @@ wait for a run's status."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
+import pytest
 from anthropic import beta_async_tool
 
 from agent_runner.client import Run
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text
+from agent_runner.workflows import model_calls
 
 CALLS: list[str] = []
 """What the tools below did, in order; emptied before each test by the `fresh_tools` fixture."""
@@ -64,3 +69,34 @@ async def wait_accepted(run: Run, update: str, count: int = 1) -> None:
             if len(accepted) >= count:
                 return
             await asyncio.sleep(0.05)
+
+
+class BrokenWorkers:
+    """Workers whose code fails the run's workflow task once its first reply comes (a bug in the workers' code), until
+    fixed; the reply is a ``pause_turn`` (``Looking.``), then ``last`` ends the run."""
+
+    def __init__(self, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch, last: str = "Sunny.") -> None:
+        self._release = threading.Event()
+        fake_api.script(Reply([text("Looking.")], "pause_turn", until=self._release), end_turn(last))
+        self._monkeypatch = monkeypatch
+        self._fixed = model_calls.reply_problems
+
+    def break_(self) -> None:
+        """Break the workers' code, and let the first reply come."""
+        self._monkeypatch.setattr(model_calls, "reply_problems", _broken)
+        self._release.set()
+
+    def fix(self) -> None:
+        """Give the workers their own code back: the task's next attempt goes through."""
+        self._monkeypatch.setattr(model_calls, "reply_problems", self._fixed)
+
+    @staticmethod
+    async def failed(run: Run, attempts: int = 2) -> None:
+        """Wait until the run's workflow task is at attempt ``attempts`` (Temporal retries it after 10 s from 3 on)."""
+        async with asyncio.timeout(30):
+            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < attempts:
+                await asyncio.sleep(0.05)
+
+
+def _broken(_message: Any) -> list[str]:
+    raise RuntimeError("a bug in the worker's code")

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -51,9 +50,8 @@ from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
-from agent_runner.workflows import model_calls
 from tests.conftest import IMPORTS_ANTHROPIC, WorkerFactory
-from tests.steering_support import CALLS, GATE, delete_file, gated, wait_status
+from tests.steering_support import CALLS, GATE, BrokenWorkers, delete_file, gated, wait_status
 from tests.tools_for_tests import fail_disk, get_time, get_weather
 
 REPO = Path(__file__).resolve().parents[1]
@@ -906,26 +904,19 @@ async def test_follow_says_once_that_a_run_whose_workflow_task_keeps_failing_is_
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    release = threading.Event()
-    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
-
-    def broken(_message: Any) -> list[str]:
-        raise RuntimeError("a bug in the worker's code")
-
-    fixed = model_calls.reply_problems
+    workers = BrokenWorkers(fake_api, monkeypatch)
     out = err = ""
     async with worker():
         run = await runner.start(model="claude-fake-1", max_tokens=50, messages=[USER])
-        monkeypatch.setattr(model_calls, "reply_problems", broken)
         following = asyncio.create_task(cli.amain(["follow", run.id]))
-        release.set()
+        workers.break_()
         try:
             async with asyncio.timeout(30):
                 while "note:" not in err:
                     await asyncio.sleep(0.05)
                     captured = capsys.readouterr()
                     out, err = out + captured.out, err + captured.err
-            monkeypatch.setattr(model_calls, "reply_problems", fixed)
+            workers.fix()
             assert await asyncio.wait_for(following, 40) == 0
         finally:
             following.cancel()
@@ -1191,17 +1182,25 @@ async def test_a_namespace_temporal_does_not_have_is_one_line_naming_it_not_a_mi
 def test_the_worker_refuses_a_namespace_temporal_does_not_have_in_one_line(
     temporal_address: str, tmp_path: Path
 ) -> None:
+    env = {**_subprocess_env(temporal_address), "TEMPORAL_NAMESPACE": "no-such-namespace"}
+    assert _worker_refusal(env, tmp_path) == _no_namespace(temporal_address, "no-such-namespace")
+
+
+def _worker_refusal(env: dict[str, str], cwd: Path, *args: str) -> str:
+    """The one line a worker started with ``env`` and ``args`` logs as it refuses to start (exit code 2)."""
     proc = subprocess.run(
-        [sys.executable, str(REPO / "worker.py")],
-        env={**_subprocess_env(temporal_address), "TEMPORAL_NAMESPACE": "no-such-namespace"},
-        cwd=tmp_path,
+        [sys.executable, str(REPO / "worker.py"), *args],
+        env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
-    assert line.endswith(f" ERROR agent_runner.worker: error: {_no_namespace(temporal_address, 'no-such-namespace')}")
+    prefix = " ERROR agent_runner.worker: error: "
+    assert prefix in line
+    return line.split(prefix, 1)[1]
 
 
 @pytest.mark.usefixtures("temporal_address")
@@ -1269,17 +1268,7 @@ def test_the_worker_refuses_a_bad_configuration_in_one_line(
     env: dict[str, str], args: list[str], error: str, tmp_path: Path
 ) -> None:
     (tmp_path / "broken_tools.py").write_text(BROKEN_TOOLS)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "worker.py"), *args],
-        env={**_subprocess_env("127.0.0.1:1"), **env},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2
-    [line] = proc.stderr.splitlines()
-    assert line.endswith(f" ERROR agent_runner.worker: error: {error}")
+    assert _worker_refusal({**_subprocess_env("127.0.0.1:1"), **env}, tmp_path, *args) == error
 
 
 # ------------------------------------------------------------------------------------------ agent-runner dev

@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,8 @@ from agent_runner.contract.errors import ConfigurationError, ToolNotRegistered
 from agent_runner.contract.steering import TO_GO_ON
 from agent_runner.temporal_server import EmbeddedTemporal
 from agent_runner.testing import FakeMessagesAPI, Reply, SlowStream, end_turn, text, tool_use
-from agent_runner.workflows import model_calls
 from tests.conftest import WorkerFactory
-from tests.steering_support import CALLS, delete_file, wait_status
+from tests.steering_support import CALLS, BrokenWorkers, delete_file, wait_status
 from tests.test_layers import ROOT, _imports, _layer_of_module
 from tests.test_status import no_worker_line
 
@@ -463,27 +461,18 @@ async def test_a_run_whose_workflow_task_keeps_failing_has_a_503_page_and_a_stre
 ) -> None:
     """A bug in the workers' code fails the run's workflow task: the page cannot be read and says why; its stream says
     so once and goes on, and ends as the run does once the workers are fixed."""
-    release = threading.Event()
-    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("All clean."))
-
-    def broken(_message: Any) -> list[str]:
-        raise RuntimeError("a bug in the worker's code")
-
-    fixed = model_calls.reply_problems
+    workers = BrokenWorkers(fake_api, monkeypatch, last="All clean.")
     async with worker():
         run = await runner.start(**BASE)
-        monkeypatch.setattr(model_calls, "reply_problems", broken)
-        release.set()
-        async with asyncio.timeout(30):
-            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 2:
-                await asyncio.sleep(0.05)
+        workers.break_()
+        await workers.failed(run)
         status, page = await get(http, f"{console}/api/runs/{run.id}")
         messages: list[tuple[str, str | None, dict[str, Any]]] = []
         stream = asyncio.create_task(sse(http, f"{console}/api/runs/{run.id}/events?after=0", into=messages))
         async with asyncio.timeout(30):
             while not any(kind == "notice" for kind, _, _ in messages):
                 await asyncio.sleep(0.05)
-        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        workers.fix()
         await asyncio.wait_for(stream, 40)
     failing = (
         "its workflow task keeps failing on the workers (attempt N; WORKFLOW_WORKER_UNHANDLED_FAILURE: a bug in the "

@@ -27,9 +27,8 @@ from agent_runner.contract.errors import (
 from agent_runner.contract.events import RunEvent
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.workflows import model_calls
 from tests.conftest import WorkerFactory
-from tests.steering_support import delete_file, wait_status
+from tests.steering_support import BrokenWorkers, delete_file, wait_status
 from tests.test_events import streamed_text, without_deltas
 
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -171,27 +170,17 @@ async def test_queries_and_edits_to_a_run_whose_workflow_task_keeps_failing_say_
     it (once the task has failed twice) or holds an edit for a task that never takes it: each raises ``RunStuck``,
     with the failure and where to look, instead of a bare RPC error or a wait without end. Fixed workers carry the run
     on, with an edit Temporal held for it."""
-    release = threading.Event()
-    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
-
-    def broken(_message: Any) -> list[str]:
-        raise RuntimeError("a bug in the worker's code")
-
-    fixed = model_calls.reply_problems
-
+    workers = BrokenWorkers(fake_api, monkeypatch)
     async with worker():
         run = await runner.start(**BASE)
-        monkeypatch.setattr(model_calls, "reply_problems", broken)
-        release.set()
+        workers.break_()
+        await workers.failed(run)
         refused: list[str] = []
-        async with asyncio.timeout(30):
-            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 2:
-                await asyncio.sleep(0.05)
-            for call in (run.status, lambda: run.inject("hi"), run.transcript):
-                with pytest.raises(RunStuck) as e:
-                    await call()
-                refused.append(str(e.value))
-        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        for call in (run.status, lambda: run.inject("hi"), run.transcript):
+            with pytest.raises(RunStuck) as e:
+                await call()
+            refused.append(str(e.value))
+        workers.fix()
         result = await run.result()  # the task's next attempt, on the fixed code
         conversation = await run.transcript()
     stuck = (
@@ -229,31 +218,22 @@ async def test_waiting_for_a_run_whose_workflow_task_keeps_failing_says_so_once_
     each handle telling ``wait_notice`` once why the run is not going on. The wait for the result is held; from the
     task's third attempt on, Temporal refuses the event stream's poll outright, so the stream polls again now and
     then. The events then come exactly as a reader of the ended run gets them."""
-    release = threading.Event()
-    fake_api.script(Reply([text("Looking.")], "pause_turn", until=release), end_turn("Sunny."))
-
-    def broken(_message: Any) -> list[str]:
-        raise RuntimeError("a bug in the worker's code")
-
-    fixed = model_calls.reply_problems
+    workers = BrokenWorkers(fake_api, monkeypatch)
     async with worker():
         run = await runner.start(**BASE)
         watcher = runner.attach(run.id)
         notices: dict[str, list[str]] = {"result": [], "events": []}
         run.wait_notice = lambda e: notices["result"].append(str(e))
         watcher.wait_notice = lambda e: notices["events"].append(str(e))
-        monkeypatch.setattr(model_calls, "reply_problems", broken)
+        workers.break_()
         result = asyncio.create_task(run.result())
-        release.set()
-        async with asyncio.timeout(30):
-            while (await run.handle.describe()).raw_description.pending_workflow_task.attempt < 3:
-                await asyncio.sleep(0.05)
+        await workers.failed(run, attempts=3)
         events = asyncio.create_task(collect(watcher))  # its polls refused
         async with asyncio.timeout(40):
             while not (notices["result"] and notices["events"]):
                 await asyncio.sleep(0.05)
         assert not result.done() and not events.done()
-        monkeypatch.setattr(model_calls, "reply_problems", fixed)
+        workers.fix()
         async with asyncio.timeout(40):
             outcome, seen = await result, await events
         again = await collect(runner.attach(run.id))

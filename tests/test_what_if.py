@@ -115,7 +115,8 @@ async def test_a_fork_with_recorded_results_runs_only_the_calls_the_run_did_not_
 async def test_a_fork_from_the_command_line_with_recorded_results_only_runs_no_tool(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--tool-results recorded-only``: a dry run. A call nothing recorded is answered with an error saying why."""
+    """``--tool-results recorded-only``: a dry run. A call nothing recorded is answered with an error saying why;
+    ``diff`` shows where the fork went otherwise, and ``follow`` reads it once it has ended, without a worker."""
     async with worker(reading):
         run = await recorded_run(runner, fake_api)
         capsys.readouterr()
@@ -126,6 +127,30 @@ async def test_a_fork_from_the_command_line_with_recorded_results_only_runs_no_t
         assert capsys.readouterr() == (f"{fork_id}\n", "")
         result = await runner.attach(fork_id).result()
         transcript = await runner.attach(fork_id).transcript()
+    assert await cli.amain(["diff", run.id, fork_id, "--exit-code"]) == 1
+    run_line = f"{run.id} ── completed · 3 turns · stop_reason end_turn · 30 input / 15 output tokens ──"
+    assert capsys.readouterr().out.splitlines() == [
+        f"--- {run_line}",
+        f"+++ {fork_id} ── completed · 2 turns · stop_reason end_turn · 20 input / 10 output tokens ──",
+        "@@ -1,12 +1,9 @@",
+        " ── user ──",
+        " Check the sensors.",
+        " ── assistant ──",
+        '-→ reading {"sensor": "north"}',
+        ' → reading {"sensor": "south"}',
+        "-← reading: north: 1",
+        '+→ reading {"sensor": "east"}',
+        " ← reading: south: 2",
+        f"+← ✗ reading: {REFUSED}",
+        " ── assistant ──",
+        '-→ reading {"sensor": "north"}',
+        "-← reading: north: 3",
+        "-── assistant ──",
+        "-Done.",
+        "+East is unknown.",
+    ]
+    assert await cli.amain(["diff", run.id, run.id, "--exit-code"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"--- {run_line}", f"+++ {run_line}", "(the same conversation)"]
     assert await cli.amain(["follow", fork_id]) == 0  # no worker: read from the ended run's history and the store
     assert capsys.readouterr().out.splitlines() == [
         "── turn 1 ──",

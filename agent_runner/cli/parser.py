@@ -314,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     _priority_flags(fork, inherited=True)
     fork.set_defaults(handler=("runs", "cmd_fork"), follow=True)
 
+    diff = command("diff", "How two runs differ (a what-if fork and its run, say): how each ended, and the turns.")
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--context", type=int, default=3, metavar="N", help="lines of context around each change")
+    diff.add_argument("--exit-code", action="store_true", help="exit 1 when they differ, as git diff does")
+    diff.set_defaults(handler=("runs", "cmd_diff"))
+
     send = command("send", "Go on with an ended run's conversation: a new run that starts with your message.")
     send.add_argument("run_id", metavar="RUN_ID")
     send.add_argument("text", metavar="TEXT", help="the user's next message")

@@ -27,6 +27,7 @@ EDIT_ACCEPTED = "accepted; it applies before the next turn"
 """What an edit command prints when it does not wait for the edit to apply."""
 
 DIM, RED, YELLOW, BOLD, _RESET = "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[1m", "\x1b[0m"
+GREEN, CYAN = "\x1b[32m", "\x1b[36m"
 
 
 def paint(line: str, style: str, color: bool) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from temporalio.common import Priority
 
 from agent_runner.cli.common import (
     DEFAULT_MAX_TOKENS,
+    EXIT_ERROR,
     EXIT_OK,
     LIST_STATUSES,
     connected,
@@ -25,7 +27,17 @@ from agent_runner.cli.common import (
     use_color,
 )
 from agent_runner.cli.follow import announce_and_follow, follow_from_here
-from agent_runner.cli.render import local_time, render_run_table, render_status, render_transcript
+from agent_runner.cli.render import (
+    CYAN,
+    GREEN,
+    RED,
+    local_time,
+    paint,
+    render_run_table,
+    render_status,
+    render_summary,
+    render_transcript,
+)
 from agent_runner.client import AgentRunner, Run, check_run_input
 from agent_runner.contract.errors import (
     AgentRunError,
@@ -34,6 +46,7 @@ from agent_runner.contract.errors import (
     RunCancelled,
     RunNotFound,
 )
+from agent_runner.contract.types import RunStatus
 
 
 def _load_run_file(path: str) -> dict[str, Any]:
@@ -152,26 +165,62 @@ async def _unless_ended(run: Run, ask: Callable[[], Awaitable[T]]) -> T | _Ended
 async def cmd_transcript(args: argparse.Namespace) -> int:
     """``transcript``: the whole conversation, readable or as JSON."""
     async with connected(args.task_queue) as runner:
-        run = runner.attach(args.run_id)
-        answer = await _unless_ended(run, run.transcript)
-        if not isinstance(answer, _Ended):
-            transcript = answer
-        else:
-            from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
-
-            read = await ended_run(runner, run.id, answer.how)
-            transcript = read.messages
-            if read.unfinished:
-                calls = ", ".join(f"{call['name']} ({call['tool_use_id']})" for call in read.unfinished)
-                err(
-                    f"note: run {run.id} ended ({read.status.status}) before these tool calls completed: {calls}. "
-                    "The conversation ends with the results of those that did."
-                )
+        _, transcript = await _conversation(runner, args.run_id, status=False)
     if args.json:
         print(json.dumps(transcript, indent=2, ensure_ascii=False), flush=True)
     else:
         out(render_transcript(transcript, color=use_color()))
     return EXIT_OK
+
+
+async def _conversation(
+    runner: AgentRunner, run_id: str, *, status: bool = True
+) -> tuple[RunStatus | None, list[dict[str, Any]]]:
+    """A run's whole conversation and, with ``status``, its status.
+
+    An ended run's are read from its history and the store, without a worker.
+    """
+    run = runner.attach(run_id)
+
+    async def ask() -> tuple[RunStatus | None, list[dict[str, Any]]]:
+        return await run.status() if status else None, await run.transcript()
+
+    answer = await _unless_ended(run, ask)
+    if not isinstance(answer, _Ended):
+        return answer
+    from agent_runner.console.ended import ended_run  # the console's reader, loaded only when needed
+
+    read = await ended_run(runner, run.id, answer.how)
+    if read.unfinished:
+        calls = ", ".join(f"{call['name']} ({call['tool_use_id']})" for call in read.unfinished)
+        err(
+            f"note: run {run.id} ended ({read.status.status}) before these tool calls completed: {calls}. "
+            "The conversation ends with the results of those that did."
+        )
+    return read.status, read.messages
+
+
+async def cmd_diff(args: argparse.Namespace) -> int:
+    """``diff``: how two runs differ (a what-if fork and its run, say): how each ended, and their conversations."""
+    async with connected(args.task_queue) as runner:
+        (left, before), (right, after) = await asyncio.gather(
+            _conversation(runner, args.run_a), _conversation(runner, args.run_b)
+        )
+    assert left is not None and right is not None  # asked for
+    color = use_color()
+    lines = [
+        paint(f"--- {args.run_a} {render_summary(left)}", RED, color),
+        paint(f"+++ {args.run_b} {render_summary(right)}", GREEN, color),
+    ]
+    hunks = list(difflib.unified_diff(render_transcript(before), render_transcript(after), n=args.context, lineterm=""))
+    for line in hunks[2:]:  # the two file lines: said above, with how each run ended
+        style = RED if line.startswith("-") else GREEN if line.startswith("+") else CYAN if line.startswith("@") else ""
+        lines.append(paint(line, style, color) if style else line)
+    if not hunks:
+        lines.append("(the same conversation)")
+    out(lines)
+    same = not hunks and render_summary(left) == render_summary(right)
+    return EXIT_OK if same or not args.exit_code else EXIT_ERROR  # as `git diff --exit-code`
 
 
 def list_query(status: str | None, task_queue: str | None, query: str | None) -> str | None:
