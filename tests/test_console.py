@@ -620,6 +620,38 @@ async def test_fork_starts_a_new_run_from_a_chosen_turn(
     assert past == (409, {"error": "Iteration 2 does not exist; the run has 1 replies."})
 
 
+async def test_a_what_if_fork_takes_another_model_and_answers_the_runs_calls_from_its_record(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, console: str, http: aiohttp.ClientSession
+) -> None:
+    call = Reply([tool_use("toolu_D", "delete_file", {"path": "/tmp/a"})], "tool_use")
+    fake_api.script(call, end_turn("Deleted."), call, end_turn("Deleted again."))
+    async with worker(delete_file):
+        run = await runner.start(**BASE, tools=[delete_file])
+        await run.until_done()
+        url = f"{console}/api/runs/{run.id}/fork"
+        body = {"from_iteration": 1, "id": f"{run.id}-what-if", "changes": {"model": "claude-fake-2"}}
+        created = await post(http, url, {**body, "tool_results": "recorded_only"})
+        await runner.attach(f"{run.id}-what-if").until_done()
+        unknown = await post(http, url, {**body, "tool_results": "cached"})
+        refused = await post(http, url, {**body, "changes": {"messages": []}})
+    assert created == (201, {"id": f"{run.id}-what-if"})
+    assert CALLS == ["delete /tmp/a"]  # the run's call only: the fork's got its result from the record
+    assert fake_api.bodies()[2]["model"] == "claude-fake-2"
+    assert fake_api.bodies()[3]["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_D", "content": "deleted /tmp/a"}],
+    }
+    assert unknown == (400, {"error": "'tool_results' must be one of 'run', 'recorded', 'recorded_only'."})
+    assert refused == (
+        400,
+        {
+            "error": "A fork's changes cannot set `messages`: its messages and tools are the fork point's, and "
+            "`tool_results` says how its tool calls are answered. Fork from another iteration, or start a new run "
+            "with `AgentRunner.start`."
+        },
+    )
+
+
 # --- Who may use it ---------------------------------------------------------------------------------------------
 
 

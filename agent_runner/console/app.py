@@ -24,7 +24,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 from aiohttp import web
 from temporalio.client import WorkflowQueryFailedError
@@ -36,12 +36,14 @@ from agent_runner.contract.errors import (
     AgentRunError,
     AgentRunnerError,
     EditRejected,
+    InvalidRunInput,
     NoWorker,
     RunAlreadyExists,
     RunNotFound,
     RunStuck,
 )
 from agent_runner.contract.events import RUN_FINISHED
+from agent_runner.contract.recorded_results import ToolResultsSource
 
 from .ended import ended_page
 from .listing import WAITING_FOR, list_rows, with_approval_tools
@@ -70,7 +72,7 @@ def _api(
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
             return await handler(request)
-        except _BadRequest as e:
+        except (_BadRequest, InvalidRunInput) as e:
             return web.json_response({"error": str(e)}, status=400)
         except RunNotFound as e:
             return web.json_response({"error": str(e)}, status=404)
@@ -304,13 +306,25 @@ async def stop(request: web.Request) -> web.StreamResponse:
 
 @_api
 async def fork(request: web.Request) -> web.StreamResponse:
-    """``POST .../fork`` ``{"from_iteration", "id"?}``: a new run from this run's request for that turn."""
+    """``POST .../fork`` ``{"from_iteration", "id"?, "changes"?, "tool_results"?}``: a new run from that turn.
+
+    A new run from this run's request for that turn; a what-if run with ``changes`` to its input and its tool calls
+    answered from this run's record (``Run.fork``).
+    """
     body = await _body(request)
     iteration = _field(body, "from_iteration", int, required=True)
     if iteration < 1:
         raise _BadRequest("'from_iteration' counts turns from 1.")
+    tool_results = _field(body, "tool_results", str) or "run"
+    if tool_results not in get_args(ToolResultsSource):
+        raise _BadRequest(f"'tool_results' must be one of {', '.join(map(repr, get_args(ToolResultsSource)))}.")
     try:
-        new = await _run(request).fork(iteration, id=_field(body, "id", str) or None)
+        new = await _run(request).fork(
+            iteration,
+            id=_field(body, "id", str) or None,
+            changes=_field(body, "changes", dict),
+            tool_results=cast(ToolResultsSource, tool_results),
+        )
     except AgentRunError as e:
         if isinstance(e.__cause__, WorkflowQueryFailedError):
             # The run refused the fork point (a turn it does not have, a compaction, one from before it continued as

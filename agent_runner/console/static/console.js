@@ -308,10 +308,18 @@ async function showRun(id) {
           el("button", { type: "button", id: "stop", class: "danger", text: "Stop",
             onclick: () => act("stop", { reason: stopReason.value || null }, "Stop requested.") })));
     }
-    controls.push(el("div", { class: "row" }, el("span", { text: "Fork from turn" }), forkTurn,
+    // A what-if: another model, and the tool calls made as this run made them answered from its record.
+    const forkModel = el("input", { type: "text", id: "fork-model", placeholder: "Same model", "aria-label": "Model of the fork" });
+    const forkTools = el("select", { id: "fork-tool-results", "aria-label": "Tool calls of the fork" },
+      el("option", { value: "run", text: "tools run" }),
+      el("option", { value: "recorded", text: "this run's results, then tools run" }),
+      el("option", { value: "recorded_only", text: "this run's results only" }));
+    controls.push(el("div", { class: "row" }, el("span", { text: "Fork from turn" }), forkTurn, forkModel, forkTools,
       el("button", { type: "button", id: "fork", text: "Fork", onclick: async () => {
         try {
-          const made = await api(apiPath(id, "/fork"), { from_iteration: Number(forkTurn.value) });
+          const body = { from_iteration: Number(forkTurn.value), tool_results: forkTools.value };
+          if (forkModel.value.trim()) body.changes = { model: forkModel.value.trim() };
+          const made = await api(apiPath(id, "/fork"), body);
           location.href = runPath(made.id);
         } catch (e) {
           flash(e.message, "error");
