@@ -81,7 +81,7 @@ from agent_runner.contract.events import (
     RunFinished,
     parse_event,
 )
-from agent_runner.contract.recorded_results import ToolResultsSource, recorded_from
+from agent_runner.contract.recorded_results import ToolResultsSource, recorded_from, tool_use_ids
 from agent_runner.contract.steering import (
     ADD_TOOLS_UPDATE,
     ADVANCE_UPDATE,
@@ -100,7 +100,7 @@ from agent_runner.contract.steering import (
     WAKE_UPDATE,
     PendingApproval,
 )
-from agent_runner.contract.transcript import escape, stored
+from agent_runner.contract.transcript import canonical, escape, stored
 from agent_runner.contract.types import (
     EVENTS_TOPIC,
     FORK_POINT_QUERY,
@@ -1018,25 +1018,34 @@ class Run:
                 ``thinking``, ``max_iterations``, ...; a ``None`` value leaves one out); its messages and tools are
                 the fork point's.
             tool_results: ``"run"``: tools run as in any run. ``"recorded"``: a call of a tool with the same input
-                as one of this run's calls gets that call's result (each once, in this run's order), and only the
-                others run. ``"recorded_only"``: as ``"recorded"``, but the others do not run either: Claude is told
-                so, in an error result (a dry run).
+                as one this run made from ``from_iteration`` on gets that call's result (each once, in this run's
+                order), and only the others run. ``"recorded_only"``: as ``"recorded"``, but the others do not
+                run either: Claude is told so, in an error result (a dry run).
 
         Raises:
-            InvalidRunInput: ``changes`` would make an input the run refuses, or sets its messages or tools; nothing
-                was started.
+            InvalidRunInput: ``changes`` would make an input the run refuses, or sets its messages or tools, or the
+                record is over ``RECORDED_LIMIT``; nothing was started.
         """
         point = await self._query(
             FORK_POINT_QUERY, from_iteration, refusing=f"fork run {self.id} from iteration {from_iteration}"
         )
-        messages = await self._content.resolve(await self._content.messages(point["head"]))
+        held_point = await self._content.messages(point["head"])
+        messages = await self._content.resolve(held_point)
         own = {k: v for k, v in point["input"].items() if k not in ("recorded_tool_results", "unrecorded_tool_calls")}
         run_input = {**own, **_fork_changes(changes), "messages": messages}
         run_input = {k: v for k, v in run_input.items() if v is not None}
         if tool_results != "run":
             transcript = await self._query(TRANSCRIPT_QUERY)
             held = [*(await self._content.messages(transcript["head"])), *transcript["pending"]]
-            run_input["recorded_tool_results"] = recorded_from(held)
+            # The calls in the history the fork starts from are there already, with their results.
+            recorded = recorded_from(held, skip=tool_use_ids(held_point))
+            size = len(canonical(recorded))
+            if size > RECORDED_LIMIT:
+                raise InvalidRunInput(
+                    f"Run {self.id} made {len(recorded)} tool calls from turn {from_iteration} on, {size:,} bytes of "
+                    f"record: more than a run's input carries ({RECORDED_LIMIT:,}). Fork from a later turn."
+                )
+            run_input["recorded_tool_results"] = recorded
             if tool_results == "recorded_only":
                 run_input["unrecorded_tool_calls"] = "refuse"
         if changes:
@@ -1345,6 +1354,10 @@ def run_stuck(run_id: str, failing: str | None, *, sent: bool | None, waiting: b
         f"go on with the run, it goes on by itself{after}."
     )
 
+
+RECORDED_LIMIT = 1_000_000
+"""The most bytes of recorded tool results a what-if fork's input carries (Temporal refuses inputs over 2 MB; big
+results are carried by reference, so this is thousands of calls)."""
 
 _FORK_KEEPS = (
     "messages",

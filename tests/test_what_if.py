@@ -6,6 +6,7 @@ which tools ran and the exact ``tool_result`` blocks Claude got back.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -13,11 +14,12 @@ import pytest
 from anthropic import beta_async_tool
 from temporalio.client import WorkflowExecutionStatus
 
-from agent_runner import cli
+from agent_runner import cli, client
 from agent_runner.client import AgentRunner, Run
 from agent_runner.contract.errors import InvalidRunInput
 from agent_runner.contract.recorded_results import recorded_from
 from agent_runner.contract.run_input import parse_run_input
+from agent_runner.contract.transcript import canonical
 from agent_runner.contract.types import WORKFLOW_TYPE
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
@@ -243,6 +245,36 @@ def test_bad_recorded_results_are_refused_saying_what_to_give(fields: dict[str, 
     with pytest.raises(InvalidRunInput) as e:
         parse_run_input({**BASE, **fields})
     assert str(e.value) == f"The run's input was rejected:\n- {problem}"
+
+
+async def test_a_fork_records_only_the_calls_from_its_turn_on_and_refuses_a_record_too_big_to_carry(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calls before the fork point are in the fork's history already: from turn 2 on only the last call is
+    recorded. A record over ``RECORDED_LIMIT`` is refused before anything starts, saying what to do."""
+    monkeypatch.setattr(client, "RECORDED_LIMIT", 100)  # the three calls' record is over, the last one's under
+    async with worker(reading):
+        run = await recorded_run(runner, fake_api)
+        with pytest.raises(InvalidRunInput) as e:
+            await run.fork(1, tool_results="recorded")
+        fake_api.script(calls(("toolu_A", "north")), end_turn("Still 3."))
+        fork = await run.fork(2, tool_results="recorded_only")
+        await fork.until_done()
+        history = await fork.handle.fetch_history()
+    entries = [
+        {"name": "reading", "input": {"sensor": sensor}, "content": content}
+        for sensor, content in (("north", "north: 1"), ("south", "south: 2"), ("north", "north: 3"))
+    ]
+    assert str(e.value) == (
+        f"Run {run.id} made 3 tool calls from turn 1 on, {len(canonical(entries)):,} bytes of record: more than a "
+        "run's input carries (100). Fork from a later turn."
+    )
+    started = json.loads(history.events[0].workflow_execution_started_event_attributes.input.payloads[0].data)
+    assert (started["recorded_tool_results"], started["unrecorded_tool_calls"]) == (entries[2:], "refuse")
+    assert CALLS == ["north", "south", "north"]
+    assert fake_api.bodies()[-1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_A", "content": "north: 3"}
+    ]
 
 
 async def test_a_fork_refuses_changes_to_what_its_fork_point_decides_and_input_the_run_would_refuse(

@@ -1,12 +1,12 @@
 """What-if runs: a run that answers tool calls with results another run recorded, instead of running the tools.
 
 Fork a run with a change (another model, system prompt or tool version) and ``tool_results="recorded"``
-(``Run.fork``, ``agent-runner fork --tool-results``), and the fork's input carries every tool call the run made with
-its result (``recorded_tool_results``). When Claude calls a tool with the same name and the same input (equal as
-JSON) the fork answers with the recorded result, in the order the run got them, each once, and the tool does not run;
-a call nothing recorded runs as in any run, or with ``unrecorded_tool_calls: "refuse"`` is answered with an error
-saying why (a dry run: no tool runs at all). So only what the change changed costs anything, and two runs differ
-only where the change made them differ.
+(``Run.fork``, ``agent-runner fork --tool-results``), and the fork's input carries every tool call the run made from
+that turn on with its result (``recorded_tool_results``). When Claude calls a tool with the same name and the same
+input (equal as JSON) the fork answers with the recorded result, in the order the run got them, each once, and the
+tool does not run; a call nothing recorded runs as in any run, or with ``unrecorded_tool_calls: "refuse"`` is
+answered with an error saying why (a dry run: no tool runs at all). So only what the change changed costs anything,
+and two runs differ only where the change made them differ.
 
 The workflow's side is ``workflows/recorded_results.py``. This module is imported by workflow code, so it holds no
 I/O.
@@ -14,6 +14,7 @@ I/O.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,6 +30,7 @@ __all__ = [
     "call_key",
     "recorded_from",
     "recorded_problems",
+    "tool_use_ids",
     "refused_text",
 ]
 
@@ -61,11 +63,12 @@ def call_key(name: str, tool_input: Any) -> tuple[str, str]:
     return name, canonical(tool_input).decode()
 
 
-def recorded_from(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def recorded_from(messages: list[dict[str, Any]], skip: Container[str] = ()) -> list[dict[str, Any]]:
     """Each tool call in a conversation that has its result, with that result, in the order of the calls.
 
     Args:
         messages: A run's conversation, in the wire shape (held or plain, as the run that takes the results is).
+        skip: The ids of calls to leave out (those in the history a fork starts from).
 
     Returns:
         ``recorded_tool_results`` entries (``RecordedResult`` as JSON): a call whose result the conversation lacks
@@ -85,7 +88,7 @@ def recorded_from(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(block, dict) or block.get("type") != "tool_use":
                 continue
             result = results.get(str(block.get("id")))
-            if result is None:
+            if result is None or block.get("id") in skip:
                 continue
             entry: dict[str, Any] = {"name": block.get("name"), "input": block.get("input")}
             if "content" in result:
@@ -94,6 +97,17 @@ def recorded_from(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 entry["is_error"] = True
             entries.append(entry)
     return entries
+
+
+def tool_use_ids(messages: list[dict[str, Any]]) -> set[str]:
+    """The ids of the tool calls in a conversation."""
+    return {
+        str(block.get("id"))
+        for message in messages
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    }
 
 
 def recorded_problems(recorded: object, unrecorded: object) -> list[str]:
