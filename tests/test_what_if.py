@@ -21,7 +21,7 @@ from agent_runner.contract.recorded_results import recorded_from
 from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.transcript import canonical
 from agent_runner.contract.types import WORKFLOW_TYPE
-from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
+from agent_runner.testing import DropMidStream, FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import WorkerFactory
 from tests.steering_support import CALLS
 
@@ -111,6 +111,25 @@ async def test_a_fork_with_recorded_results_runs_only_the_calls_the_run_did_not_
         },
     ]
     assert first.status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+
+async def test_a_what_if_with_eager_tools_starts_no_call_early_so_a_dropped_attempt_uses_no_record_up(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The first attempt's stream drops once its ``north`` call is complete (Claude moved on to the next block), when
+    an eager run starts it: answered from the record there, it would use ``north: 1`` up for an attempt whose
+    starts are dropped, and the retry's ``north`` would get ``north: 3``. A what-if run starts its calls with the
+    reply, whatever ``eager_tools`` says."""
+    async with worker(reading):
+        run = await recorded_run(runner, fake_api)
+        reply = calls(("toolu_A", "north"), ("toolu_B", "east"))
+        # message_start, ping, north's start, its 3 input deltas and stop, east's start: then the connection drops.
+        fake_api.script(DropMidStream(reply, 8), reply, end_turn("Done."))
+        fast = {"initial_interval": "PT0.05S", "maximum_interval": "PT0.1S"}
+        fork = await run.fork(1, changes={"eager_tools": True, "model_activity": fast}, tool_results="recorded")
+        await fork.until_done()
+    assert CALLS == ["north", "south", "north", "east"]
+    assert fake_api.bodies()[-1]["messages"][-1] == results(("toolu_A", "north: 1"), ("toolu_B", "east: 4"))
 
 
 @pytest.mark.usefixtures("temporal_address")

@@ -58,6 +58,8 @@ class EagerTools:
             return
         if spec.agent is not None:
             return  # a registered agent's child run starts with the reply, as a declared agent's does
+        if run.tool_calls.recorded.active:
+            return  # a what-if run's call may take a recorded result, which a dropped reply must not use up
         if ready.attempt > self._attempt:
             self._started, self._attempt = {}, ready.attempt
         tool_use_id = str(block["id"])

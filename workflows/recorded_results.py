@@ -31,6 +31,12 @@ class RecordedResults:
         self._by_call: dict[tuple[str, str], list[int]] | None = None
         """Each call's entries in ``recorded_tool_results``, by ``call_key``; built on the first call."""
 
+    @property
+    def active(self) -> bool:
+        """Whether the run answers calls from a record, or refuses those it cannot (``unrecorded_tool_calls``)."""
+        spec = self._run.spec
+        return spec is not None and (bool(spec.recorded_tool_results) or spec.unrecorded_tool_calls != "run")
+
     def answer(self, name: str, tool_input: Any) -> ToolResult | None:
         """The result for a call of ``name`` with ``tool_input``, if the run takes it from a record; else ``None``.
 
@@ -38,7 +44,7 @@ class RecordedResults:
         ``"refuse"`` an error result saying why.
         """
         spec = self._run.spec
-        if spec is None or (not spec.recorded_tool_results and spec.unrecorded_tool_calls == "run"):
+        if spec is None or not self.active:
             return None
         if self._by_call is None:
             self._by_call = {}
