@@ -1032,8 +1032,10 @@ class Run:
         held_point = await self._content.messages(point["head"])
         messages = await self._content.resolve(held_point)
         own = {k: v for k, v in point["input"].items() if k not in ("recorded_tool_results", "unrecorded_tool_calls")}
-        run_input = {**own, **_fork_changes(changes), "messages": messages}
-        run_input = {k: v for k, v in run_input.items() if v is not None}
+        changed = _fork_changes(changes)
+        run_input = {**own, **changed, "messages": messages}
+        for key in [key for key, value in changed.items() if value is None]:
+            del run_input[key]  # a change to None leaves the field out
         if tool_results != "run":
             transcript = await self._query(TRANSCRIPT_QUERY)
             held = [*(await self._content.messages(transcript["head"])), *transcript["pending"]]

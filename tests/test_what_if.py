@@ -296,6 +296,19 @@ async def test_a_fork_records_only_the_calls_from_its_turn_on_and_refuses_a_reco
     ]
 
 
+async def test_a_fork_change_to_none_leaves_the_field_out_and_the_rest_is_the_runs(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(end_turn("Terse."), end_turn("Less terse."))
+    async with worker(reading):
+        run = await runner.start(**BASE, system="Be terse.", temperature=0.5, tools=[reading])
+        await run.until_done()
+        await (await run.fork(1, changes={"system": None, "model": "claude-fake-2"})).until_done()
+    first, fork = fake_api.bodies()
+    assert (first["system"], first["temperature"]) == ("Be terse.", 0.5)
+    assert fork == {**{k: v for k, v in first.items() if k != "system"}, "model": "claude-fake-2"}
+
+
 async def test_a_fork_refuses_changes_to_what_its_fork_point_decides_and_input_the_run_would_refuse(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
