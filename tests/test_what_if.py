@@ -143,7 +143,10 @@ async def test_a_fork_from_the_command_line_with_recorded_results_only_runs_no_t
         capsys.readouterr()
         fake_api.script(calls(("toolu_A", "south"), ("toolu_B", "east")), end_turn("East is unknown."))
         fork_id = f"what-if-{uuid.uuid4()}"
-        command = ["fork", run.id, "--from-iteration", "1", "--model", "claude-fake-2", "--id", fork_id]
+        command = ["fork", run.id, "--from-iteration", "1", "--model", "claude-fake-2", "--set", "temperature=0.25"]
+        assert await cli.amain([*command, "--set", 'model="claude-fake-3"']) == 2
+        assert capsys.readouterr().err.endswith("agent-runner fork: error: model given more than once\n")
+        command += ["--id", fork_id]
         assert await cli.amain([*command, "--tool-results", "recorded-only", "--detach"]) == 0
         assert capsys.readouterr() == (f"{fork_id}\n", "")
         result = await runner.attach(fork_id).result()
@@ -189,7 +192,7 @@ async def test_a_fork_from_the_command_line_with_recorded_results_only_runs_no_t
         asked(("toolu_A", "south"), ("toolu_B", "east")),
         results(("toolu_A", "south: 2"), ("toolu_B", REFUSED), refused=("toolu_B",)),
     ]
-    assert fake_api.bodies()[3]["model"] == "claude-fake-2"
+    assert (fake_api.bodies()[3]["model"], fake_api.bodies()[3]["temperature"]) == ("claude-fake-2", 0.25)
 
 
 async def test_a_run_started_with_plain_json_takes_recorded_results_as_the_stock_cli_sends_them(

@@ -149,6 +149,13 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
     return parser
 
 
+def _given_once(keys: list[str], error: Callable[[str], Any]) -> None:
+    """Refuse keys given more than once (``error`` exits with the command's usage)."""
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        error(f"{', '.join(repeated)} given more than once")
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The usage rules argparse cannot express; a broken one exits 2 with the command's usage, as argparse's own do."""
     error = _command_parser(parser, args.command).error
@@ -156,11 +163,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         error("give either a PROMPT or --file RUN.json")
     if args.command == "inject" and (args.text is None) == (args.file is None):
         error("give either TEXT or --file BLOCKS.json")
+    if args.command == "fork":
+        flags = [key for key in ("model", "system") if getattr(args, key) is not None]
+        _given_once([key for key, _ in args.set] + flags, error)
     if args.command == "params":
         keys = [key for key, _ in args.params]
-        repeated = sorted({key for key in keys if keys.count(key) > 1})
-        if repeated:
-            error(f"{', '.join(repeated)} given more than once")
+        _given_once(keys, error)
         if "wait" in keys:
             error("`wait` is not a request parameter")
 
@@ -303,6 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--id", default=None, help="the new run's id (default: a new agent-<uuid>)")
     fork.add_argument("--model", default=None, help="what-if: the new run's model (default: the run's)")
     fork.add_argument("--system", default=None, metavar="TEXT", help="what-if: its system prompt (default: the run's)")
+    fork.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=parse_param,
+        metavar="KEY=JSON_VALUE",
+        help="what-if: any other run input it sets otherwise, e.g. temperature=0.2 'thinking={...}'; KEY=null leaves "
+        "one out (repeatable)",
+    )
     fork.add_argument(
         "--tool-results",
         choices=("run", "recorded", "recorded-only"),

@@ -301,7 +301,10 @@ async def cmd_fork(args: argparse.Namespace) -> int:
                 args.from_iteration,
                 id=args.id,
                 priority=priority,
-                changes={k: v for k, v in (("model", args.model), ("system", args.system)) if v is not None},
+                changes={
+                    **dict(args.set),
+                    **{k: v for k, v in (("model", args.model), ("system", args.system)) if v is not None},
+                },
                 tool_results="recorded_only" if args.tool_results == "recorded-only" else args.tool_results,
             )
         except RunAlreadyExists as e:
