@@ -704,9 +704,13 @@ class Run:
 
     async def versioned_transcript(self) -> Transcript:
         """The conversation and its version, which an edit can name to be refused if the run moved on."""
+        version, held = await self._held_transcript()
+        return Transcript(version=version, messages=await self._content.resolve(held))
+
+    async def _held_transcript(self) -> tuple[int, list[dict[str, Any]]]:
+        """The conversation's version and its messages as the run holds them (stored content as placeholders)."""
         raw = await self._query(TRANSCRIPT_QUERY)
-        held = [*(await self._content.messages(raw["head"])), *raw["pending"]]
-        return Transcript(version=int(raw["version"]), messages=await self._content.resolve(held))
+        return int(raw["version"]), [*(await self._content.messages(raw["head"])), *raw["pending"]]
 
     # --- Steering ----------------------------------------------------------------------------------------------
     #
@@ -1037,8 +1041,7 @@ class Run:
         for key in [key for key, value in changed.items() if value is None]:
             del run_input[key]  # a change to None leaves the field out
         if tool_results != "run":
-            transcript = await self._query(TRANSCRIPT_QUERY)
-            held = [*(await self._content.messages(transcript["head"])), *transcript["pending"]]
+            _, held = await self._held_transcript()
             # The calls in the history the fork starts from are there already, with their results.
             recorded = recorded_from(held, skip=tool_use_ids(held_point))
             size = len(canonical(recorded))

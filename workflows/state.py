@@ -71,10 +71,10 @@ class RunState(BaseModel):
     """For each reply, the head of the history Claude saw when it wrote it; ``None`` for a compaction."""
     fork_offset: int = 0
     tools_from: dict[int, list[str]] = Field(default={}, exclude_if=lambda tools_from: not tools_from)
-    recorded_used: list[int] = Field(default=[], exclude_if=lambda used: not used)
-    """The entries of ``recorded_tool_results`` the run has answered a call with (``recorded_results.py``)."""
     """The registered tools the run could run from a reply number on, noted where an edit changed them, for its
     forks (``forking.py``). Left out of the carried JSON while empty."""
+    recorded_used: list[int] = Field(default=[], exclude_if=lambda used: not used)
+    """The entries of ``recorded_tool_results`` the run has answered a call with (``recorded_results.py``)."""
     started_at: datetime
     """When the first run of the chain started: the wall-clock budget counts from there."""
     continuations: int = 0

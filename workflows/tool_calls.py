@@ -105,11 +105,10 @@ class ToolCalls:
         spec = await self._runnable(name) if recorded is None else None
         run.event(events.TOOL_STARTED, iteration=iteration, tool_use_id=tool_use_id, name=name, input=tool_input)
         result: ToolResult
-        # An agent the run declared, or one a worker registered (described like a tool, so ``spec`` carries it).
-        agent = self.agents.find(name) if spec is None else spec.agent
         if recorded is not None:
             result = recorded
-        elif agent is not None:
+        # An agent the run declared, or one a worker registered (described like a tool, so ``spec`` carries it).
+        elif (agent := self.agents.find(name) if spec is None else spec.agent) is not None:
             result = await self.agents.call(agent, block)  # an agent is a tool: a child run answers the call
         elif spec is None and name == SLEEP_TOOL and run.spec is not None and run.spec.sleep is not None:
             result = await self.sleeps.call(block)  # the built-in sleep: a durable timer in the workflow
