@@ -810,14 +810,21 @@ class Run:
         await self._edit(STOP_UPDATE, {"reason": reason}, True)
 
     async def approve(self, tool_use_id: str, *, input: dict[str, Any] | None = None) -> None:
-        """Let a tool call that waits for approval run, optionally with edited input."""
+        """Let a tool call that waits for approval run, optionally with edited input.
+
+        A run asking for more budget (``budget={"on_spent": "ask"}``) waits on an approval named ``budget``
+        (``budget_1``, ...): approve it with the new limits as ``input`` (``{"max_output_tokens": 40000}``) to go on.
+        """
         held = None if input is None else escape(input)  # the tool gets it as given (``transcript.escape``)
         await self._edit(
             APPROVE_TOOL_UPDATE, {"tool_use_id": tool_use_id, "input": held, "held": held is not None or None}, True
         )
 
     async def deny(self, tool_use_id: str, reason: str = "The user denied this tool call.") -> None:
-        """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result."""
+        """Refuse a waiting tool call: it never runs, and Claude sees ``reason`` as an error result.
+
+        Denying a budget request (``budget_1``, ...) ends the run with Claude's summary as its last reply.
+        """
         await self._edit(DENY_TOOL_UPDATE, {"tool_use_id": tool_use_id, "reason": reason}, True)
 
     async def pending_approvals(self) -> list[PendingApproval]:

@@ -90,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.boundary import Boundary, paused
+    from agent_runner.workflows.budget_requests import BudgetRequests, summary_request, went_on
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import (
@@ -115,7 +116,7 @@ with workflow.unsafe.imports_passed_through():
         parse_update,
         queued,
     )
-    from agent_runner.workflows.failures import fail, not_registered, refusing, with_last_status
+    from agent_runner.workflows.failures import fail, not_registered, refused, refusing, with_last_status
     from agent_runner.workflows.forking import forked_tools, keep_only
     from agent_runner.workflows.metrics import count, record_reply
     from agent_runner.workflows.model_calls import ModelCalls, take_reply
@@ -224,6 +225,7 @@ class AgentRun:
         self._draining = False
         """Set while the run waits for its handlers before continuing as new."""
         self._approvals = Approvals(self)
+        self._budget_requests = BudgetRequests(self)
         self._steps = StepMode(self)
         self._eager = EagerTools(self)
         self._model_calls = ModelCalls(self, self._eager)
@@ -258,6 +260,8 @@ class AgentRun:
             spec = parse_run_input(run_input, late_checks=False)
         except InvalidRunInput as e:
             raise fail(e) from None
+        if self._state.budget is not None:  # a person approved more before the run continued as new
+            spec = spec.model_copy(update={"budget": self._state.budget})
         self._spec = spec
         if self._carried is not None:
             spec = self._route_model_calls(spec, self._carried.model_task_queue)
@@ -344,6 +348,12 @@ class AgentRun:
         while True:
             await self._boundary()
             stop = self._should_stop(spec)
+            if stop == "budget_exhausted" and spec.budget.on_spent == "ask":
+                extended = await self._ask_for_budget(spec, conversation)
+                if extended is None:
+                    break
+                spec = extended  # with what a person approved
+                continue
             if stop is not None:
                 await self._end(stop, spec, conversation)
                 break
@@ -364,6 +374,8 @@ class AgentRun:
                 self._status = "completed"
                 break
             conversation.append_user_content(await self._tool_results(spec, calls, eager, advance))
+            if spec.budget.advise and (note := spec.budget.advice(state.usage, state.started_at, workflow.now())):
+                conversation.join_user_content([{"type": "text", "text": note}])
             state.version += 1
         await self._background.settle(conversation, wait=True)
         last = final_reply(state.replies)
@@ -485,16 +497,38 @@ class AgentRun:
         self._continuing = True
         workflow.continue_as_new(run_input)
 
-    async def _summary_turn(self, spec: RunSpec, conversation: Conversation) -> None:
-        """One last request without tools, so Claude sums up instead of being cut off."""
-        conversation.join_user_content(
-            [
-                {
-                    "type": "text",
-                    "text": f"{self._state.stop} Do not call tools any more: answer now with what you have.",
-                }
-            ]
-        )
+    async def _ask_for_budget(self, spec: RunSpec, conversation: Conversation) -> RunSpec | None:
+        """The budget is spent and ``on_spent="ask"``: Claude sums up, a person decides (``budget_requests.py``).
+
+        Returns:
+            The run's spec with the budget a person approved, to go on with; ``None``: the run ends here.
+        """
+        state = self._state
+        spent = spec.budget.spent(state.usage, state.started_at, workflow.now())
+        assert spent is not None
+        self.event(events.LIMIT_REACHED, limit="budget_exhausted", detail=f"The {spent} is spent.")
+        tool_choice = conversation.params.get("tool_choice")
+        await self._summary_turn(spec, conversation, summary_request(spent))
+        budget = await self._budget_requests.ask(spent) if state.stop is None else None
+        if budget is None:
+            self._status = "stopped" if state.stop is not None else "budget_exhausted"
+            state.stop = state.stop or f"The {spent} is spent."
+            return None
+        state.budget = budget
+        self._spec = spec = spec.model_copy(update={"budget": budget})
+        if tool_choice is None:
+            conversation.params.pop("tool_choice", None)
+        else:
+            conversation.params["tool_choice"] = tool_choice
+        note = budget.advice(state.usage, state.started_at, workflow.now())
+        conversation.join_user_content([{"type": "text", "text": went_on(note)}])
+        state.version += 1
+        return spec
+
+    async def _summary_turn(self, spec: RunSpec, conversation: Conversation, note: str | None = None) -> None:
+        """One last request without tools, so Claude sums up instead of being cut off (``note``: what to ask)."""
+        note = note or f"{self._state.stop} Do not call tools any more: answer now with what you have."
+        conversation.join_user_content([{"type": "text", "text": note}])
         conversation.params["tool_choice"] = {"type": "none"}
         reply = await self._model_calls.create(spec, conversation)
         take_reply(self._state, conversation, reply)
@@ -665,7 +699,14 @@ class AgentRun:
         """Let a waiting tool call run, with Claude's input or an edited one its tool's schema accepts."""
         decision = parse_update(ApproveTool, raw, more)
         self._updates += 1
-        await self._approvals.check_input(decision)
+        try:
+            budget = self._budget_requests.budget(decision)
+        except ValueError as e:
+            raise refused(str(e)) from None
+        if budget is None:
+            await self._approvals.check_input(decision)
+        else:
+            self._budget_requests.approve(budget)
         self._approvals.decisions[decision.tool_use_id] = decision
         return {"version": self._state.version}
 
@@ -673,7 +714,9 @@ class AgentRun:
     @refusing
     @one_raw_input
     def _validate_approve_tool(self, raw: RawValue = NO_INPUT, *more: RawValue) -> None:
-        self._approvals.check_waiting(parse_update(ApproveTool, raw, more).tool_use_id)
+        decision = parse_update(ApproveTool, raw, more)
+        self._approvals.check_waiting(decision.tool_use_id)
+        self._budget_requests.budget(decision)  # new limits a run could go on with
 
     @workflow.update(name=DENY_TOOL_UPDATE)
     @one_raw_input

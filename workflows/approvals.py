@@ -103,7 +103,7 @@ class Approvals:
             ``(None, input)``: the call runs with ``input`` (an approval's edited one, else the block's own);
             ``(result, None)``: it does not run, and ``result`` says why (denied, or its reply dropped meanwhile).
         """
-        decision = await self.ask(block, spec, iteration) if self.needed(spec) else None
+        decision = await self.ask(block, spec.name, iteration) if self.needed(spec) else None
         abandoned = self._run.abandoned()
         if isinstance(decision, DenyTool):
             return ToolResult(content=decision.reason, is_error=True), None
@@ -116,22 +116,31 @@ class Approvals:
         return None, block.get("input")
 
     async def ask(
-        self, block: dict[str, Any], spec: ToolSpec, iteration: int, note: str | None = None
+        self,
+        block: dict[str, Any],
+        name: str,
+        iteration: int,
+        note: str | None = None,
+        *,
+        timeout_approves: bool = True,
     ) -> ApproveTool | DenyTool:
-        """Wait for a person's decision on the call ``block`` (or for its timeout, or for the reply to be dropped)."""
+        """Wait for a person's decision on the call ``block`` (or for its timeout, or for the reply to be dropped).
+
+        The ``approval`` policy's timeout applies; its ``on_timeout="approve"`` only where ``timeout_approves``.
+        """
         run = self._run
         assert run.spec is not None
         tool_use_id = str(block.get("id"))
         self.pending[tool_use_id] = PendingApproval(
             tool_use_id=tool_use_id,
-            name=spec.name,
+            name=name,
             input=block.get("input"),
             iteration=iteration,
             requested_at=workflow.now().isoformat(),
             note=note,
         )
         run.event(events.APPROVAL_WAITING, iteration=iteration, approval=self.pending[tool_use_id].model_dump())
-        count("agent_runner_approvals_requested", "Tool calls that waited for approval", tool=spec.name)
+        count("agent_runner_approvals_requested", "Tool calls that waited for approval", tool=name)
         run.set_status("waiting_for_approval")
         policy = run.spec.approval
         try:
@@ -144,7 +153,7 @@ class Approvals:
         except TimeoutError:
             decision = (
                 ApproveTool(tool_use_id=tool_use_id)
-                if policy.on_timeout == "approve"
+                if policy.on_timeout == "approve" and timeout_approves
                 else DenyTool(tool_use_id=tool_use_id, reason=f"No approval within {policy.timeout}; not executed.")
             )
         finally:
@@ -155,7 +164,7 @@ class Approvals:
         count(
             "agent_runner_approvals_decided",
             "Approvals decided, by outcome (waiting = requested - decided)",
-            tool=spec.name,
+            tool=name,
             outcome="approved" if isinstance(decision, ApproveTool) else "denied",
         )
         run.event(

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent_runner.contract.budget import Budget
 from agent_runner.contract.steering import EditOutcome
 from agent_runner.contract.types import ToolSpec, Usage
 from agent_runner.workflows.conversation import Conversation
@@ -75,6 +76,10 @@ class RunState(BaseModel):
     forks (``forking.py``). Left out of the carried JSON while empty."""
     recorded_used: list[int] = Field(default=[], exclude_if=lambda used: not used)
     """The entries of ``recorded_tool_results`` the run has answered a call with (``recorded_results.py``)."""
+    budget: Budget | None = Field(default=None, exclude_if=lambda budget: budget is None)
+    """The budget a person approved when the run's was spent (``budget_requests.py``); ``None``: the input's."""
+    budget_requests: int = Field(default=0, exclude_if=lambda asked: not asked)
+    """How many times the run has asked for more budget (its approvals are ``budget_1``, ``budget_2``, ...)."""
     started_at: datetime
     """When the first run of the chain started: the wall-clock budget counts from there."""
     continuations: int = 0

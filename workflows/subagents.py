@@ -194,18 +194,11 @@ class SubAgents:
         limits = [n for n in (agent.max_iterations, _left(spec.max_iterations, state.iterations)) if n is not None]
         if limits:
             child["max_iterations"] = max(min(limits), 1)
-        budget = spec.budget
-        left: dict[str, Any] = {}
-        if budget.max_input_tokens is not None:
-            left["max_input_tokens"] = max(budget.max_input_tokens - state.usage.all_input_tokens, 0)
-        if budget.max_output_tokens is not None:
-            left["max_output_tokens"] = max(budget.max_output_tokens - state.usage.output_tokens, 0)
-        if budget.max_cost_usd is not None and budget.prices is not None:
-            left["max_cost_usd"] = max(budget.max_cost_usd - budget.prices.cost(state.usage), 0.0)
-        if budget.timeout is not None:
-            left["timeout"] = max(budget.timeout - (workflow.now() - state.started_at), timedelta(0))
+        left = spec.budget.left(state.usage, state.started_at, workflow.now())
         if left:
-            child["budget"] = budget.model_copy(update=left).model_dump(mode="json", exclude_defaults=True)
+            # A child that spends its share ends, and its parent, spent too, is the one that asks for more.
+            bounded = spec.budget.model_copy(update={**left, "on_spent": "end"})
+            child["budget"] = bounded.model_dump(mode="json", exclude_defaults=True)
         return child
 
 

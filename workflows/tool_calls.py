@@ -308,7 +308,7 @@ class ToolCalls:
         if spec.on_unknown == "ask":
             decision = await self._run.approvals.ask(
                 {**block, "input": call.input},
-                spec,
+                spec.name,
                 iteration,
                 note=f"The outcome of this call is unknown ({cause}). Approve to run it again; deny to tell Claude "
                 "that its outcome is unknown.",

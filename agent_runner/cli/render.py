@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
+from agent_runner.contract.budget import is_budget_request, suggested_limits
 from agent_runner.contract.types import RunResult, RunStatus, Usage
 
 MAX_TOOL_TEXT = 400
@@ -379,9 +380,21 @@ def render_pending_approval(run_id: str, approval: Mapping[str, Any], *, color: 
         color: Whether to add ANSI styles.
     """
     tool_use_id = str(approval.get("tool_use_id"))
+    if is_budget_request(tool_use_id, str(approval.get("name"))):
+        return paint(_budget_request(run_id, tool_use_id, approval.get("input") or {}), YELLOW, color)
     call = f"{approval.get('name')} {clip(compact_json(approval.get('input', {})))}"
     command = f"agent-runner approve {shlex.quote(run_id)} {shlex.quote(tool_use_id)}"
     return paint(f"⏸ waiting for approval: {call} ({tool_use_id}) — {command}", YELLOW, color)
+
+
+def _budget_request(run_id: str, request_id: str, budget: Mapping[str, Any]) -> str:
+    """The line for a run that asks for more budget: the commands that go on (with new limits) or end it."""
+    limits = compact_json(suggested_limits(budget) or {"max_output_tokens": 20000})
+    run, request = shlex.quote(run_id), shlex.quote(request_id)
+    return (
+        f"⏸ budget spent, waiting for more: {compact_json(budget)} ({request_id}) — agent-runner approve {run} "
+        f"{request} --input {shlex.quote(limits)} to go on, agent-runner deny {run} {request} to end"
+    )
 
 
 def render_step_pause(run_id: str, turn: int, *, color: bool = False) -> str:

@@ -37,6 +37,7 @@ from agent_runner.cli.render import (
     render_wait_for_people,
 )
 from agent_runner.client import Run
+from agent_runner.contract.budget import is_budget_request
 from agent_runner.contract.errors import EditQueued
 
 EditCall = Callable[[Run, bool], Awaitable[int | None]]
@@ -158,6 +159,9 @@ async def cmd_approve(args: argparse.Namespace) -> int:
         run = runner.attach(args.run_id)
         await run.approve(args.tool_use_id, input=args.input)
     edited = "" if args.input is None else " with the given input"
+    if is_budget_request(args.tool_use_id):
+        print(f"approved {args.tool_use_id}: the run goes on under the new limits", flush=True)
+        return EXIT_OK
     print(f"approved {args.tool_use_id}{edited}: it runs now", flush=True)
     return EXIT_OK
 
@@ -167,6 +171,9 @@ async def cmd_deny(args: argparse.Namespace) -> int:
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
         await (run.deny(args.tool_use_id, args.reason) if args.reason is not None else run.deny(args.tool_use_id))
+    if is_budget_request(args.tool_use_id):
+        print(f"denied {args.tool_use_id}: the run ends with Claude's summary", flush=True)
+        return EXIT_OK
     print(f"denied {args.tool_use_id}: it does not run, and Claude is told why", flush=True)
     return EXIT_OK
 

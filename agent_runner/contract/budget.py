@@ -6,6 +6,11 @@ with ``tool_choice: none`` and a user note, so Claude answers with what it has i
 rather than a forced tool: the newest models (Opus 5.5, Sonnet 5.5) refuse ``tool_choice`` ``any`` / ``tool`` with a
 400, and ``auto`` / ``none`` are what every model takes.
 
+Rather than end, a run can negotiate (``on_spent="ask"``): Claude sums up its progress and estimates what finishing
+would take, and the run waits, durably and without a worker, for a person to approve more (the ``budget_N``
+approval, with the new limits as its input) or to deny it (the run ends with that summary). With ``advise`` Claude
+reads what is left of each limit with every turn's tool results, so it can pace itself before anything runs out.
+
 Prices are given with the run (per million tokens), never built in, since they change and differ by model.
 
 This module is imported by workflow code, so it holds no I/O.
@@ -13,12 +18,27 @@ This module is imported by workflow code, so it holds no I/O.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_runner.contract.types import Usage
+
+BUDGET_APPROVAL = "budget"
+"""The ``name`` of the ``PendingApproval`` a run asking for more budget waits on (its id: ``budget_<n>``)."""
+
+
+def is_budget_request(tool_use_id: str, name: str = BUDGET_APPROVAL) -> bool:
+    """Whether the approval ``tool_use_id`` (of the tool ``name``) is a run's request for more budget, not a call."""
+    return name == BUDGET_APPROVAL and re.fullmatch(r"budget_[0-9]+", tool_use_id) is not None
+
+
+def suggested_limits(budget: Mapping[str, Any]) -> dict[str, Any]:
+    """Limits to offer a person for a budget request: twice each token and cost limit ``budget`` (JSON) sets."""
+    return {k: budget[k] * 2 for k in ("max_input_tokens", "max_output_tokens", "max_cost_usd") if budget.get(k)}
 
 
 class Prices(BaseModel):
@@ -56,6 +76,11 @@ class Budget(BaseModel):
     """Wall-clock time from the run's start."""
     summarize: bool = False
     """When a budget is spent, make one last request without tools so Claude can sum up."""
+    on_spent: Literal["end", "ask"] = "end"
+    """``ask``: when a budget is spent, Claude sums up and estimates what finishing needs, and the run waits for a
+    person to approve new limits (``Run.approve("budget_N", input={...})``) or to deny them (the run ends there)."""
+    advise: bool = False
+    """Tell Claude what is left of each limit: a text block after every turn's tool results (in the transcript)."""
 
     @model_validator(mode="after")
     def _cost_needs_prices(self) -> Budget:
@@ -77,6 +102,71 @@ class Budget(BaseModel):
         if self.timeout is not None and now - started >= self.timeout:
             return f"time budget ({self.timeout})"
         return None
+
+    def left(self, usage: Usage, started: datetime, now: datetime) -> dict[str, Any]:
+        """What is left of each limit the budget sets (none below zero), keyed as the budget's fields."""
+        left: dict[str, Any] = {}
+        if self.max_input_tokens is not None:
+            left["max_input_tokens"] = max(self.max_input_tokens - usage.all_input_tokens, 0)
+        if self.max_output_tokens is not None:
+            left["max_output_tokens"] = max(self.max_output_tokens - usage.output_tokens, 0)
+        if self.max_cost_usd is not None and self.prices is not None:
+            left["max_cost_usd"] = max(self.max_cost_usd - self.prices.cost(usage), 0.0)
+        if self.timeout is not None:
+            left["timeout"] = max(self.timeout - (now - started), timedelta(0))
+        return left
+
+    def advice(self, usage: Usage, started: datetime, now: datetime) -> str | None:
+        """The note ``advise`` gives Claude: what is left of each limit, or ``None`` when the budget sets none."""
+        left = self.left(usage, started, now)
+        parts = []
+        if "max_input_tokens" in left:
+            parts.append(f"{left['max_input_tokens']:,} of {self.max_input_tokens:,} input tokens")
+        if "max_output_tokens" in left:
+            parts.append(f"{left['max_output_tokens']:,} of {self.max_output_tokens:,} output tokens")
+        if "max_cost_usd" in left:
+            parts.append(f"${left['max_cost_usd']:.4f} of ${self.max_cost_usd:.4f}")
+        if "timeout" in left:
+            parts.append(f"{_seconds(left['timeout'])} of {_seconds(self.timeout)}")
+        if not parts:
+            return None
+        return f"Budget left for this task: {'; '.join(parts)}. Pace your work to finish within it."
+
+    def extended(self, limits: dict[str, Any], usage: Usage, started: datetime, now: datetime) -> Budget:
+        """This budget with ``limits`` (some of its fields) changed, for a run to go on with.
+
+        Raises:
+            ValueError: ``limits`` is empty, is not budget fields, or leaves a budget spent; the message says what to
+                give instead.
+        """
+        example = 'for instance {"max_output_tokens": 20000}'
+        if not limits:
+            raise ValueError(f"Approve a budget request with the new limits as its input, {example}.")
+        changed = {**self.model_dump(exclude_none=True), **limits}
+        try:
+            budget = Budget.model_validate(changed)
+        except ValueError as e:
+            problem = _first_error(e)
+            raise ValueError(f"The new limits are not a budget ({problem}); give budget fields, {example}.") from None
+        spent = budget.spent(usage, started, now)
+        if spent is not None:
+            raise ValueError(f"With these limits the {spent} is still spent: give limits above what the run has spent.")
+        return budget
+
+
+def _seconds(duration: timedelta | None) -> str:
+    """``duration`` in whole seconds, as ``str(timedelta)`` writes it (``0:05:00``)."""
+    return str(timedelta(seconds=int(duration.total_seconds()))) if duration is not None else "0:00:00"
+
+
+def _first_error(error: ValueError) -> str:
+    """The first problem of a pydantic ``ValidationError``, in one line (the whole message for another error)."""
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    return str(error)
 
 
 class HistoryLimits(BaseModel):

@@ -1,0 +1,286 @@
+"""Budget negotiation (``on_spent="ask"``, ``advise``): a spent budget pauses the run for a person, not its end.
+
+Claude sums up and estimates what finishing takes, the run waits as an approval named ``budget``; new limits go on
+(also across continue-as-new and a worker restart), a denial, a stop or limits that are no budget do not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agent_runner import cli
+from agent_runner.client import AgentRunner
+from agent_runner.contract.errors import EditRejected
+from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
+from tests.conftest import WorkerFactory
+from tests.steering_support import wait_status
+from tests.test_console import get, post
+from tests.test_steering_cli import Output, following
+from tests.tools_for_tests import get_weather
+
+BASE: dict[str, Any] = {
+    "model": "claude-fake-1",
+    "max_tokens": 256,
+    "messages": [{"role": "user", "content": "Check the weather in five cities."}],
+    "thread": False,
+}
+CITIES = ["Paris", "Oslo", "Rome", "Lima", "Kyiv"]
+SUMMARY = "Done: Paris, Oslo, Rome. Left: Lima, Kyiv; about 2 turns and 20 output tokens."
+SPENT = "output token budget (30 of 25)"
+ASKED = (
+    f"The {SPENT} is spent. Do not call tools now: sum up what you have done and what is left to do, and estimate "
+    "how many more input and output tokens finishing would take. A person will decide whether you go on."
+)
+NOTE = (
+    f"The {SPENT} is spent and Claude has summed up. Approve with new limits as the input to go on (for instance "
+    '{"max_output_tokens": 40000}); deny to end the run with its summary.'
+)
+
+
+def call(n: int) -> Reply:
+    return Reply(
+        [tool_use(f"toolu_{n}", "get_weather", {"city": CITIES[n - 1]})],
+        "tool_use",
+        usage={"input_tokens": 100, "output_tokens": 10},
+    )
+
+
+def weather(n: int) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"sunny, 21C in {CITIES[n - 1]}"}
+
+
+def summary() -> Reply:
+    return end_turn(SUMMARY, usage={"input_tokens": 100, "output_tokens": 5})
+
+
+ASK = {"max_output_tokens": 25, "on_spent": "ask"}
+
+
+async def test_a_spent_budget_asks_a_person_and_approved_limits_go_on(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), call(4), end_turn("All five are sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        pending = await run.pending_approvals()
+        await run.approve("budget_1", input={"max_output_tokens": 100})
+        result = await run.result()
+    assert [p.model_dump(exclude={"requested_at"}) for p in pending] == [
+        {
+            "tool_use_id": "budget_1",
+            "name": "budget",
+            "input": {"max_output_tokens": 25, "on_spent": "ask"},
+            "iteration": 4,
+            "note": NOTE,
+        }
+    ]
+    bodies = fake_api.bodies()
+    assert len(bodies) == 6
+    # The summary turn: no tool may be called, and Claude reads why.
+    assert bodies[3]["tool_choice"] == {"type": "none"}
+    assert bodies[3]["messages"][-1] == {"role": "user", "content": [weather(3), {"type": "text", "text": ASKED}]}
+    # The run goes on from the summary, told of the new limits, with the request's own tool_choice (none given).
+    assert "tool_choice" not in bodies[4]
+    assert bodies[4]["messages"][-2:] == [
+        {"role": "assistant", "content": [text(SUMMARY)]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "A person raised the budget. Budget left for this task: 65 of 100 output tokens. Pace "
+                    "your work to finish within it. Go on with the task.",
+                }
+            ],
+        },
+    ]
+    assert (result.status, result.iterations, result.detail) == ("completed", 6, None)
+    assert result.final_message is not None and result.final_message["content"] == [text("All five are sunny.")]
+
+
+@pytest.mark.usefixtures("fresh_tools", "temporal_address")
+@pytest.mark.parametrize("by", ["client", "cli"])
+async def test_a_denied_request_ends_the_run_with_claudes_summary(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str], by: str
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("never sent"))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        if by == "client":
+            await run.deny("budget_1", "No more spending on this.")
+        else:
+            assert await cli.amain(["deny", run.id, "budget_1"]) == 0
+            assert capsys.readouterr().out == "denied budget_1: the run ends with Claude's summary\n"
+        result = await run.result()
+        status = await run.status()
+    assert (result.status, result.iterations, result.detail) == ("budget_exhausted", 4, f"The {SPENT} is spent.")
+    assert result.final_message is not None and result.final_message["content"] == [text(SUMMARY)]
+    assert len(fake_api.requests) == 4
+    assert status.pending_approvals == []
+
+
+async def test_a_stop_while_the_run_asks_ends_it_stopped(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary())
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        await run.stop("The task was called off.")
+        result = await run.result()
+    assert (result.status, result.detail) == ("stopped", "The task was called off.")
+    assert len(fake_api.requests) == 4
+
+
+@pytest.mark.parametrize(
+    ("limits", "refusal"),
+    [
+        (None, 'Approve a budget request with the new limits as its input, for instance {"max_output_tokens": 20000}.'),
+        (
+            {"max_output_tokens": 30},
+            "With these limits the output token budget (35 of 30) is still spent: give limits above what the run has "
+            "spent.",
+        ),
+        (
+            {"max_output": 100},
+            "The new limits are not a budget (max_output: Extra inputs are not permitted); give budget fields, for "
+            'instance {"max_output_tokens": 20000}.',
+        ),
+        (
+            {"max_cost_usd": 1},
+            "The new limits are not a budget (Value error, `max_cost_usd` needs `prices` (US dollars per million "
+            'input and output tokens)); give budget fields, for instance {"max_output_tokens": 20000}.',
+        ),
+    ],
+    ids=["no-limits", "still-spent", "unknown-field", "cost-without-prices"],
+)
+async def test_limits_the_run_could_not_go_on_with_are_refused_and_the_request_still_waits(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    limits: dict[str, Any] | None,
+    refusal: str,
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Finished."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        with pytest.raises(EditRejected) as refused:
+            await run.approve("budget_1", input=limits)
+        still = [p.tool_use_id for p in await run.pending_approvals()]
+        await run.approve("budget_1", input={"max_output_tokens": 50})
+        result = await run.result()
+    assert str(refused.value) == f"approve_tool was refused: {refusal}"
+    assert still == ["budget_1"]
+    assert (result.status, result.iterations) == ("completed", 5)
+
+
+async def test_approved_limits_hold_across_continue_as_new_and_a_new_worker(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """The approved budget is the run's state: a continuation (every boundary here) keeps it rather than asking
+    again under the input's, and the wait needs no worker: the one that asked is gone before a person answers."""
+    fake_api.script(call(1), call(2), call(3), summary(), call(4), call(5), end_turn("All five are sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK, continue_as_new={"events": 10})
+        await wait_status(run, "waiting_for_approval", iterations=4)
+    async with worker(get_weather):
+        await run.approve("budget_1", input={"max_output_tokens": 100})
+        result = await run.result()
+        status = await run.status()
+    assert (result.status, result.iterations) == ("completed", 7)
+    assert status.continuations >= 2
+    assert [b.get("tool_choice") for b in fake_api.bodies()] == [None, None, None, {"type": "none"}, None, None, None]
+
+
+async def test_advise_tells_claude_what_is_left_with_each_turns_tool_results(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call(1), call(2), end_turn("Both sunny."))
+    budget = {
+        "max_output_tokens": 1000,
+        "max_cost_usd": 1.0,
+        "prices": {"input": 3.0, "output": 15.0},
+        "advise": True,
+    }
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=budget)
+        result = await run.result()
+        transcript = await run.transcript()
+    bodies = fake_api.bodies()
+    assert bodies[1]["messages"][-1]["content"] == [
+        weather(1),
+        {
+            "type": "text",
+            "text": "Budget left for this task: 990 of 1,000 output tokens; $0.9996 of $1.0000. Pace your work to "
+            "finish within it.",
+        },
+    ]
+    assert bodies[2]["messages"][-1]["content"][-1]["text"] == (
+        "Budget left for this task: 980 of 1,000 output tokens; $0.9991 of $1.0000. Pace your work to finish within it."
+    )
+    # What Claude read is the run's transcript: the notes stay where they were sent.
+    assert transcript[2]["content"] == bodies[1]["messages"][-1]["content"]
+    assert result.status == "completed"
+
+
+@pytest.mark.usefixtures("fresh_tools", "temporal_address")
+async def test_follow_shows_the_request_with_the_commands_that_answer_it(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Lima and Kyiv: sunny."))
+    output = Output(capsys)
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        waiting = (
+            f'⏸ budget spent, waiting for more: {{"max_output_tokens": 25, "on_spent": "ask"}} (budget_1) — '
+            f"agent-runner approve {run.id} budget_1 --input '{{\"max_output_tokens\": 50}}' to go on, agent-runner "
+            f"deny {run.id} budget_1 to end"
+        )
+        async with following(run.id) as follow:
+            await output.until(waiting)
+            assert await cli.amain(["approve", run.id, "budget_1", "--input", '{"max_output_tokens": 50}']) == 0
+            assert await follow == 0
+    assert output.lines()[-7:-1] == [
+        "── turn 4 ──",
+        SUMMARY,
+        waiting,
+        "approved budget_1: the run goes on under the new limits",
+        "── turn 5 ──",
+        "Lima and Kyiv: sunny.",
+    ]
+    assert output.lines()[-1] == "── completed · 5 turns · stop_reason end_turn · 410 input / 40 output tokens ──"
+
+
+async def test_the_console_shows_the_request_and_takes_new_limits(
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    console: str,
+    http: aiohttp.ClientSession,
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Lima and Kyiv: sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        _, page = await get(http, f"{console}/api/runs/{run.id}")
+        approve = f"{console}/api/runs/{run.id}/approve"
+        as_shown = await post(http, approve, {"tool_use_id": "budget_1"})
+        approved = await post(http, approve, {"tool_use_id": "budget_1", "input": {"max_output_tokens": 50}})
+        result = await run.result()
+    assert [p["tool_use_id"] for p in page["status"]["pending_approvals"]] == ["budget_1"]
+    assert page["status"]["pending_approvals"][0]["note"] == NOTE
+    assert as_shown == (
+        409,
+        {
+            "error": "approve_tool was refused: Approve a budget request with the new limits as its input, for "
+            'instance {"max_output_tokens": 20000}.'
+        },
+    )
+    assert approved == (200, {"ok": True})
+    assert (result.status, result.iterations) == ("completed", 5)

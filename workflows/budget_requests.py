@@ -1,0 +1,92 @@
+"""Budget negotiation: when a budget with ``on_spent="ask"`` is spent, a person decides whether the run goes on.
+
+The run does not end at the boundary where the budget ran out. Claude first sums up, in one request without tools,
+what it has done and what is left, and estimates what finishing would take. Then the run waits for a person through
+the approval machinery: a ``PendingApproval`` named ``budget`` (ids ``budget_1``, ``budget_2``, ... in the order the
+run asked), whose input is the budget as it stands. Approving it with new limits (``Run.approve("budget_1",
+input={"max_output_tokens": 40000})``, ``agent-runner approve RUN budget_1 --input ...``, the console) goes on with
+them; denying it, the approval policy's timeout or a ``stop`` ends the run with ``budget_exhausted`` (or
+``stopped``) and the summary as its last reply. The wait costs no worker, survives restarts and is never approved by
+a timeout: an approval without limits has nothing to go on with.
+
+Approved limits are checked before the run takes them (budget fields, none spent already) and kept in
+``RunState.budget``, which continue-as-new carries, so a continuation does not fall back to the input's budget.
+
+This module is imported by workflow code, so it holds no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agent_runner.contract.budget import BUDGET_APPROVAL, Budget
+    from agent_runner.contract.steering import ApproveTool
+    from agent_runner.workflows.plain_json import as_held
+
+if TYPE_CHECKING:
+    from agent_runner.workflows.run_view import RunView
+
+
+def summary_request(spent: str) -> str:
+    """What the run asks of Claude when the budget ``spent`` ran out and a person will decide how it goes on."""
+    return (
+        f"The {spent} is spent. Do not call tools now: sum up what you have done and what is left to do, and "
+        "estimate how many more input and output tokens finishing would take. A person will decide whether you go on."
+    )
+
+
+def went_on(note: str | None) -> str:
+    """The user note the run goes on with once a person approved more budget (``note``: the new budget's advice)."""
+    return " ".join(part for part in ("A person raised the budget.", note, "Go on with the task.") if part)
+
+
+class BudgetRequests:
+    """The run's request for more budget, while one waits, and the budget a person approved for it."""
+
+    def __init__(self, run: RunView) -> None:
+        self._run = run
+        self.waiting: str | None = None
+        """The id of the budget approval the run waits on, if it waits."""
+        self._approved: Budget | None = None
+
+    def budget(self, decision: ApproveTool) -> Budget | None:
+        """The budget an approval of the waiting request gives; ``None`` when ``decision`` is for a tool call.
+
+        Raises:
+            ValueError: the approval's input is no budget the run could go on with; the message says what to give.
+        """
+        if decision.tool_use_id != self.waiting:
+            return None
+        run = self._run
+        assert run.spec is not None
+        limits = as_held(decision.input, decision.held) if decision.input is not None else {}
+        return run.spec.budget.extended(limits, run.state.usage, run.state.started_at, workflow.now())
+
+    def approve(self, budget: Budget) -> None:
+        """Take ``budget`` as the one a person approved (the ``approve_tool`` handler, after ``budget``)."""
+        self._approved = budget
+
+    async def ask(self, spent: str) -> Budget | None:
+        """Wait for a person's decision on more budget; the approved budget, or ``None`` to end the run."""
+        run = self._run
+        state = run.state
+        assert run.spec is not None
+        state.budget_requests += 1
+        self.waiting = f"budget_{state.budget_requests}"
+        self._approved = None
+        shown: dict[str, Any] = run.spec.budget.model_dump(mode="json", exclude_defaults=True)
+        try:
+            decision = await run.approvals.ask(
+                {"id": self.waiting, "input": shown},
+                BUDGET_APPROVAL,
+                state.iterations,
+                note=f"The {spent} is spent and Claude has summed up. Approve with new limits as the input to go "
+                'on (for instance {"max_output_tokens": 40000}); deny to end the run with its summary.',
+                timeout_approves=False,
+            )
+        finally:
+            self.waiting = None
+        return self._approved if isinstance(decision, ApproveTool) else None
