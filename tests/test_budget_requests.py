@@ -6,16 +6,19 @@ Claude sums up and estimates what finishing takes, the run waits as an approval 
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 import aiohttp
 import pytest
+from temporalio.client import Client
 
 from agent_runner import cli
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import EditRejected
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from tests.conftest import WorkerFactory
+from tests.conftest import WorkerFactory, stock_start, stock_update
 from tests.steering_support import wait_status
 from tests.test_console import get, post
 from tests.test_steering_cli import Output, following
@@ -178,6 +181,28 @@ async def test_limits_the_run_could_not_go_on_with_are_refused_and_the_request_s
     assert str(refused.value) == f"approve_tool was refused: {refusal}"
     assert still == ["budget_1"]
     assert (result.status, result.iterations) == ("completed", 5)
+
+
+async def test_the_stock_temporal_cli_answers_a_budget_request_with_plain_json(
+    client: Client, task_queue: str, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """Everything a run is asked can be answered without our client: the approval is plain JSON, held or not."""
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Lima and Kyiv: sunny."))
+    run_input = {**BASE, "tools": ["get_weather"], "budget": ASK}
+    async with worker(get_weather):
+        await asyncio.to_thread(stock_start, client, task_queue, "budget-stock", run_input)
+        run = AgentRunner(client, task_queue=task_queue).attach("budget-stock")
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        approval = {"tool_use_id": "budget_1", "input": {"max_output_tokens": 50, "timeout": "PT1H"}}
+        await asyncio.to_thread(stock_update, client, run.id, "approve_tool", approval)
+        result = await run.result()
+    assert (result.status, result.iterations) == ("completed", 5)
+    # The time left is the hour less the seconds the run has taken so far.
+    assert re.fullmatch(
+        r"A person raised the budget\. Budget left for this task: 15 of 50 output tokens; 0:59:[0-5]\d of 1:00:00\. "
+        r"Pace your work to finish within it\. Go on with the task\.",
+        fake_api.bodies()[4]["messages"][-1]["content"][0]["text"],
+    )
 
 
 async def test_approved_limits_hold_across_continue_as_new_and_a_new_worker(

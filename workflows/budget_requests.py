@@ -24,7 +24,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract.budget import BUDGET_APPROVAL, Budget
     from agent_runner.contract.steering import ApproveTool
-    from agent_runner.workflows.plain_json import as_held
 
 if TYPE_CHECKING:
     from agent_runner.workflows.run_view import RunView
@@ -62,8 +61,9 @@ class BudgetRequests:
             return None
         run = self._run
         assert run.spec is not None
-        limits = as_held(decision.input, decision.held) if decision.input is not None else {}
-        return run.spec.budget.extended(limits, run.state.usage, run.state.started_at, workflow.now())
+        # Taken as sent, held or plain: budget fields are numbers and durations, never content a reference could
+        # stand for (and the validator may not ask `as_held`'s patch).
+        return run.spec.budget.extended(decision.input or {}, run.state.usage, run.state.started_at, workflow.now())
 
     def approve(self, budget: Budget) -> None:
         """Take ``budget`` as the one a person approved (the ``approve_tool`` handler, after ``budget``)."""
