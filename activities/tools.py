@@ -51,6 +51,7 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from agent_runner.activities.budget_policies import BudgetPolicy
 from agent_runner.activities.contained import awaited_contained, contained
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
 from agent_runner.activities.heartbeats import EVERY, heartbeat_until
@@ -260,7 +261,7 @@ class ToolRegistry:
     def __init__(
         self,
         tools: Iterable[Registrable] = (),
-        hooks: Iterable[ResultHook] = (),
+        hooks: Iterable[ResultHook | BudgetPolicy] = (),
         toolsets: Iterable[BetaAnyRunnableToolset] = (),
         agents: Iterable[AgentSpec] = (),
     ) -> None:
@@ -270,8 +271,13 @@ class ToolRegistry:
         """Runnable toolsets by family (``activities/toolsets.py``); a run names one by its family."""
         self.agents: dict[str, AgentSpec] = {}
         """Agents by name: a run naming one in its ``tools`` calls it as a child run (``workflows/subagents.py``)."""
-        self.hooks: dict[str, ResultHook] = {hook.name: hook for hook in [*BUILTIN_HOOKS, *hooks]}
+        given = list(hooks)
+        self.hooks: dict[str, ResultHook] = {
+            hook.name: hook for hook in [*BUILTIN_HOOKS, *given] if isinstance(hook, ResultHook)
+        }
         """Result hooks by name: the built-in ones and those of the registered modules."""
+        self.budget_policies: dict[str, BudgetPolicy] = {p.name: p for p in given if isinstance(p, BudgetPolicy)}
+        """Budget policies by name (``activities/budget_policies.py``)."""
         for tool in [*tools, *toolsets, *agents]:
             self.add(tool)
 
@@ -343,8 +349,9 @@ class ToolRegistry:
         names = list(self._add_tools_of(module))
         if not names:
             raise ToolRegistrationError(
-                f"Tool module {module_name!r} defines no tool, agent or result hook. Decorate its functions with "
-                "anthropic's @beta_tool or @beta_async_tool (or agent_runner's @result_hook), or define an "
+                f"Tool module {module_name!r} defines no tool, agent, result hook or budget policy. Decorate its "
+                "functions with anthropic's @beta_tool or @beta_async_tool (or agent_runner's @result_hook or "
+                "@budget_policy), or define an "
                 "agent_runner AgentSpec at its top level."
             )
         return names
@@ -360,9 +367,16 @@ class ToolRegistry:
             elif isinstance(value, ResultHook):
                 self.hooks[value.name] = value
                 yield value.name
+            elif isinstance(value, BudgetPolicy):
+                self.budget_policies[value.name] = value
+                yield value.name
             elif isinstance(value, AgentSpec):
                 self.add(value, origin=module.__name__)
                 yield value.name
+
+    def has_hook(self, name: str) -> bool:
+        """Whether a result hook or a budget policy is registered under ``name`` (a run names both in its lookup)."""
+        return name in self.hooks or name in self.budget_policies
 
     def get(self, name: str) -> Tool | None:
         """The tool registered under ``name``, if any."""
@@ -426,13 +440,14 @@ class ToolActivities:
         """The definitions and options of the named tools, and the names this worker does not know."""
         specs = [self._registry.spec(name) for name in input.names]
         missing = [name for name, spec in zip(input.names, specs, strict=True) if spec is None]
-        missing += [name for name in input.hooks if name not in self._registry.hooks]
+        missing_hooks = [name for name in input.hooks if not self._registry.has_hook(name)]
+        missing += missing_hooks
         if input.hand_back and missing:
             hand_back(f"the lookup of {', '.join(map(repr, missing))}")
         return DescribeToolsOutput(
             tools=await specs_by_reference(self._content, [spec for spec in specs if spec is not None]),
             missing=[name for name, spec in zip(input.names, specs, strict=True) if spec is None],
-            missing_hooks=[name for name in input.hooks if name not in self._registry.hooks],
+            missing_hooks=missing_hooks,
             registered=self._registry.names,
             model_task_queue=self._model_task_queue,
             search_attributes=self._search_attributes,

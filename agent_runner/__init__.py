@@ -12,11 +12,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agent_runner.activities.budget_policies import budget_policy
     from agent_runner.activities.hooks import HookContext, StopRun, result_hook
     from agent_runner.activities.tools import ToolCall, current_tool_call, tool_options
     from agent_runner.activities.toolsets import toolset_options
     from agent_runner.client import AgentRunner, Run
     from agent_runner.contract.agents import AgentSpec
+    from agent_runner.contract.budget import BudgetRequest
     from agent_runner.contract.errors import (
         AgentRunError,
         AgentRunnerError,
@@ -45,6 +47,8 @@ _HOMES = {
     "result_hook": "agent_runner.activities.hooks",
     "HookContext": "agent_runner.activities.hooks",
     "StopRun": "agent_runner.activities.hooks",
+    "budget_policy": "agent_runner.activities.budget_policies",
+    "BudgetRequest": "agent_runner.contract.budget",
     "AgentRunner": "agent_runner.client",
     "Run": "agent_runner.client",
     "AgentSpec": "agent_runner.contract.agents",
@@ -76,6 +80,8 @@ __all__ = [
     "HookContext",
     "StopRun",
     "result_hook",
+    "budget_policy",
+    "BudgetRequest",
     "AgentRunError",
     "AgentRunner",
     "AgentRunnerError",

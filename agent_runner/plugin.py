@@ -28,6 +28,7 @@ from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
 
+from agent_runner.activities.budget_policies import BudgetPolicyActivities
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.no_mcp import list_mcp_tools_elsewhere
@@ -127,9 +128,11 @@ class AgentRunnerPlugin(SimplePlugin):
             registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content
         )
         hooks = HookActivities(registry.hooks, content=content)
+        policies = BudgetPolicyActivities(registry.budget_policies, content=content)
         activities: list[Callable[..., Any]] = []
         if "workflows" in serve:
             activities += [tool_activities.describe_tools, tool_activities.check_tool_input, hooks.process_results]
+            activities.append(policies.decide_budget)
             activities.append(child_usage)
         if "model" in serve:
             activities.append(claude.create_message)

@@ -31,6 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from agent_runner import content
+from agent_runner.activities.budget_policies import BudgetPolicy
 from agent_runner.activities.claude import ClaudeActivities, default_client
 from agent_runner.activities.hooks import ResultHook
 from agent_runner.activities.tools import Tool, ToolRegistry
@@ -198,7 +199,9 @@ def worker(client: Client, task_queue: str, fake_api: FakeMessagesAPI) -> Worker
     """`async with worker(tool, ...)`: a worker on the test's task queue whose Claude is the fake API."""
 
     @asynccontextmanager
-    async def start(*tools: Tool, hooks: tuple[ResultHook, ...] = (), **kwargs: Any) -> AsyncIterator[Worker]:
+    async def start(
+        *tools: Tool, hooks: tuple[ResultHook | BudgetPolicy, ...] = (), **kwargs: Any
+    ) -> AsyncIterator[Worker]:
         if os.environ.get("AGENT_RUNNER_TEST_UNCACHED") and "tuning" not in kwargs:
             # Every workflow task replays the run from its history: a non-deterministic path fails at once.
             kwargs["tuning"] = WorkerTuning(max_cached_workflows=0)

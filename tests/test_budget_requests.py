@@ -14,9 +14,12 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from agent_runner import cli
+from agent_runner import BudgetRequest, StopRun, budget_policy, cli
+from agent_runner.activities.budget_policies import BudgetPolicy
+from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner
-from agent_runner.contract.errors import EditRejected
+from agent_runner.contract.errors import EditRejected, InvalidRunInput, ToolNotRegistered
+from agent_runner.contract.run_input import parse_run_input
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from tests.conftest import WorkerFactory, stock_start, stock_update
 from tests.steering_support import wait_status
@@ -309,3 +312,163 @@ async def test_the_console_shows_the_request_and_takes_new_limits(
     )
     assert approved == (200, {"ok": True})
     assert (result.status, result.iterations) == ("completed", 5)
+
+
+# --- Budget policies: a worker's function decides before a person is asked -----------------------------------------
+
+ASKED_POLICY: list[BudgetRequest] = []
+
+
+@budget_policy
+def forty_more(request: BudgetRequest) -> dict[str, Any]:
+    ASKED_POLICY.append(request)
+    return {"max_output_tokens": request.budget["max_output_tokens"] + 40}
+
+
+@budget_policy(name="monthly_cap")
+async def over_the_cap(request: BudgetRequest) -> None:
+    raise StopRun(f"Over this month's cap; Claude said: {request.summary}")
+
+
+@budget_policy
+def leave_it_to_a_person(request: BudgetRequest) -> None:
+    del request
+
+
+@budget_policy
+def too_little(request: BudgetRequest) -> dict[str, Any]:
+    del request
+    return {"max_output_tokens": 30}
+
+
+@budget_policy
+def broken(request: BudgetRequest) -> dict[str, Any]:
+    del request
+    raise KeyError("max_cost_usd")
+
+
+def with_policy(name: str) -> dict[str, Any]:
+    return {**ASK, "policy": name}
+
+
+async def test_a_policy_gives_new_limits_and_the_run_goes_on_without_a_person(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    ASKED_POLICY.clear()
+    fake_api.script(call(1), call(2), call(3), summary(), call(4), end_turn("All five are sunny."))
+    async with worker(get_weather, hooks=(forty_more,)):
+        run = await runner.start(**BASE, tools=[get_weather], budget=with_policy("forty_more"))
+        result = await run.result()
+    assert [r.model_dump() for r in ASKED_POLICY] == [
+        {
+            "policy": "forty_more",
+            "run_id": run.id,
+            "spent": SPENT,
+            "budget": {"max_output_tokens": 25, "on_spent": "ask", "policy": "forty_more"},
+            "usage": {
+                "input_tokens": 400,
+                "output_tokens": 35,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+            "iterations": 4,
+            "reply": {
+                "id": "msg_fake_004",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-fake-1",
+                "content": [text(SUMMARY)],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 100, "output_tokens": 5},
+            },
+        }
+    ]
+    assert ASKED_POLICY[0].summary == SUMMARY
+    assert fake_api.bodies()[4]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "text",
+                "text": "The budget policy 'forty_more' raised the budget. Budget left for this task: 30 of 65 output "
+                "tokens. Pace your work to finish within it. Go on with the task.",
+            }
+        ],
+    }
+    assert (result.status, result.iterations) == ("completed", 6)
+
+
+async def test_a_policy_ends_the_run_with_stop_run(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("never sent"))
+    async with worker(get_weather, hooks=(over_the_cap,)):
+        run = await runner.start(**BASE, tools=[get_weather], budget=with_policy("monthly_cap"))
+        result = await run.result()
+    assert (result.status, result.iterations) == ("budget_exhausted", 4)
+    assert result.detail == f"Over this month's cap; Claude said: {SUMMARY}"
+    assert result.final_message is not None and result.final_message["content"] == [text(SUMMARY)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "why"),
+    [
+        (leave_it_to_a_person, ""),
+        (
+            too_little,
+            "; the budget policy 'too_little' gave limits the run cannot go on with (With these limits the output "
+            "token budget (35 of 30) is still spent: give limits above what the run has spent.)",
+        ),
+        (
+            broken,
+            "; the budget policy 'broken' could not decide (Budget policy 'broken' raised KeyError('max_cost_usd'); a "
+            "person is asked instead.)",
+        ),
+    ],
+    ids=["none", "spent-limits", "raised"],
+)
+async def test_a_policy_that_does_not_decide_leaves_it_to_a_person_told_why(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, policy: BudgetPolicy, why: str
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Finished."))
+    async with worker(get_weather, hooks=(policy,)):
+        run = await runner.start(**BASE, tools=[get_weather], budget=with_policy(policy.name))
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        [pending] = await run.pending_approvals()
+        await run.approve("budget_1", input={"max_output_tokens": 50})
+        result = await run.result()
+    assert pending.note == (
+        f"The {SPENT} is spent and Claude has summed up{why}. Approve with new limits as the input to go on (for "
+        'instance {"max_output_tokens": 40000}); deny to end the run with its summary.'
+    )
+    assert fake_api.bodies()[4]["messages"][-1]["content"][0]["text"].startswith("A person raised the budget.")
+    assert (result.status, result.iterations) == ("completed", 5)
+
+
+async def test_a_policy_no_worker_registered_refuses_the_run_at_its_start(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=with_policy("nowhere"))
+        with pytest.raises(ToolNotRegistered) as refused:
+            await run.result()
+    assert "registered 'nowhere'." in str(refused.value)
+    assert fake_api.requests == []
+
+
+def test_a_policy_needs_a_request_to_decide() -> None:
+    with pytest.raises(InvalidRunInput, match='`policy` decides requests for more budget: it needs `on_spent: "ask"`'):
+        parse_run_input({**BASE, "budget": {"max_output_tokens": 25, "policy": "forty_more"}})
+
+
+def test_a_worker_registers_the_policies_its_tool_modules_define() -> None:
+    registry = ToolRegistry()
+    registry.add_module("tests.test_budget_requests")
+    assert sorted(registry.budget_policies) == [
+        "broken",
+        "forty_more",
+        "leave_it_to_a_person",
+        "monthly_cap",
+        "too_little",
+    ]
+    assert registry.has_hook("monthly_cap") and not registry.has_hook("over_the_cap")

@@ -318,7 +318,8 @@ class AgentRun:
         runnable = forked_tools(spec)  # Run.fork: those the run could run at the fork point
         if runnable is not None:
             names = [*names, *(name for name in runnable if name not in names)]
-        described = await self.describe_tools(names, spec.result_hooks)
+        policies = [spec.budget.policy] if spec.budget.policy is not None else []
+        described = await self.describe_tools(names, [*spec.result_hooks, *policies])
         if described.missing or described.missing_hooks:
             raise fail(not_registered(described.missing + described.missing_hooks))
         state.tools = {tool.name: tool for tool in described.tools}
@@ -498,10 +499,10 @@ class AgentRun:
         workflow.continue_as_new(run_input)
 
     async def _ask_for_budget(self, spec: RunSpec, conversation: Conversation) -> RunSpec | None:
-        """The budget is spent and ``on_spent="ask"``: Claude sums up, a person decides (``budget_requests.py``).
+        """The budget is spent and ``on_spent="ask"``: Claude sums up, its policy or a person decides.
 
         Returns:
-            The run's spec with the budget a person approved, to go on with; ``None``: the run ends here.
+            The run's spec with the budget approved (``budget_requests.py``), to go on with; ``None``: the run ends.
         """
         state = self._state
         spent = spec.budget.spent(state.usage, state.started_at, workflow.now())
@@ -509,11 +510,13 @@ class AgentRun:
         self.event(events.LIMIT_REACHED, limit="budget_exhausted", detail=f"The {spent} is spent.")
         tool_choice = conversation.params.get("tool_choice")
         await self._summary_turn(spec, conversation, summary_request(spent))
-        budget = await self._budget_requests.ask(spent) if state.stop is None else None
+        decision = await self._budget_requests.decide(spent) if state.stop is None else None
+        budget = decision.budget if decision is not None else None
         if budget is None:
             self._status = "stopped" if state.stop is not None else "budget_exhausted"
-            state.stop = state.stop or f"The {spent} is spent."
+            state.stop = state.stop or (decision and decision.stop) or f"The {spent} is spent."
             return None
+        assert decision is not None
         state.budget = budget
         self._spec = spec = spec.model_copy(update={"budget": budget})
         if tool_choice is None:
@@ -521,7 +524,7 @@ class AgentRun:
         else:
             conversation.params["tool_choice"] = tool_choice
         note = budget.advice(state.usage, state.started_at, workflow.now())
-        conversation.join_user_content([{"type": "text", "text": went_on(note)}])
+        conversation.join_user_content([{"type": "text", "text": went_on(decision.by, note)}])
         state.version += 1
         return spec
 

@@ -81,11 +81,16 @@ class Budget(BaseModel):
     person to approve new limits (``Run.approve("budget_N", input={...})``) or to deny them (the run ends there)."""
     advise: bool = False
     """Tell Claude what is left of each limit: a text block after every turn's tool results (in the transcript)."""
+    policy: str | None = None
+    """With ``on_spent="ask"``: a budget policy the workers registered (``@budget_policy``) decides first; it gives
+    new limits, leaves the decision to a person (``None``) or ends the run (``StopRun``)."""
 
     @model_validator(mode="after")
     def _cost_needs_prices(self) -> Budget:
         if self.max_cost_usd is not None and self.prices is None:
             raise ValueError("`max_cost_usd` needs `prices` (US dollars per million input and output tokens)")
+        if self.policy is not None and self.on_spent != "ask":
+            raise ValueError('`policy` decides requests for more budget: it needs `on_spent: "ask"`')
         return self
 
     def spent(self, usage: Usage, started: datetime, now: datetime) -> str | None:
@@ -207,3 +212,32 @@ class AutoCompact(BaseModel):
     def _typed(cls, compaction: dict[str, Any]) -> dict[str, Any]:
         # Filled in, not refused: runs started with `{}` (the default before) go on, and send what the API takes.
         return compaction if "type" in compaction else {"type": "summarize", **compaction}
+
+
+class BudgetRequest(BaseModel):
+    """What a budget policy decides on: a run whose budget is spent, and Claude's summary of where it stands."""
+
+    policy: str
+    """The policy asked (the run's ``budget.policy``)."""
+    run_id: str
+    spent: str
+    """Which budget is spent, in words: ``output token budget (30 of 25)``."""
+    budget: dict[str, Any]
+    """The run's budget as it stands (JSON, fields at their defaults left out)."""
+    usage: Usage
+    """What the run has spent so far, the summary turn included."""
+    iterations: int
+    reply: dict[str, Any]
+    """Claude's summary reply (the Messages API's shape)."""
+
+    @property
+    def summary(self) -> str:
+        """The summary reply's text."""
+        return "".join(str(b.get("text", "")) for b in self.reply.get("content") or [] if b.get("type") == "text")
+
+
+class BudgetDecision(BaseModel):
+    """A budget policy's answer: new limits, the run's end, or neither (a person decides)."""
+
+    limits: dict[str, Any] | None = None
+    stop: str | None = None

@@ -40,6 +40,8 @@ that must keep determinism; keep the old files, since runs started on the old co
                                                            # sent compact, issue 14)
     python tests/histories/record.py NAME budget_request  # writes NAME.json and NAME_continued.json (a spent budget
                                                           # asks; the limits approved hold after continue-as-new)
+    python tests/histories/record.py NAME budget_policy   # writes NAME.json (a budget policy raises a spent budget
+                                                          # once, then leaves the next request to a person)
     python tests/histories/record.py NAME what_if      # writes NAME.json (a fork answering a call from the run's
                                                        # record, running a new one)
 
@@ -95,11 +97,13 @@ from temporalio.testing import WorkflowEnvironment
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from agent_runner.activities.budget_policies import budget_policy  # noqa: E402
 from agent_runner.activities.claude import ClaudeActivities  # noqa: E402
 from agent_runner.activities.tools import ToolCall, ToolRegistry, current_tool_call, tool_options  # noqa: E402
 from agent_runner.activities.toolsets import toolset_options  # noqa: E402
 from agent_runner.client import AgentRunner, Run  # noqa: E402
 from agent_runner.contract.agents import AgentSpec  # noqa: E402
+from agent_runner.contract.budget import BudgetRequest  # noqa: E402
 from agent_runner.contract.errors import AgentRunnerError, EditRejected  # noqa: E402
 from agent_runner.contract.types import FALLBACK_CREDIT_BETA, SEARCH_ATTRIBUTE_TYPES, ActivityOptions  # noqa: E402
 from agent_runner.mcp_config import parse_mcp_config  # noqa: E402
@@ -196,6 +200,7 @@ async def record(name: str, scenario: str = "steered") -> None:
             env.client,
             registry=ToolRegistry(
                 [get_weather, get_time, send_once, report, ANALYST],
+                hooks=[thirty_more],
                 toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer(), _till()],
             ),
             task_queue=queue,
@@ -928,6 +933,40 @@ async def budget_request(name: str, fake: FakeMessagesAPI, runner: AgentRunner) 
     save(f"{name}_continued", await run.handle.fetch_history())
 
 
+@budget_policy
+def thirty_more(request: BudgetRequest) -> dict[str, Any] | None:
+    """Raise a spent output token budget by 30, once: the next request is a person's."""
+    return (
+        {"max_output_tokens": request.budget["max_output_tokens"] + 30}
+        if request.budget["max_output_tokens"] < 20
+        else None
+    )
+
+
+async def budget_policy_scenario(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``budget_policy`` scenario: a budget policy raises a spent budget (its activity), the run spends it
+    again, the policy leaves the next request to a person, who denies it."""
+    usage = {"input_tokens": 100, "output_tokens": 10}
+    fake.script(
+        Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use", usage=usage),
+        end_turn("Paris done; Oslo left.", usage=usage),
+        Reply([tool_use("toolu_2", "get_weather", {"city": "Oslo"})], "tool_use", usage=usage),
+        Reply([tool_use("toolu_3", "get_weather", {"city": "Rome"})], "tool_use", usage=usage),
+        end_turn("All done.", usage=usage),
+    )
+    run = await start(
+        runner,
+        "Paris, Oslo, Rome?",
+        tools=[get_weather],
+        budget={"max_output_tokens": 10, "on_spent": "ask", "policy": "thirty_more"},
+    )
+    await wait(run, "waiting_for_approval", 5)
+    await run.deny("budget_1")
+    result = await run.result()
+    assert (result.status, result.iterations) == ("budget_exhausted", 5), result
+    save(name, await run.handle.fetch_history())
+
+
 async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``toolsets`` scenario: a browser whose actions wait for approval (one approved with edited input,
     one denied, so the next is not executed) beside a computer whose failing action halts its later one."""
@@ -1042,6 +1081,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "compact_results": compact_results,
     "what_if": what_if,
     "budget_request": budget_request,
+    "budget_policy": budget_policy_scenario,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
 
