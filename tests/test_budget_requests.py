@@ -130,6 +130,21 @@ async def test_a_denied_request_ends_the_run_with_claudes_summary(
     assert status.pending_approvals == []
 
 
+async def test_the_approval_timeout_ends_the_request_even_where_it_approves_tool_calls(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A timeout has no limits to go on with: a budget request is never approved by one."""
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("never sent"))
+    async with worker(get_weather):
+        run = await runner.start(
+            **BASE, tools=[get_weather], budget=ASK, approval={"timeout": "PT1S", "on_timeout": "approve"}
+        )
+        result = await run.result()
+    assert (result.status, result.iterations, result.detail) == ("budget_exhausted", 4, f"The {SPENT} is spent.")
+    assert result.final_message is not None and result.final_message["content"] == [text(SUMMARY)]
+    assert len(fake_api.requests) == 4
+
+
 async def test_a_stop_while_the_run_asks_ends_it_stopped(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

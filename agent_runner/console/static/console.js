@@ -248,6 +248,18 @@ async function showRun(id) {
       el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
   }
 
+  function isBudgetRequest(call) {
+    return call.name === "budget" && /^budget_[0-9]+$/.test(call.tool_use_id);
+  }
+
+  function suggestedLimits(budget) {
+    const limits = {};
+    for (const key of ["max_input_tokens", "max_output_tokens", "max_cost_usd"]) {
+      if (budget[key]) limits[key] = budget[key] * 2;
+    }
+    return Object.keys(limits).length ? limits : { max_output_tokens: 20000 };
+  }
+
   function renderApprovals(data) {
     const pending = data.status.pending_approvals;
     if (!pending.length) {
@@ -258,7 +270,8 @@ async function showRun(id) {
       const original = pretty(call.input);
       const input = el("textarea", { class: "approval-input", rows: Math.min(12, original.split("\n").length + 1),
         "aria-label": `Input for ${call.name}`, spellcheck: "false" });
-      input.value = original;
+      // A run asking for more budget goes on only with new limits: offer twice its token and cost limits.
+      input.value = isBudgetRequest(call) ? pretty(suggestedLimits(call.input)) : original;
       const reason = el("input", { type: "text", class: "deny-reason", placeholder: "Reason (Claude sees it)",
         "aria-label": "Reason for denying" });
       const approve = el("button", { type: "button", class: "approve primary", text: "Approve" });
