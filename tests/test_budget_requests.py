@@ -241,6 +241,24 @@ async def test_approved_limits_hold_across_continue_as_new_and_a_new_worker(
     assert [b.get("tool_choice") for b in fake_api.bodies()] == [None, None, None, {"type": "none"}, None, None, None]
 
 
+async def test_a_message_sent_after_the_run_ended_goes_on_under_the_approved_budget(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """``Run.send`` carries the run's usage, so under the input's budget it would be spent before its first turn."""
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("Lima and Kyiv: sunny."), end_turn("Quito: sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        await run.approve("budget_1", input={"max_output_tokens": 100})
+        await run.result()
+        sent = await run.send("And Quito?")
+        async with asyncio.timeout(30):  # under the input's budget it would ask again, and wait
+            result = await sent.result()
+    assert (result.status, result.iterations) == ("completed", 1)
+    assert result.final_message is not None and result.final_message["content"] == [text("Quito: sunny.")]
+    assert len(fake_api.requests) == 6
+
+
 async def test_advise_tells_claude_what_is_left_with_each_turns_tool_results(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:

@@ -93,7 +93,8 @@ def send_point_of(run: RunView) -> dict[str, Any]:
     """What a new run that goes on with this ended run's conversation starts from (``Run.send``).
 
     Returns:
-        ``{"input": …, "continue_from": …}``: this run's input, and its ``continue_from`` (``continuation.py``).
+        ``{"input": …, "continue_from": …}``: this run's input (with the budget a person approved, if one did), and
+        its ``continue_from`` (``continuation.py``).
     """
     state = run.state
     if not run.ended:
@@ -105,6 +106,8 @@ def send_point_of(run: RunView) -> dict[str, Any]:
     params = state.conversation.params if state.input_trimmed else {}
     left_out = ("messages", "continue_from", "forked_from")
     run_input = {k: v for k, v in {**params, **run.run_input}.items() if k not in left_out}
+    if state.budget is not None:  # what a person approved, not the input's spent budget
+        run_input["budget"] = state.budget.model_dump(mode="json", exclude_defaults=True)
     conversation = sent_conversation(state, read_by_fallbacks(run.run_input.get("refusal_fallbacks")))
     point = send_point(workflow.info().workflow_id, conversation, state.usage, state.fallback_index, state.tools)
     return {"input": run_input, "continue_from": point}
