@@ -316,6 +316,49 @@ async def test_follow_shows_the_request_with_the_commands_that_answer_it(
         "Lima and Kyiv: sunny.",
     ]
     assert output.lines()[-1] == "── completed · 5 turns · stop_reason end_turn · 410 input / 40 output tokens ──"
+    live = [line for line in output.lines() if not line.startswith("approved ")]
+    # Followed once it has ended, with no worker: the same lines, read from the run's history.
+    output.out = ""
+    assert await cli.amain(["follow", run.id]) == 0
+    assert output.lines() == live
+
+
+@pytest.mark.usefixtures("fresh_tools", "temporal_address")
+async def test_an_ended_runs_follow_shows_each_request_with_the_budget_the_run_held_then(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy's limits taken, then a person asked (the policy left the second request to them), who approved;
+    then a request the policy answered with limits it could not take, so a person was asked, who denied it."""
+    fake_api.script(call(1), call(2), call(3), summary(), call(4), summary(), call(5), summary(), end_turn("unsent"))
+    output = Output(capsys)
+    async with worker(get_weather, hooks=(once_more,)):
+        run = await runner.start(**BASE, tools=[get_weather], budget=with_policy("once_more"))
+        await wait_status(run, "waiting_for_approval", iterations=6)
+        await run.approve("budget_1", input={"max_output_tokens": 60})
+        await wait_status(run, "waiting_for_approval", iterations=8)
+        waiting = [p.model_dump(exclude={"note", "requested_at"}) for p in await run.pending_approvals()]
+        await run.deny("budget_2")
+        result = await run.result()
+    assert (result.status, result.iterations) == ("budget_exhausted", 8)
+    assert waiting == [
+        {
+            "tool_use_id": "budget_2",
+            "name": "budget",
+            "input": {"max_output_tokens": 60, "on_spent": "ask", "policy": "once_more"},
+            "iteration": 8,
+        }
+    ]
+    assert await cli.amain(["follow", run.id]) == 1  # the run did not complete
+    assert (
+        output.lines()[-1] == "── budget_exhausted · 8 turns · stop_reason end_turn · 800 input / 65 output tokens ──"
+    )
+    requests = [line for line in output.lines() if line.startswith("⏸")]
+    assert [re.sub(r" — .*", "", line) for line in requests] == [
+        '⏸ budget spent, waiting for more: {"max_output_tokens": 40, "on_spent": "ask", "policy": "once_more"} '
+        "(budget_1)",
+        '⏸ budget spent, waiting for more: {"max_output_tokens": 60, "on_spent": "ask", "policy": "once_more"} '
+        "(budget_2)",
+    ]
 
 
 async def test_the_console_shows_the_request_and_takes_new_limits(
@@ -378,6 +421,19 @@ def too_little(request: BudgetRequest) -> dict[str, Any]:
 def broken(request: BudgetRequest) -> dict[str, Any]:
     del request
     raise KeyError("max_cost_usd")
+
+
+ONCE: list[str] = []
+
+
+@budget_policy
+def once_more(request: BudgetRequest) -> dict[str, Any] | None:
+    """15 more output tokens the first time; the second request is a person's; the third gets too few."""
+    ONCE.append(request.run_id)
+    asked = ONCE.count(request.run_id)
+    if asked == 2:
+        return None
+    return {"max_output_tokens": request.budget["max_output_tokens"] + (15 if asked == 1 else 1)}
 
 
 def with_policy(name: str) -> dict[str, Any]:
@@ -502,6 +558,7 @@ def test_a_worker_registers_the_policies_its_tool_modules_define() -> None:
         "forty_more",
         "leave_it_to_a_person",
         "monthly_cap",
+        "once_more",
         "too_little",
     ]
     assert registry.has_hook("monthly_cap") and not registry.has_hook("over_the_cap")

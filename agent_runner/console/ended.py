@@ -23,13 +23,15 @@ query gave it (transcript version, cost, child runs); without one, the history's
 ``agent-runner follow`` reads an ended run's turns here too (``ended_turns``): each reply with its tool calls'
 results, from every execution of a run that continued as new, what each model call streamed from the run's live log
 while the store keeps it, which calls waited for approval (the run's policy and its tools' own rules, as the run
-decides) and the pauses of a step-mode run, so that it prints what following the run live printed. A call that would
+decides), the requests for more budget a person answered (each showing the budget as the run held it then) and the
+pauses of a step-mode run, so that it prints what following the run live printed. A call that would
 have waited but never started (its run stopped first) is told as waiting all the same: the history does not say.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
@@ -41,6 +43,7 @@ from temporalio.converter import DataConverter
 
 from agent_runner.client import AgentRunner, Run, first_value
 from agent_runner.contract.agents import agent_answer
+from agent_runner.contract.budget import BUDGET_APPROVAL, Budget, is_budget_request
 from agent_runner.contract.continuation import ContinueFrom
 from agent_runner.contract.conversation import Conversation
 from agent_runner.contract.errors import StoreError
@@ -59,12 +62,13 @@ from agent_runner.contract.events import (
     ToolStarted,
 )
 from agent_runner.contract.lean import full_output_json
-from agent_runner.contract.steering import PendingApproval
+from agent_runner.contract.steering import APPROVE_TOOL_UPDATE, DENY_TOOL_UPDATE, PendingApproval
 from agent_runner.contract.tool_result_refs import whole_pending
 from agent_runner.contract.transcript import Transcript
 from agent_runner.contract.types import (
     CALL_MCP_TOOL_ACTIVITY,
     CREATE_MESSAGE_ACTIVITY,
+    DECIDE_BUDGET_ACTIVITY,
     DESCRIBE_TOOLS_ACTIVITY,
     LAST_STATUS_DETAIL,
     PROCESS_RESULTS_ACTIVITY,
@@ -105,6 +109,9 @@ class _Turn:
     """When the reply was recorded (ISO 8601): about when its calls began to wait."""
     paused: bool
     """Whether the run paused after the reply (step mode)."""
+    budget_answers: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    """After a summary turn of a run asking for more budget: each answer, in order, as ``(request id, limits)``:
+    a person's (``budget_1``, ...; ``None`` limits for a denial) or its policy's (``""``)."""
     after: list[dict[str, Any]] | None = None
     """The messages the next model call sent after the stored ones: where the results of the calls that no activity
     ran (a denial, the built-in sleep, a tool the run does not have) are."""
@@ -150,6 +157,8 @@ class _Reading:
     """The run's registered tools (``ToolSpec`` as plain JSON), by name: carried into the execution, and described."""
     describes: set[int] = field(default_factory=set)
     """The scheduled events of the ``describe_tools`` activities."""
+    policies: set[int] = field(default_factory=set)
+    """The scheduled events of the budget policy's activities."""
     step: bool = False
     """Whether the run was started in step mode: it pauses after each reply."""
     usage: Usage = field(default_factory=Usage)
@@ -243,6 +252,8 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
             reading.hooks.add(event.event_id)
         elif name == DESCRIBE_TOOLS_ACTIVITY:
             reading.describes.add(event.event_id)
+        elif name == DECIDE_BUDGET_ACTIVITY:
+            reading.policies.add(event.event_id)
     elif event.HasField("activity_task_completed_event_attributes"):
         completed = event.activity_task_completed_event_attributes
         scheduled_id = completed.scheduled_event_id
@@ -268,12 +279,25 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.results[tool_use_id] = block
         elif scheduled_id in reading.describes:
             _described(reading, await _payload(converter, completed.result))
+        elif scheduled_id in reading.policies and reading.log:
+            decision = await _payload(converter, completed.result)
+            limits = decision.get("limits") if isinstance(decision, dict) else None
+            if isinstance(limits, dict):
+                reading.log[-1].budget_answers.append(("", limits))
         elif scheduled_id in reading.hooks:
             # The hooks' results are the ones the run keeps, in place of the tools' own.
             output = await _payload(converter, completed.result)
             for block in output.get("results") or [] if isinstance(output, dict) else []:
                 if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
                     reading.results[block["tool_use_id"]] = block
+    elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+        request = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+        if request.name in (APPROVE_TOOL_UPDATE, DENY_TOOL_UPDATE) and reading.log:
+            decision = await first_value(converter, list(request.args.payloads))
+            request_id = str(decision.get("tool_use_id")) if isinstance(decision, dict) else ""
+            if is_budget_request(request_id):
+                limits = decision.get("input") if request.name == APPROVE_TOOL_UPDATE else None
+                reading.log[-1].budget_answers.append((request_id, limits if isinstance(limits, dict) else None))
     elif event.HasField("marker_recorded_event_attributes"):
         marker = event.marker_recorded_event_attributes
         # Runs begun since the umbrella patch look their tools up in a local activity (``workflows/tool_lookup.py``).
@@ -470,6 +494,8 @@ class EndedTurn:
     recorded)."""
     paused: bool = False
     """Whether the run paused after the reply (step mode)."""
+    budget_request: PendingApproval | None = None
+    """The request for more budget a person was asked after the reply (Claude's summary), if one was."""
 
     def events(self) -> list[RunEvent]:
         """The turn's live events, as a watcher of the run from its start saw them (``Run.events``).
@@ -489,6 +515,8 @@ class EndedTurn:
         events.append(ReplyReceived(iteration=turn, message=self.reply))
         if self.paused:
             events.append(StepWaiting(iteration=turn, status="waiting_for_step"))
+        if self.budget_request is not None:
+            events.append(ApprovalWaiting(iteration=turn, approval=self.budget_request))
         names: dict[str, str] = {}
         waits = {approval.tool_use_id: approval for approval in self.waited}
         for call in _calls(self.reply):
@@ -598,6 +626,7 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
                     done.setdefault(str(block.get("tool_use_id")), block)
         held.append([logged.reply, [done[call["id"]] for call in _calls(logged.reply) if call["id"] in done]])
     resolved = await runner.content.resolve(held)  # stored content put back, in as few reads as it takes
+    asked = _budget_requests(readings[0].input, log)
     turns: list[EndedTurn] = []
     for logged, (reply, results) in zip(log, resolved, strict=True):
         streamed = _streamed(live, logged.iteration, logged.attempt, reply)
@@ -612,12 +641,43 @@ async def ended_turns(runner: AgentRunner, run_id: str, ended: str) -> tuple[End
             for call in _calls(reply)
             if call["id"] in logged.waited
         )
-        turns.append(EndedTurn(logged.iteration, reply, results, streamed, waited, logged.paused))
+        turn_of = EndedTurn(logged.iteration, reply, results, streamed, waited, logged.paused, asked.get(id(logged)))
+        turns.append(turn_of)
     turn = reading.under_way_iteration
     if reading.result is None and reading.under_way is not None and (not log or log[-1].iteration != turn):
         # Its last model call got no reply: what it streamed before the run ended is all there is of that turn.
         turns.append(EndedTurn(turn, None, [], _streamed(live, turn, 0, None)))
     return run, turns
+
+
+def _budget_requests(run_input: dict[str, Any] | None, log: list[_Turn]) -> dict[int, PendingApproval]:
+    """The request for more budget a person was asked after each summary turn (by ``id`` of its ``_Turn``).
+
+    Each shows the budget as the run held it then (``workflows/budget_requests.py``): the input's, with the limits
+    approved before (a person's, or its policy's where no person was asked after it).
+    """
+    try:
+        budget = Budget.model_validate((run_input or {}).get("budget") or {})
+    except ValueError:
+        return {}
+    asked: dict[int, PendingApproval] = {}
+    for logged in log:
+        answers = logged.budget_answers
+        for number, (request_id, limits) in enumerate(answers):
+            if request_id and id(logged) not in asked:
+                shown = budget.model_dump(mode="json", exclude_defaults=True)
+                asked[id(logged)] = PendingApproval(
+                    tool_use_id=request_id,
+                    name=BUDGET_APPROVAL,
+                    input=shown,
+                    iteration=logged.iteration,
+                    requested_at=logged.replied_at,
+                )
+            person_after = any(later for later, _ in answers[number + 1 :])
+            if limits is not None and (request_id or not person_after):  # a policy's refused limits were not taken
+                with contextlib.suppress(ValueError):
+                    budget = Budget.model_validate({**budget.model_dump(exclude_none=True), **limits})
+    return asked
 
 
 async def ended_status(runner: AgentRunner, run_id: str, ended: str) -> RunStatus:
