@@ -109,6 +109,23 @@ async def test_a_spent_budget_asks_a_person_and_approved_limits_go_on(
 
 
 @pytest.mark.usefixtures("fresh_tools", "temporal_address")
+async def test_status_says_what_is_left_of_the_budget_as_it_stands(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.script(call(1), call(2), call(3), summary(), call(4), end_turn("All five are sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        asking = await run.status()
+        await run.approve("budget_1", input={"max_output_tokens": 100})
+        await run.result()
+    # Once it has ended, with no worker: read from its result.
+    assert await cli.amain(["status", run.id]) == 0
+    assert asking.budget_left == "0 of 25 output tokens"
+    assert "budget left  50 of 100 output tokens" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.usefixtures("fresh_tools", "temporal_address")
 @pytest.mark.parametrize("by", ["client", "cli"])
 async def test_a_denied_request_ends_the_run_with_claudes_summary(
     runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str], by: str

@@ -46,6 +46,7 @@ def status_of(run: RunView) -> RunStatus:
         ][-REFUSED_EDITS_SHOWN:],
         stop_reason_detail=state.stop,
         cost_usd=spec.budget.prices.cost(state.usage) if spec and spec.budget.prices else None,
+        budget_left=spec.budget.left_in_words(state.usage, state.started_at, workflow.now()) if spec else None,
         tool_results_under_review=run.steps.under_review,
         replies_head=state.replies_head,
         reply_offset=state.reply_offset,

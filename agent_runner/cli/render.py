@@ -282,6 +282,8 @@ def render_status(run_id: str, status: RunStatus) -> list[str]:
         lines.append(f"sleeping     until {status.sleeping_until} (agent-runner wake {shlex.quote(run_id)})")
     if status.cost_usd is not None:
         lines.append(f"cost         ${status.cost_usd:.4f}")
+    if status.budget_left is not None:
+        lines.append(f"budget left  {status.budget_left}")
     if status.stop_reason_detail:
         lines.append(f"stopped      {status.stop_reason_detail}")
     if status.last_error:

@@ -123,6 +123,11 @@ class Budget(BaseModel):
 
     def advice(self, usage: Usage, started: datetime, now: datetime) -> str | None:
         """The note ``advise`` gives Claude: what is left of each limit, or ``None`` when the budget sets none."""
+        left = self.left_in_words(usage, started, now)
+        return f"Budget left for this task: {left}. Pace your work to finish within it." if left else None
+
+    def left_in_words(self, usage: Usage, started: datetime, now: datetime) -> str | None:
+        """What is left of each limit, in words (``15 of 50 output tokens; 0:59:58 of 1:00:00``); ``None``: none."""
         left = self.left(usage, started, now)
         parts = []
         if "max_input_tokens" in left:
@@ -133,9 +138,7 @@ class Budget(BaseModel):
             parts.append(f"${left['max_cost_usd']:.4f} of ${self.max_cost_usd:.4f}")
         if "timeout" in left:
             parts.append(f"{_seconds(left['timeout'])} of {_seconds(self.timeout)}")
-        if not parts:
-            return None
-        return f"Budget left for this task: {'; '.join(parts)}. Pace your work to finish within it."
+        return "; ".join(parts) or None
 
     def extended(self, limits: dict[str, Any], usage: Usage, started: datetime, now: datetime) -> Budget:
         """This budget with ``limits`` (some of its fields) changed, for a run to go on with.

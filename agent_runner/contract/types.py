@@ -495,6 +495,10 @@ class RunStatus(BaseModel):
     cost_usd: float | None = None
     """What the run's usage cost, when the run was given prices (``budget.prices``)."""
 
+    budget_left: str | None = None
+    """What is left of each limit the run's budget sets, in words (``15 of 50 output tokens; $0.9991 of $1.0000``),
+    as it stands now (a person may have raised it); ``None`` without limits, or from a worker older than this field."""
+
     last_error: str | None = None
     """The latest failure of a model or tool call still being retried (filled in by the client from Temporal)."""
 
