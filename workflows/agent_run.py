@@ -90,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_runner.workflows.approvals import Approvals, StepMode
     from agent_runner.workflows.background import BackgroundCompaction
     from agent_runner.workflows.boundary import Boundary, paused
-    from agent_runner.workflows.budget_requests import BudgetRequests, summary_request, went_on
+    from agent_runner.workflows.budget_requests import BudgetRequests, Decision, summary_request, went_on
     from agent_runner.workflows.carry import Carried, continuation_input, should_continue_as_new
     from agent_runner.workflows.compaction import Compactions
     from agent_runner.workflows.compaction_checks import (
@@ -510,13 +510,12 @@ class AgentRun:
         self.event(events.LIMIT_REACHED, limit="budget_exhausted", detail=f"The {spent} is spent.")
         tool_choice = conversation.params.get("tool_choice")
         await self._summary_turn(spec, conversation, summary_request(spent))
-        decision = await self._budget_requests.decide(spent) if state.stop is None else None
-        budget = decision.budget if decision is not None else None
+        decision = await self._budget_requests.decide(spent) if state.stop is None else Decision()
+        budget = decision.budget
         if budget is None:
             self._status = "stopped" if state.stop is not None else "budget_exhausted"
-            state.stop = state.stop or (decision and decision.stop) or f"The {spent} is spent."
+            state.stop = state.stop or decision.stop or f"The {spent} is spent."
             return None
-        assert decision is not None
         state.budget = budget
         self._spec = spec = spec.model_copy(update={"budget": budget})
         if tool_choice is None:

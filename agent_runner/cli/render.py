@@ -391,7 +391,7 @@ def render_pending_approval(run_id: str, approval: Mapping[str, Any], *, color: 
 
 def _budget_request(run_id: str, request_id: str, budget: Mapping[str, Any]) -> str:
     """The line for a run that asks for more budget: the commands that go on (with new limits) or end it."""
-    limits = compact_json(suggested_limits(budget) or {"max_output_tokens": 20000})
+    limits = compact_json(suggested_limits(budget))
     run, request = shlex.quote(run_id), shlex.quote(request_id)
     return (
         f"⏸ budget spent, waiting for more: {compact_json(budget)} ({request_id}) — agent-runner approve {run} "

@@ -158,10 +158,10 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     async with connected(args.task_queue) as runner:
         run = runner.attach(args.run_id)
         await run.approve(args.tool_use_id, input=args.input)
-    edited = "" if args.input is None else " with the given input"
     if is_budget_request(args.tool_use_id):
         print(f"approved {args.tool_use_id}: the run goes on under the new limits", flush=True)
         return EXIT_OK
+    edited = "" if args.input is None else " with the given input"
     print(f"approved {args.tool_use_id}{edited}: it runs now", flush=True)
     return EXIT_OK
 

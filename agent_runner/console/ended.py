@@ -676,7 +676,7 @@ def _budget_requests(run_input: dict[str, Any] | None, log: list[_Turn]) -> dict
             person_after = any(later for later, _ in answers[number + 1 :])
             if limits is not None and (request_id or not person_after):  # a policy's refused limits were not taken
                 with contextlib.suppress(ValueError):
-                    budget = Budget.model_validate({**budget.model_dump(exclude_none=True), **limits})
+                    budget = budget.with_limits(limits)
     return asked
 
 

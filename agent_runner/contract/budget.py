@@ -37,8 +37,9 @@ def is_budget_request(tool_use_id: str, name: str = BUDGET_APPROVAL) -> bool:
 
 
 def suggested_limits(budget: Mapping[str, Any]) -> dict[str, Any]:
-    """Limits to offer a person for a budget request: twice each token and cost limit ``budget`` (JSON) sets."""
-    return {k: budget[k] * 2 for k in ("max_input_tokens", "max_output_tokens", "max_cost_usd") if budget.get(k)}
+    """Limits to offer for a budget request: twice its token and cost limits, else 20,000 output tokens."""
+    doubled = {k: budget[k] * 2 for k in ("max_input_tokens", "max_output_tokens", "max_cost_usd") if budget.get(k)}
+    return doubled or {"max_output_tokens": 20000}
 
 
 class Prices(BaseModel):
@@ -140,6 +141,14 @@ class Budget(BaseModel):
             parts.append(f"{_seconds(left['timeout'])} of {_seconds(self.timeout)}")
         return "; ".join(parts) or None
 
+    def with_limits(self, limits: Mapping[str, Any]) -> Budget:
+        """This budget with ``limits`` (some of its fields, as JSON) in place of its own; the rest kept.
+
+        Raises:
+            ValueError: (pydantic's ``ValidationError``) the result is no budget.
+        """
+        return Budget.model_validate({**self.model_dump(exclude_none=True), **limits})
+
     def extended(self, limits: dict[str, Any], usage: Usage, started: datetime, now: datetime) -> Budget:
         """This budget with ``limits`` (some of its fields) changed, for a run to go on with.
 
@@ -150,9 +159,8 @@ class Budget(BaseModel):
         example = 'for instance {"max_output_tokens": 20000}'
         if not limits:
             raise ValueError(f"Approve a budget request with the new limits as its input, {example}.")
-        changed = {**self.model_dump(exclude_none=True), **limits}
         try:
-            budget = Budget.model_validate(changed)
+            budget = self.with_limits(limits)
         except ValueError as e:
             problem = _first_error(e)
             raise ValueError(f"The new limits are not a budget ({problem}); give budget fields, {example}.") from None
