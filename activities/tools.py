@@ -54,7 +54,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from agent_runner.activities.budget_policies import BudgetPolicy
 from agent_runner.activities.contained import awaited_contained, contained
 from agent_runner.activities.effects import IDEMPOTENT, Effects, effect_policy
-from agent_runner.activities.heartbeats import EVERY, heartbeat_until
+from agent_runner.activities.heartbeats import EVERY, heartbeat, heartbeat_until
 from agent_runner.activities.hooks import BUILTIN_HOOKS, ResultHook
 from agent_runner.activities.toolsets import is_toolset, toolset_spec
 from agent_runner.content import Content
@@ -67,6 +67,7 @@ from agent_runner.contract.types import (
     CHECK_TOOL_INPUT_ACTIVITY,
     DESCRIBE_TOOLS_ACTIVITY,
     RECONCILE_TOOL_ACTIVITY,
+    RUN_LOCAL_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     TOOL_NOT_STARTED_ERROR,
     TOOL_TIMEOUT_GRACE,
@@ -113,6 +114,7 @@ REMEMBERED_CALLS = 1024
 _OPTIONS_ATTRIBUTE = "__agent_runner_options__"
 _APPROVAL_ATTRIBUTE = "__agent_runner_requires_approval__"
 _EFFECTS_ATTRIBUTE = "__agent_runner_effects__"
+_LOCAL_ATTRIBUTE = "__agent_runner_local__"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ToolT = TypeVar("ToolT", bound=Tool)
@@ -183,6 +185,7 @@ def tool_options(
     effects: ToolEffects = "idempotent",
     on_unknown: OnUnknown | None = None,
     reconcile: Reconcile | None = None,
+    local: bool = False,
 ) -> Callable[[ToolT], ToolT]:
     """Set how a tool's calls are scheduled, retried and protected from running twice. Apply it above ``@beta_tool``.
 
@@ -214,6 +217,11 @@ def tool_options(
         reconcile: ``reconcile(call: ToolCall)``, sync or async: ``None`` if the call did not take effect (it then
             runs again), else the call's result for Claude (a string or content blocks). Read
             ``call.idempotency_key`` to look the call up.
+        local: Run each call as a local activity, on the worker running the run, inside its workflow task: no trip
+            through the server (about 5 fewer history events and a fifth less worker CPU an iteration), for a quick
+            idempotent tool (well under the run's workflow task timeout, 10 s by default). A call lost with its
+            worker runs again once that timeout passes; while a call runs, the run answers updates and queries only
+            after it. A worker running the run without the tool sends the call through the queue.
 
     Returns:
         A decorator that records the options on the tool and returns it unchanged.
@@ -236,6 +244,8 @@ def tool_options(
     except pydantic.ValidationError as e:
         raise ToolRegistrationError(f"tool_options() got options out of range: {e.errors()[0]['msg']}.") from None
     policy = effect_policy("tool_options", effects, on_unknown, reconcile)
+    if local:
+        _check_local(options, policy.effects, given)
 
     def apply(tool: ToolT) -> ToolT:
         if not isinstance(tool, TOOL_TYPES):
@@ -246,9 +256,30 @@ def tool_options(
         setattr(tool, _OPTIONS_ATTRIBUTE, options)
         setattr(tool, _APPROVAL_ATTRIBUTE, requires_approval)
         setattr(tool, _EFFECTS_ATTRIBUTE, policy)
+        setattr(tool, _LOCAL_ATTRIBUTE, local)
         return tool
 
     return apply
+
+
+def _check_local(options: ActivityOptions, effects: ToolEffects, given: dict[str, Any]) -> None:
+    """Refuse options a local call cannot keep (``tool_options(local=True)``)."""
+    problems = []
+    if effects == "at_most_once":
+        # A local call lost with its worker starts again at attempt 1 on the next: nothing tells it ran before.
+        problems.append(
+            "effects='at_most_once' (a local call lost with its worker runs again, so its outcome cannot be told "
+            "unknown): drop local=True"
+        )
+    if options.task_queue is not None:
+        problems.append("task_queue= (a local call runs on the worker running the run): drop one of them")
+    if given["heartbeat_timeout"] is not None:
+        problems.append(
+            "heartbeat_timeout= (a local call sends no heartbeats; a lost worker's call runs again after the run's "
+            "workflow task timeout): drop it"
+        )
+    if problems:
+        raise ToolRegistrationError(f"tool_options(local=True) cannot take {'; nor '.join(problems)}.")
 
 
 Registrable = Tool | BetaAnyRunnableToolset | AgentSpec
@@ -404,6 +435,7 @@ class ToolRegistry:
             requires_approval=getattr(tool, _APPROVAL_ATTRIBUTE, False),
             effects=effects.effects,
             on_unknown=effects.on_unknown,
+            local=getattr(tool, _LOCAL_ATTRIBUTE, False),
         )
 
 
@@ -416,6 +448,7 @@ class ToolActivities:
         model_task_queue: The queue of the fleet's model calls, told to each run that starts (``None``: the run's).
         search_attributes: Tell runs that the ``AgentRun*`` search attributes are registered, so they keep them current.
         content: The content store; a result too big to carry through the run's history is stored there.
+        runs_tools: Whether this worker runs tool calls (its ``tools`` role): ``run_local_tool`` refuses them if not.
     """
 
     def __init__(
@@ -426,8 +459,10 @@ class ToolActivities:
         model_task_queue: str | None = None,
         search_attributes: bool = False,
         content: Content | None = None,
+        runs_tools: bool = True,
     ) -> None:
         self._registry = registry
+        self._runs_tools = runs_tools
         self._content = content or Content()
         self._heartbeat_every = heartbeat_every
         self._model_task_queue = model_task_queue
@@ -508,6 +543,22 @@ class ToolActivities:
             1, {"tool": input.name, "outcome": "error" if result.is_error else "ok"}
         )
         return await self._recorded(input, result)
+
+    @activity.defn(name=RUN_LOCAL_TOOL_ACTIVITY)
+    async def run_local_tool(self, input: RunToolInput) -> ToolResult:
+        """Run a ``local`` tool's call on the worker running its run, as ``run_tool`` does.
+
+        A worker that serves no tools, or lacks this one, refuses it at once: the run then sends it through the queue.
+        """
+        if not self._runs_tools or self._registry.get(input.name) is None:
+            raise ApplicationError(
+                f"This worker runs the run but not tool '{input.name}'; the call goes through task queue "
+                f"{activity.info().task_queue!r}.",
+                type=TOOLS_NOT_HERE_ERROR,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,  # expected of a fleet: the SDK logs it at DEBUG
+            )
+        return await self.run_tool(input)
 
     @activity.defn(name=RECONCILE_TOOL_ACTIVITY)
     async def reconcile_tool(self, input: RunToolInput) -> ReconcileOutput:
@@ -658,7 +709,7 @@ async def offloaded(content: Content, name: str, result: ToolResult, *, kind: st
                     f"({_error_text(e)}). It was not run again.",
                     is_error=True,
                 )
-            activity.heartbeat()
+            heartbeat()
             await asyncio.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")

@@ -125,13 +125,18 @@ class AgentRunnerPlugin(SimplePlugin):
             content = claude.content if claude is not None else Content()
         claude = claude or ClaudeActivities(content=content)
         tool_activities = ToolActivities(
-            registry, model_task_queue=model_task_queue, search_attributes=search_attributes, content=content
+            registry,
+            model_task_queue=model_task_queue,
+            search_attributes=search_attributes,
+            content=content,
+            runs_tools="tools" in serve,
         )
         hooks = HookActivities(registry.hooks, content=content)
         policies = BudgetPolicyActivities(registry.budget_policies, content=content)
         activities: list[Callable[..., Any]] = []
         if "workflows" in serve:
             activities += [tool_activities.describe_tools, tool_activities.check_tool_input, hooks.process_results]
+            activities.append(tool_activities.run_local_tool)  # a local activity: no task of the queue reaches it
             activities.append(policies.decide_budget)
             activities.append(child_usage)
         if "model" in serve:

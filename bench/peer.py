@@ -22,7 +22,8 @@ workers, against the same fake:
   through the SDK could cost here.
 * ``agent-runner``: ``AgentRunner.start(...)`` + ``run.result()`` (message thread, the default), a fresh SQLite
   content store for the whole benchmark; ``agent-runner-full``: the same with ``thread=False`` (the full
-  conversation on the wire every turn, as the peer sends it).
+  conversation on the wire every turn, as the peer sends it); ``agent-runner-local``: the default again, on workers
+  that register ``ping`` with ``tool_options(local=True)``: each call a local activity on the run's own worker.
 * ``pydantic-ai``: a pydantic-ai ``Agent`` with its ``TemporalDurability`` capability (``bench/_pydantic_ai_peer.py``)
   run in a workflow, its worker and client configured by ``PydanticAIPlugin``: pydantic-ai's Anthropic model pointed
   at the fake by ``base_url``. It calls the model without streaming (``agent.run``) and keeps the conversation in the
@@ -86,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from agent_runner.activities.claude import ClaudeActivities, default_client
+    from agent_runner.activities.tools import tool_options
     from agent_runner.client import AgentRunner
     from agent_runner.connection import data_converter
     from agent_runner.store import open_store
@@ -104,6 +106,7 @@ DEFAULT_SIZES = ("1KB", "10KB", "100KB")
 REPLY_TEXT: dict[str, int] = {"10KB+3KB-replies": 3_000}
 """Sizes whose ``tool_use`` replies open with this many bytes of text (a reply that streams at length)."""
 TASK_QUEUE = "bench-peer-runner"  # as long as the floor's, give or take one: both are in every event
+LOCAL_TASK_QUEUE = "bench-peer-local"  # its workers register `ping` as a local tool
 FLOOR_TASK_QUEUE = "bench-peer-floor"
 PEER_TASK_QUEUE = "bench-peer-pydantic-ai"
 FAKE_THREAD_NAME = "fake-messages-api"  # the thread FakeMessagesAPI.start() serves from
@@ -127,6 +130,18 @@ def pad(n: int, size: int) -> str:
 
 @beta_async_tool
 async def ping(n: int, size: int = 0) -> str:
+    """Answer a ping at once.
+
+    Args:
+        n: A sequence number.
+        size: How many bytes the answer is.
+    """
+    return pad(n, size)
+
+
+@tool_options(local=True)
+@beta_async_tool(name="ping")
+async def local_ping(n: int, size: int = 0) -> str:
     """Answer a ping at once.
 
     Args:
@@ -228,6 +243,7 @@ class Bench:
     peer_client: Client
     sdk_client: anthropic.AsyncAnthropic
     runner: AgentRunner
+    local_runner: AgentRunner
     iterations: int
     size: int = 0
     reply_text: int = 0
@@ -298,9 +314,9 @@ class Bench:
         self.check_requests()
         return None
 
-    async def agent_runner(self, *, thread: bool) -> WorkflowHandle[Any, Any] | None:
+    async def agent_runner(self, *, thread: bool, local: bool = False) -> WorkflowHandle[Any, Any] | None:
         self.fresh_fake()
-        run = await self.runner.start(
+        run = await (self.local_runner if local else self.runner).start(
             model=MODEL,
             max_tokens=MAX_TOKENS,
             messages=[{"role": "user", "content": PROMPT}],
@@ -339,6 +355,7 @@ def modes(bench: Bench) -> dict[str, Callable[[], Awaitable[WorkflowHandle[Any, 
         "floor-stream": bench.floor_stream,
         "agent-runner": lambda: bench.agent_runner(thread=True),
         "agent-runner-full": lambda: bench.agent_runner(thread=False),
+        "agent-runner-local": lambda: bench.agent_runner(thread=True, local=True),
         "pydantic-ai": bench.pydantic_ai,
     }
 
@@ -383,6 +400,14 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
                 store=store,
                 graceful_shutdown_timeout=timedelta(seconds=1),
             ),
+            build_worker(
+                await Client.connect(server.address, data_converter=data_converter(), runtime=quiet),
+                registry=build_registry(tools=[local_ping]),
+                task_queue=LOCAL_TASK_QUEUE,
+                claude=ClaudeActivities(claude_client),
+                store=store,
+                graceful_shutdown_timeout=timedelta(seconds=1),
+            ),
             Worker(
                 client,
                 task_queue=FLOOR_TASK_QUEUE,
@@ -405,6 +430,7 @@ async def measure(iterations: int, repeat: int, sizes: list[str]) -> None:
             peer_client=peer_client,
             sdk_client=claude_client(),
             runner=AgentRunner(client, task_queue=TASK_QUEUE, store=store),
+            local_runner=AgentRunner(client, task_queue=LOCAL_TASK_QUEUE, store=store),
             iterations=iterations,
         )
         fake_cpu = fake_thread_clock()
@@ -526,15 +552,16 @@ def report(
         "request); floor + sdk-stream: the least for a runner that streams its replies, as agent-runner does; "
         "floor-stream: that least measured (the floor's model activities make the streamed request, with the "
         "turn's tool result). The floor carries no payload; agent-runner also looks its tools up once per run "
-        "(describe_tools, a local activity). pydantic-ai's history per iteration grows with N (the whole "
-        "conversation is each model activity's input)."
+        "(describe_tools, a local activity). agent-runner-local: the same, its tool registered with "
+        "tool_options(local=True) (each call a local activity on the run's worker). pydantic-ai's history per "
+        "iteration grows with N (the whole conversation is each model activity's input)."
     )
-    for size in sizes:
-        least, ours = table.get((size, "floor-stream")), table.get((size, "agent-runner"))
+    for size, mode in itertools.product(sizes, ("agent-runner", "agent-runner-local")):
+        least, ours = table.get((size, "floor-stream")), table.get((size, mode))
         if least and ours and least.seconds and ours.seconds and not (least.failed or ours.failed):
             # What the runner itself adds (state, store, tools, live events) over Temporal plus the SDK's own call.
             print(
-                f"{size}: agent-runner ÷ floor-stream: "
+                f"{size}: {mode} ÷ floor-stream: "
                 f"{statistics.median(ours.seconds) / statistics.median(least.seconds):.2f}× the time, "
                 f"{(ours.worker_cpu / len(ours.seconds)) / (least.worker_cpu / len(least.seconds)):.2f}× the worker CPU"
             )

@@ -7,6 +7,9 @@ fake Messages API in this process and workers as real subprocesses (``python wor
   starts and polls the same task queue; A is killed. Measured: from the kill to the retried request reaching the fake.
 * ``tool``: worker A starts the run's first ``slow_step`` call (it sleeps); B starts; A is killed. Measured: from the
   kill to the tool starting again (its mark on disk).
+* ``local``: the same with ``count_local``, a tool registered with ``tool_options(local=True)``: its call is a local
+  activity inside A's workflow task, so it starts again on B once that task's timeout (10 s, the run's default)
+  passes.
 
 Runs use the defaults a user gets: the model call's heartbeat timeout ``MODEL_HEARTBEAT_TIMEOUT``
 (``workflows/live.py``), the retry's first interval of 1 s; ``slow_step`` declares a 2 s heartbeat timeout. What a
@@ -41,7 +44,7 @@ SLOW = 120.0
 """How long the fake delays the model call that is killed, and how long the tool sleeps: far past any resume."""
 
 
-def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str, Any]], Any]:
+def _responder(slow_turn: int | None, answered: set[int], tool: str) -> Callable[[dict[str, Any]], Any]:
     from agent_runner.testing import Reply, text, tool_use
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -59,7 +62,7 @@ def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str,
         if turn <= 2:
             return Reply(
                 id=f"msg_turn_{turn}",
-                content=[text("Next step."), tool_use(f"toolu_{turn}", "slow_step", {"step": f"step{turn}"})],
+                content=[text("Next step."), tool_use(f"toolu_{turn}", tool, {TOOL_INPUT[tool]: f"step{turn}"})],
                 stop_reason="tool_use",
                 delay=delay,
             )
@@ -68,9 +71,13 @@ def _responder(slow_turn: int | None, answered: set[int]) -> Callable[[dict[str,
     return respond
 
 
-def _slow_tool(seconds: float) -> dict[str, str]:
-    """What the worker's ``slow_step`` test tool sleeps."""
-    return {"AGENT_RUNNER_TEST_SLOW_SECONDS": str(seconds)}
+TOOL_INPUT = {"slow_step": "step", "count_local": "label"}
+"""Each case's tool (``tests/tools_for_tests.py``), and its one argument."""
+
+
+def _slow_tool(seconds: float, effects: Path) -> dict[str, str]:
+    """What the worker's test tools sleep, and where ``count_local`` marks its starts."""
+    return {"AGENT_RUNNER_TEST_SLOW_SECONDS": str(seconds), "AGENT_RUNNER_TEST_EFFECTS": str(effects)}
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> float:
@@ -91,27 +98,28 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
     task_queue = f"resume-{case}-{uuid.uuid4()}"
     runner = AgentRunner(client, task_queue=task_queue)
     fake.reset()
-    fake.responder = _responder(2 if case == "model" else None, set())
+    tool = "count_local" if case == "local" else "slow_step"
+    fake.responder = _responder(2 if case == "model" else None, set(), tool)
     marks, log = tmp / f"{task_queue}.marks", Path(os.environ.get("RESUME_LOGS", tmp)) / f"{task_queue}.log"
+    starts = tmp / f"{task_queue}.effects" if case == "local" else marks  # count_local's journal, slow_step's marks
+    env = _slow_tool(0.0 if case == "model" else SLOW, starts)
 
-    tool_seconds = 0.0 if case == "model" else SLOW
+    def started(times: int) -> bool:
+        return starts.exists() and starts.read_text().count("start step1") >= times
 
-    def started_twice() -> bool:
-        return marks.exists() and marks.read_text().count("start step1") >= 2
-
-    with worker_process(address, task_queue, fake, marks, log, env=_slow_tool(tool_seconds)) as first:
+    with worker_process(address, task_queue, fake, marks, log, env=env) as first:
         run = await runner.start(
             model="claude-fake-1",
             max_tokens=256,
             messages=[{"role": "user", "content": "Run the two steps."}],
-            tools=["slow_step"],
+            tools=[tool],
         )
         if case == "model":
             await _until(lambda: len(fake.requests) >= 2)
         else:
-            await _until(lambda: marks.exists() and "start step1" in marks.read_text())
+            await _until(lambda: started(1))
         second_log = log.with_suffix(".second.log")
-        with worker_process(address, task_queue, fake, marks, second_log, env=_slow_tool(tool_seconds)):
+        with worker_process(address, task_queue, fake, marks, second_log, env=env):
             # B polls the queue before A dies: the measure is Temporal noticing A is gone, not B starting.
             await _until(lambda: second_log.exists() and "Worker ready" in second_log.read_text())
             await asyncio.sleep(1.0)  # its pollers are in, long-polling
@@ -121,7 +129,7 @@ async def _one(case: str, address: str, fake: Any, tmp: Path) -> float:
             if case == "model":
                 resumed = await _until(lambda: len(fake.requests) > requests)
             else:
-                resumed = await _until(started_twice)
+                resumed = await _until(lambda: started(2))
             await run.handle.terminate("benchmark done")
     return resumed - killed
 
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             temporal = EmbeddedTemporal(Path(tmp) / "temporal.db")
             await temporal.astart()
             try:
-                found: dict[str, list[float]] = {"model": [], "tool": []}
+                found: dict[str, list[float]] = {"model": [], "tool": [], "local": []}
                 for _ in range(args.repeat):
                     for case in found:
                         found[case].append(await _one(case, temporal.address, fake, Path(tmp)))
@@ -151,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     found = asyncio.run(bench())
     print("| kill -9 mid … → next request on the second worker | median s | min s | max s |")
     print("|---|---:|---:|---:|")
+    labels = {"model": "model call", "tool": "tool call", "local": "local tool call"}
     for case, seconds in found.items():
-        label = "model call" if case == "model" else "tool call"
+        label = labels[case]
         print(f"| {label} | {statistics.median(seconds):.1f} | {min(seconds):.1f} | {max(seconds):.1f} |")
     return 0
 

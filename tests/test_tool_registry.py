@@ -24,6 +24,7 @@ def test_a_module_registers_every_tool_it_defines() -> None:
         "slow_step",
         "pay",
         "pay_reconciled",
+        "count_local",
         "parse_count",
         "quit_async",
         "interrupted",
@@ -44,6 +45,9 @@ def test_tool_options_travel_with_the_tools_spec() -> None:
     weather = registry.spec("get_weather")
     assert weather is not None and weather.options == DEFAULT_TOOL_OPTIONS
     assert weather.definition["name"] == "get_weather"
+    assert not weather.local and "local" not in weather.model_dump(mode="json")  # as specs were before `local`
+    counted = registry.spec("count_local")
+    assert counted is not None and counted.local and counted.model_dump(mode="json")["local"] is True
 
 
 def test_two_tools_with_one_name_are_refused() -> None:

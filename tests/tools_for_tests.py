@@ -149,6 +149,20 @@ def pay_reconciled(amount: int) -> str:
     return _pay(amount)
 
 
+@tool_options(local=True)
+@beta_tool
+def count_local(label: str) -> str:
+    """Count a label, as a local activity: each attempt leaves a line in the journal. Slow, so a test can kill its
+    worker mid-call.
+
+    Args:
+        label: What to count.
+    """
+    _effects(f"start {label} {os.getpid()}")
+    time.sleep(float(os.environ.get("AGENT_RUNNER_TEST_SLOW_SECONDS", "3")))
+    return f"counted {label}"
+
+
 def _mark(line: str) -> None:
     """Leave ``line`` in the marks file (``AGENT_RUNNER_TEST_MARKS``), if the test gave one."""
     marks = os.environ.get("AGENT_RUNNER_TEST_MARKS")

@@ -9,6 +9,7 @@ unknown becomes what its ``on_unknown`` says. Result hooks then see the reply's 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,9 +32,11 @@ with workflow.unsafe.imports_passed_through():
         CALL_MCP_TOOL_ACTIVITY,
         PROCESS_RESULTS_ACTIVITY,
         RECONCILE_TOOL_ACTIVITY,
+        RUN_LOCAL_TOOL_ACTIVITY,
         RUN_TOOL_ACTIVITY,
         TOOL_NOT_STARTED_ERROR,
         TOOL_TIMEOUT_GRACE,
+        TOOLS_NOT_HERE_ERROR,
         ProcessResultsInput,
         ProcessResultsOutput,
         ReconcileOutput,
@@ -42,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from agent_runner.workflows.edits import QueuedAddTools, QueuedRemoveTools
-    from agent_runner.workflows.failures import activity_failure, backoff, failing_the_run, retry_policy
+    from agent_runner.workflows.failures import backoff, failing_the_run, retry_policy
     from agent_runner.workflows.history_size import input_idempotency_key, input_run_id
     from agent_runner.workflows.mcp import mcp_call
     from agent_runner.workflows.patches import implied
@@ -71,6 +74,9 @@ UNKNOWN_CAUSE_JOINED_PATCH = "unknown-outcome-cause-joined"
 """``workflow.patched`` id of joining an unknown outcome's cause to what follows it without the cause's full stop
 (runs recorded before told Claude "it was cancelled.; it was run 3 times"). Asked only there: other runs carry no
 marker."""
+
+NOT_HERE = [TOOLS_NOT_HERE_ERROR]
+"""What a local call fails with at once on a worker running the run that does not run the tool (``run_local_tool``)."""
 
 HOOKS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10)
 """The result hooks' retries: bounded, so a hook that keeps failing fails the run saying so."""
@@ -209,6 +215,10 @@ class ToolCalls:
             idempotency_key=input_idempotency_key(str(block.get("id"))),
         )
         if spec.effects != "at_most_once":
+            if spec.local and spec.mcp is None:
+                result = await self._local(spec, call)
+                if result is not None:
+                    return result
             try:
                 return await self._activity(RUN_TOOL_ACTIVITY, spec, call, retry_policy(spec.options), ToolResult)
             except ActivityError as e:
@@ -319,6 +329,34 @@ class ToolCalls:
             return None
         return tell
 
+    async def _local(self, spec: ToolSpec, call: RunToolInput) -> ToolResult | None:
+        """The call as a local activity on this worker (``ToolSpec.local``); ``None`` where this worker lacks the tool.
+
+        No task goes through the server: the result is one marker event of the workflow task that ran it. A worker
+        running the run may serve no tools (its ``serve``) or lack this one (a mixed fleet): its attempt fails at once,
+        and the call goes through the queue as any other, to a worker that has the tool. Every worker that runs runs
+        registers ``run_local_tool``, so the marker replays on any of them.
+        """
+        options = spec.options
+        try:
+            result: ToolResult = await workflow.execute_local_activity(
+                RUN_LOCAL_TOOL_ACTIVITY,
+                call,
+                result_type=ToolResult,
+                start_to_close_timeout=options.start_to_close_timeout + TOOL_TIMEOUT_GRACE,
+                retry_policy=dataclasses.replace(retry_policy(options), non_retryable_error_types=NOT_HERE),
+                summary=f"turn {call.iteration} · {spec.name}",
+            )
+        except ApplicationError as e:  # a local activity's failure is its last attempt's own error
+            if e.type in NOT_HERE:
+                return None
+            raise _tool_failure(spec, e) from None
+        except ActivityError as e:  # but a timeout's, which comes wrapped
+            if isinstance(e.cause, CancelledError):
+                raise
+            raise _tool_failure(spec, e) from None
+        return result
+
     async def _activity(
         self,
         activity_name: str,
@@ -376,11 +414,12 @@ def _non_retryable(error: ActivityError) -> bool:
     return isinstance(error.cause, ApplicationError) and error.cause.non_retryable
 
 
-def _tool_failure(spec: ToolSpec, error: ActivityError) -> ApplicationError:
-    """The run's failure when a tool's activity gave up: which tool, after what, and what to do."""
-    cause = error.cause
+def _tool_failure(spec: ToolSpec, error: ActivityError | ApplicationError) -> ApplicationError:
+    """The run's failure when a tool's activity (or a local one's last attempt) gave up: which tool, and what to do."""
+    cause = error.cause if isinstance(error, ActivityError) else error
     if isinstance(cause, ApplicationError) and cause.non_retryable:
-        return activity_failure(error)  # decided at once (a missing blob): its own words say what to do
+        # Decided at once (a missing blob): its own words say what to do.
+        return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
     what = (cause.message if isinstance(cause, FailureError) else str(error)).rstrip(".")
     error_type = cause.type if isinstance(cause, ApplicationError) and cause.type else "ToolFailed"
     attempts = spec.options.maximum_attempts

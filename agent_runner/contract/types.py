@@ -34,6 +34,10 @@ WORKFLOW_TYPE = "AgentRun"
 
 CREATE_MESSAGE_ACTIVITY = "agent_runner.create_message"
 RUN_TOOL_ACTIVITY = "agent_runner.run_tool"
+RUN_LOCAL_TOOL_ACTIVITY = "agent_runner.run_local_tool"
+"""Runs a ``local`` tool's call as a local activity on the worker running the run; every worker that runs runs
+registers it, so a history's marker replays on any of them (one that does not run the tool refuses the call, which then
+goes to ``RUN_TOOL_ACTIVITY`` through the queue)."""
 DESCRIBE_TOOLS_ACTIVITY = "agent_runner.describe_tools"
 PROCESS_RESULTS_ACTIVITY = "agent_runner.process_results"
 RECONCILE_TOOL_ACTIVITY = "agent_runner.reconcile_tool"
@@ -206,6 +210,10 @@ class ToolSpec(BaseModel):
     """``at_most_once``: a call is never run again after an attempt that may have started it (see ``on_unknown``)."""
     on_unknown: OnUnknown = "tell"
     """For ``at_most_once``: what a call whose outcome is unknown becomes."""
+    # Left out of the JSON while false, as ``mcp`` below: the specs of other tools carry what they carried before.
+    local: bool = Field(default=False, exclude_if=lambda local: not local)
+    """A quick idempotent tool whose calls run as local activities, on the worker running the run
+    (``workflows/tool_calls.py``)."""
     # Left out of the JSON while unset, so the specs of registered tools carry what they carried before.
     mcp: McpToolRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
     """Set for a tool of an MCP server: its calls go to ``CALL_MCP_TOOL_ACTIVITY``."""

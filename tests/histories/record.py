@@ -44,6 +44,8 @@ that must keep determinism; keep the old files, since runs started on the old co
                                                           # once, then leaves the next request to a person)
     python tests/histories/record.py NAME what_if      # writes NAME.json (a fork answering a call from the run's
                                                        # record, running a new one)
+    python tests/histories/record.py NAME local_tool   # writes NAME.json (a local tool's call beside a regular one,
+                                                       # then one whose tool raises)
 
 ``umbrella_2026_12*.json`` are ``everything`` under the one patch marker of ``workflows/patches.py``;
 ``before_umbrella_2026_12.json`` is ``last_status`` recorded just before it (``since`` asking the old id alone, as the
@@ -177,6 +179,19 @@ async def report(city: str) -> str:
     return f"Report on {city}: " + "a line of the report. " * 20
 
 
+@tool_options(local=True)
+@beta_async_tool
+async def local_weather(city: str) -> str:
+    """The weather in a city, as a local activity.
+
+    Args:
+        city: The city name, e.g. Paris.
+    """
+    if city == "Atlantis":
+        raise ValueError("no such city")
+    return f"sunny in {city}"
+
+
 def _till() -> SendingTill:
     options = ActivityOptions(start_to_close_timeout=timedelta(seconds=1))
     till = toolset_options(SendingTill(), options=options, effects="at_most_once", reconcile=_sent)
@@ -199,7 +214,7 @@ async def record(name: str, scenario: str = "steered") -> None:
         worker = build_worker(
             env.client,
             registry=ToolRegistry(
-                [get_weather, get_time, send_once, report, ANALYST],
+                [get_weather, get_time, send_once, report, local_weather, ANALYST],
                 hooks=[thirty_more],
                 toolsets=[toolset_options(RecordingBrowser(), requires_approval=True), RecordingComputer(), _till()],
             ),
@@ -998,6 +1013,27 @@ async def toolsets(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> Non
     await finish(name, run)
 
 
+async def local_tool(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
+    """Record the ``local_tool`` scenario: a reply calls a local tool beside a regular one, the next calls the local
+    tool again, which raises (an ``is_error`` result)."""
+    fake.script(
+        Reply(
+            [
+                tool_use("toolu_1", "local_weather", {"city": "Paris"}),
+                tool_use("toolu_2", "get_weather", {"city": "Oslo"}),
+            ],
+            "tool_use",
+        ),
+        Reply([tool_use("toolu_3", "local_weather", {"city": "Atlantis"})], "tool_use"),
+        end_turn("Sunny in Paris."),
+    )
+    await finish(name, await start(runner, "Paris and Oslo?", tools=[local_weather, get_weather]))
+    results = [b for b in fake.bodies()[2]["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert results == [
+        {"type": "tool_result", "tool_use_id": "toolu_3", "content": "ValueError('no such city')", "is_error": True}
+    ], results
+
+
 async def request_shape(name: str, fake: FakeMessagesAPI, runner: AgentRunner) -> None:
     """Record the ``request_shape`` scenario (patch ``request-shape-as-the-sdk``): a stepped run without tools and
     with the fallback-credit beta of its own decides before its tool lookup, and takes an injected message; a run
@@ -1082,6 +1118,7 @@ SCENARIOS: dict[str, Callable[[str, FakeMessagesAPI, AgentRunner], Awaitable[Non
     "what_if": what_if,
     "budget_request": budget_request,
     "budget_policy": budget_policy_scenario,
+    "local_tool": local_tool,
 }
 """Each scenario by the name ``record.py`` takes; ``steered`` is the default."""
 
