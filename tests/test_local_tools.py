@@ -37,7 +37,9 @@ from agent_runner.contract.types import (
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
+from tests.steering_support import delete_file, wait_status
 from tests.test_durability import wait_for, worker_process
+from tests.test_ended_runs import printed_transcript, tool_finished
 from tests.test_mixed_fleet import another_client, handed_back
 
 BASE: dict[str, Any] = {"model": "claude-fake-1", "max_tokens": 256, "thread": False}
@@ -186,6 +188,37 @@ async def test_a_local_call_sends_no_heartbeat_where_a_regular_one_does(is_local
     result = await environment.run(activities.run_local_tool if is_local else activities.run_tool, call)
     assert result == ToolResult(content="did j1")
     assert bool(sent) is not is_local  # how many a regular call sends depends on the clock: at least one
+
+
+@pytest.mark.usefixtures("temporal_address")  # the CLI's server
+async def test_an_ended_runs_transcript_holds_its_local_calls_results_read_from_history(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run ended while a call waited for approval, after its local call ran: the conversation it shows ends with
+    that call's result, which only the call's marker holds (read with no worker: ``console/ended.py``)."""
+    tool = weather_tool(local=True)
+    reply = Reply(
+        [tool_use("toolu_P", "weather", {"city": "Paris"}), tool_use("toolu_D", "delete_file", {"path": "/tmp"})],
+        "tool_use",
+    )
+    fake_api.script(reply)
+    async with worker(tool, delete_file):
+        run = await runner.start(
+            **BASE, messages=[USER], tools=[tool, delete_file], approval={"tools": ["delete_file"]}
+        )
+        await wait_status(run, "waiting_for_approval")
+        await tool_finished(run, "toolu_P")
+    await run.terminate("runaway")
+    printed, note = await printed_transcript(runner, run, capsys)
+    assert printed == [
+        USER,
+        {"role": "assistant", "content": reply.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_P", "content": "sunny in Paris"}]},
+    ]
+    assert note == (
+        f"note: run {run.id} ended (terminated) before these tool calls completed: delete_file (toolu_D). The "
+        "conversation ends with the results of those that did.\n"
+    )
 
 
 GATE = threading.Event()

@@ -345,6 +345,8 @@ class ToolCalls:
                 result_type=ToolResult,
                 start_to_close_timeout=options.start_to_close_timeout + TOOL_TIMEOUT_GRACE,
                 retry_policy=dataclasses.replace(retry_policy(options), non_retryable_error_types=NOT_HERE),
+                # The marker holds the result, not the input: its id says which call it answers (console/ended.py).
+                activity_id=call.tool_use_id,
                 summary=f"turn {call.iteration} · {spec.name}",
             )
         except ApplicationError as e:  # a local activity's failure is its last attempt's own error

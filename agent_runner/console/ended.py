@@ -72,6 +72,7 @@ from agent_runner.contract.types import (
     DESCRIBE_TOOLS_ACTIVITY,
     LAST_STATUS_DETAIL,
     PROCESS_RESULTS_ACTIVITY,
+    RUN_LOCAL_TOOL_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     RunResult,
     RunStatus,
@@ -300,11 +301,17 @@ async def _read(converter: DataConverter, event: HistoryEvent, reading: _Reading
                 reading.log[-1].budget_answers.append((request_id, limits if isinstance(limits, dict) else None))
     elif event.HasField("marker_recorded_event_attributes"):
         marker = event.marker_recorded_event_attributes
-        # Runs begun since the umbrella patch look their tools up in a local activity (``workflows/tool_lookup.py``).
+        # Runs begun since the umbrella patch look their tools up in a local activity (``workflows/tool_lookup.py``),
+        # and call a ``local`` tool in one, whose id is the call's ``tool_use_id`` (``workflows/tool_calls.py``).
         if marker.marker_name == LOCAL_ACTIVITY_MARKER and "result" in marker.details:
             data = await _payload(converter, marker.details["data"]) if "data" in marker.details else None
             if isinstance(data, dict) and data.get("activity_type") == DESCRIBE_TOOLS_ACTIVITY:
                 _described(reading, await _payload(converter, marker.details["result"]))
+            elif isinstance(data, dict) and data.get("activity_type") == RUN_LOCAL_TOOL_ACTIVITY:
+                tool_use_id = str(data.get("activity_id"))
+                block = _tool_result(tool_use_id, await _payload(converter, marker.details["result"]))
+                if block is not None:
+                    reading.results[tool_use_id] = block
     elif event.HasField("child_workflow_execution_completed_event_attributes"):
         child = event.child_workflow_execution_completed_event_attributes
         outcome = await _payload(converter, child.result)
