@@ -12,6 +12,8 @@ Everything runs on one embedded Temporal server (sqlite, WAL, tuned dispatch), o
   every request with a ``tool_use`` after ``--latency`` seconds.
 * ``agent-runner-backpressure/P``: the same with ``--backpressure``: new calls start only while the process keeps
   up (``agent_runner/backpressure.py``) instead of a fixed ``--max-concurrent-activities``.
+* ``agent-runner-local/P``: ``agent-runner`` with ``--tools bench._load_local``: ``ping`` registered with
+  ``tool_options(local=True)``, each call a local activity on the run's own worker.
 
 Workers of each mode are started fresh, warmed up with one run, then the N runs are started at once. Columns: wall
 time from the first start to the last result; iterations per second; that ÷ the floor's with the same process
@@ -229,7 +231,7 @@ async def run_mode(
                     sys.executable,
                     str(repository() / "worker.py"),
                     "--tools",
-                    "bench.load",
+                    "bench._load_local" if mode == "agent-runner-local" else "bench.load",
                     "--task-queue",
                     task_queue,
                     "--processes",
@@ -385,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="floor,agent-runner",
-        help="modes: floor, agent-runner, agent-runner-backpressure (default floor,agent-runner)",
+        help="modes: floor, agent-runner, agent-runner-backpressure, agent-runner-local (default floor,agent-runner)",
     )
     parser.add_argument(
         "--worker-arg",
