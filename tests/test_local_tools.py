@@ -35,7 +35,7 @@ from agent_runner.contract.types import (
     ToolResult,
 )
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
-from agent_runner.worker import build_worker
+from agent_runner.worker import WorkerTuning, build_worker
 from tests.conftest import WorkerFactory, anthropic_client_factory, scheduled_activities
 from tests.steering_support import delete_file, wait_status
 from tests.test_durability import wait_for, worker_process
@@ -297,7 +297,9 @@ async def test_a_local_call_on_a_worker_that_lacks_the_tool_goes_through_the_que
     """A rolling upgrade: the run's worker lacks the tool, which another worker of its queue has."""
     tool = weather_tool(local=True)
     fake_api.script(asks("weather", city="Paris"), end_turn("Done."))
-    async with worker():  # alone when the run starts, so the run is its own (its tasks come back to it)
+    # Alone when the run starts, so the run is its own: its sticky cache brings the run's tasks back to it (a cache
+    # even under AGENT_RUNNER_TEST_UNCACHED, which would send them to either worker).
+    async with worker(tuning=WorkerTuning()):
         run = await runner.start(**BASE, messages=[USER], tools=["weather"])
         await handed_back(run, DESCRIBE_TOOLS_ACTIVITY)  # it lacks the tool: the lookup went round the queue
         claude = ClaudeActivities(anthropic_client_factory(fake_api))
