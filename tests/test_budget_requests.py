@@ -175,6 +175,26 @@ async def test_a_stop_while_the_run_asks_ends_it_stopped(
     assert len(fake_api.requests) == 4
 
 
+async def test_a_retry_while_the_run_asks_is_refused_and_the_request_still_waits(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
+) -> None:
+    """A retry would end the request's wait and so the run, its budget spent: it is refused with what to do."""
+    fake_api.script(call(1), call(2), call(3), summary(), end_turn("All five are sunny."))
+    async with worker(get_weather):
+        run = await runner.start(**BASE, tools=[get_weather], budget=ASK)
+        await wait_status(run, "waiting_for_approval", iterations=4)
+        with pytest.raises(EditRejected) as refused:
+            await run.retry()
+        assert [p.tool_use_id for p in await run.pending_approvals()] == ["budget_1"]
+        await run.approve("budget_1", input={"max_output_tokens": 100})
+        result = await run.result()
+    assert str(refused.value) == (
+        "retry_turn was refused: The run waits for more budget (budget_1), and a retry would spend more: approve "
+        "budget_1 with new limits, then retry; or deny it to end the run."
+    )
+    assert (result.status, len(fake_api.requests)) == ("completed", 5)
+
+
 @pytest.mark.parametrize(
     ("limits", "refusal"),
     [

@@ -579,6 +579,12 @@ class AgentRun:
         check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
+        if (request := self._approvals.budget_waiting()) is not None:
+            # A retry stops the request's wait (``abandoned``), which would end the run with its budget spent.
+            raise ValueError(
+                f"The run waits for more budget ({request}), and a retry would spend more: approve {request} with new "
+                "limits, then retry; or deny it to end the run."
+            )
         check_first_in_line(edit.expected_version, self._state.queue, "retry")
 
     @workflow.update(name=REPLACE_HISTORY_UPDATE)
