@@ -579,7 +579,8 @@ class AgentRun:
         check_version(edit.expected_version, self._state.version)
         if not self._state.replies:
             raise ValueError("There is no reply to retry yet.")
-        if (request := self._approvals.budget_waiting()) is not None:
+        request = self._budget_requests.waiting
+        if request is not None and request not in self._approvals.decisions:
             # A retry stops the request's wait (``abandoned``), which would end the run with its budget spent.
             raise ValueError(
                 f"The run waits for more budget ({request}), and a retry would spend more: approve {request} with new "

@@ -17,7 +17,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agent_runner.contract import events
-    from agent_runner.contract.budget import BUDGET_APPROVAL
     from agent_runner.contract.steering import Advance, ApproveTool, DenyTool, PendingApproval
     from agent_runner.contract.types import (
         CHECK_TOOL_INPUT_ACTIVITY,
@@ -55,10 +54,6 @@ class Approvals:
     def waiting(self) -> list[dict[str, Any]]:
         """The calls still waiting for a decision (``pending_approvals``)."""
         return [p.model_dump() for p in self.pending.values() if p.tool_use_id not in self.decisions]
-
-    def budget_waiting(self) -> str | None:
-        """The id of the request for more budget that waits for a person (``budget_requests.py``), if one does."""
-        return next((t for t, p in self.pending.items() if p.name == BUDGET_APPROVAL and t not in self.decisions), None)
 
     def check_waiting(self, tool_use_id: str) -> None:
         """Refuse a decision for a call that does not wait (any more), naming the ones that do."""
