@@ -6,7 +6,9 @@ by `FAST_SERVER_ARGS`) and our wire-compatible fake of Claude's API, with the re
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 import os
 import re
@@ -67,13 +69,45 @@ def guarantee_test_files() -> list[str]:
     return files
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the fault matrix: every test in a file the README's Guarantees table names (``-m fault_matrix``)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the fault matrix: every test in a file the README's Guarantees table names (``-m fault_matrix``); bound
+    each async test inside the event loop (``bounded``)."""
     root = Path(__file__).resolve().parents[1]
     matrix = set(guarantee_test_files())
     for item in items:
         if item.path.resolve().relative_to(root).as_posix() in matrix:
             item.add_marker(pytest.mark.fault_matrix)
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            marker = item.get_closest_marker("timeout")
+            seconds = float(marker.args[0] if marker and marker.args else config.getini("timeout"))
+            if seconds > BOUND_MARGIN:  # 0: no limit
+                item.obj = bounded(item.obj, seconds - BOUND_MARGIN)
+
+
+BOUND_MARGIN = 15.0
+"""How long before pytest-timeout's own limit an async test is cancelled: time for its workers to stop."""
+
+
+def bounded(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:
+    """``test`` cancelled after ``seconds``, inside the session's event loop.
+
+    pytest-timeout's signal fires in the loop's ``select``, outside the test's task: the test fails but its task stays
+    suspended on the session's loop, and the workers it started keep polling and calling the shared fake API while the
+    next tests run (a timed-out test once failed three others so). Cancelled instead, the test leaves through its
+    ``async with`` blocks, which stop them.
+    """
+
+    @functools.wraps(test)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            async with asyncio.timeout(seconds) as limit:
+                return await test(*args, **kwargs)
+        except TimeoutError:
+            if limit.expired():
+                pytest.fail(f"the test ran past {seconds:.0f} s: it was cancelled where the traceback shows")
+            raise
+
+    return run
 
 
 def pytest_configure(config: pytest.Config) -> None:
