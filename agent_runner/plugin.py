@@ -32,6 +32,7 @@ from agent_runner.activities.budget_policies import BudgetPolicyActivities
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.hooks import HookActivities
 from agent_runner.activities.no_mcp import list_mcp_tools_elsewhere
+from agent_runner.activities.not_served import not_served
 from agent_runner.activities.subagents import child_usage
 from agent_runner.activities.tools import Registrable, ToolActivities, ToolRegistry
 from agent_runner.activities.toolsets import ToolsetActivities
@@ -151,6 +152,8 @@ class AgentRunnerPlugin(SimplePlugin):
             activities += [mcp_activities.list_mcp_tools, mcp_activities.call_mcp_tool]
         else:
             activities.append(list_mcp_tools_elsewhere)
+        if set(serve) != set(WORKER_ROLES):
+            activities.append(not_served(serve))  # the tasks of roles it does not serve, handed back
         self._mcp = mcp_activities
         self.registry = registry
         """The tools this plugin's workers run."""

@@ -236,7 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--serve",
         default=",".join(WORKER_ROLES),
-        help="what to run, comma-separated: workflows, model, tools (default: all three)",
+        help=(
+            "what to run, comma-separated: workflows, model, tools (default: all three); every worker of a queue "
+            "should serve the same roles"
+        ),
     )
     parser.add_argument(
         "--model-task-queue",

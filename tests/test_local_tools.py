@@ -267,25 +267,36 @@ async def test_queries_and_updates_wait_for_a_running_local_call(
 
 
 async def test_a_local_call_on_a_worker_that_serves_no_tools_goes_through_the_queue_to_one_that_does(
-    client: Client, runner: AgentRunner, fake_api: FakeMessagesAPI
+    client: Client, runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI
 ) -> None:
+    """The run's worker serves no tools: it refuses the local call, and hands back the regular one it is offered.
+
+    Which worker of a queue gets a task is Temporal's choice, so the worker with the tool starts once the call was
+    handed back, after the one without tools stopped (a fleet moving from one to the other).
+    """
     tool = weather_tool(local=True)
     fake_api.script(asks("weather", city="Paris"), end_turn("Done."))
     claude = ClaudeActivities(anthropic_client_factory(fake_api))
-    # The first worker runs the run (and looks its tools up); the second runs tool calls only.
-    first = build_worker(
+    no_tools = build_worker(
         client, registry=ToolRegistry([tool]), task_queue=runner.task_queue, claude=claude, serve=("workflows", "model")
     )
-    second = build_worker(
-        await another_client(client), registry=ToolRegistry([tool]), task_queue=runner.task_queue, serve=("tools",)
+    async with no_tools:
+        run = await runner.start(**BASE, messages=[USER], tools=["weather"])
+        await handed_back(run, RUN_TOOL_ACTIVITY)
+        (pending,) = (await run.handle.describe()).raw_description.pending_activities
+    assert pending.last_failure.message == (
+        f"This worker does not have what {RUN_TOOL_ACTIVITY} (it serves workflows,model) needs: it handed it back to "
+        f"task queue {runner.task_queue!r}, for a worker that has (attempt {pending.attempt - 1} of 10)."
     )
-    async with first, second:
-        result, history = await run_once(runner, "weather")
+    assert CALLS == []
+    async with worker(tool):
+        result = await run.result()
     assert result.status == "completed"
     assert CALLS == ["Paris"]
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny in Paris"}
     ]
+    history = await run.handle.fetch_history()
     # The lookup's marker, the local attempt's (it failed at once), then one activity through the queue.
     assert markers(history) == 2
     assert len(scheduled_activities(history, RUN_TOOL_ACTIVITY)) == 1

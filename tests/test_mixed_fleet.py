@@ -10,17 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
+import pytest
+from temporalio import activity
 from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import ToolRegistry
 from agent_runner.client import AgentRunner, Run
-from agent_runner.contract.types import DESCRIBE_TOOLS_ACTIVITY, RUN_TOOL_ACTIVITY
+from agent_runner.contract.types import (
+    CREATE_MESSAGE_ACTIVITY,
+    DESCRIBE_TOOLS_ACTIVITY,
+    NOT_SERVED_ERROR,
+    RUN_TOOL_ACTIVITY,
+    TOOLS_NOT_HERE_ERROR,
+)
+from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import build_worker
 from tests.conftest import WorkerFactory, anthropic_client_factory
@@ -123,3 +137,46 @@ async def test_a_call_that_meets_a_worker_without_its_tool_runs_once_on_one_that
     assert fake_api.bodies()[1]["messages"][-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "launched b"}
     ]
+
+
+@pytest.mark.parametrize("activity_type", [CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY])
+async def test_a_task_of_a_role_a_worker_does_not_serve_is_handed_back_and_its_last_attempt_says_what_to_start(
+    activity_type: str,
+) -> None:
+    """A queue's task may reach any worker polling it: one split by role hands back what it does not run."""
+    (not_served,) = [
+        fn
+        for fn in AgentRunnerPlugin(serve=("tools",)).activities
+        if activity._Definition.must_from_callable(fn).name is None  # the worker's dynamic activity
+    ]
+    environment = ActivityEnvironment()
+    info = dataclasses.replace(
+        environment.info, activity_type=activity_type, task_queue="runs", retry_policy=RetryPolicy(maximum_attempts=3)
+    )
+    environment.info = dataclasses.replace(info, attempt=2)
+    with pytest.raises(ApplicationError) as handed:
+        await environment.run(not_served, [])
+    assert (handed.value.message, handed.value.type, handed.value.non_retryable, handed.value.next_retry_delay) == (
+        f"This worker does not have what {activity_type} (it serves tools) needs: it handed it back to task queue "
+        "'runs', for a worker that has (attempt 2 of 3).",
+        TOOLS_NOT_HERE_ERROR,
+        False,
+        timedelta(seconds=1),
+    )
+    environment.info = dataclasses.replace(info, attempt=3)
+    with pytest.raises(ApplicationError) as last:
+        await environment.run(not_served, [])
+    assert (last.value.message, last.value.type, last.value.non_retryable) == (
+        f"{activity_type} reached its last attempt on a worker of task queue 'runs' that does not run it (it serves "
+        "tools): start a worker that serves all of its roles on that queue (python worker.py, or --serve "
+        "workflows,model,tools), or give model calls and tools queues of their own (--model-task-queue, "
+        "tool_options(task_queue=...)) so each queue's workers run the same activities.",
+        NOT_SERVED_ERROR,
+        True,
+    )
+
+
+def test_a_worker_that_serves_every_role_has_no_dynamic_activity_of_its_own() -> None:
+    """The dynamic activity is the role-split worker's: one embedding the plugin with every role keeps its own."""
+    names = [activity._Definition.must_from_callable(fn).name for fn in AgentRunnerPlugin().activities]
+    assert None not in names

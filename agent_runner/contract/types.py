@@ -244,6 +244,11 @@ TOOLS_NOT_HERE_ERROR = "ToolsNotRegisteredHere"
 another worker of the queue may have (retryable, benign)."""
 
 
+NOT_SERVED_ERROR = "ActivityNotServedHere"
+"""The ``ApplicationError.type`` of an activity whose last attempt reached a worker that does not serve its role
+(non-retryable: ``activities/not_served.py``)."""
+
+
 class DescribeToolsOutput(BaseModel):
     """The registered tools, in the order asked, and the names no worker registered."""
 
