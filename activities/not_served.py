@@ -5,7 +5,8 @@ role on one queue (``--serve workflows,model`` beside ``--serve tools``) therefo
 without tools, and some model calls or lookups to one with tools only. Left unregistered there, each such task fails
 with the SDK's ``NotFoundError`` and waits out its retry policy's growing backoff (a minute after five misses).
 Registered here as the worker's dynamic activity, each is handed back (``activities/tools.py``: ``hand_back``) and
-offered again a second later, and its last attempt fails saying what to start. The queue may well offer it to the same
+offered again a second later, and its last attempt fails saying what to start (one of unlimited attempts is handed
+back until a worker that serves it takes it). The queue may well offer it to the same
 worker again (the tests saw four misses in a row), so this is a safety net, not a deployment: every worker polling a
 queue should serve the same roles, and roles split onto queues of their own (``--model-task-queue``,
 ``tool_options(task_queue=...)``).
@@ -34,7 +35,9 @@ def not_served(serve: Collection[str]) -> Callable[[Sequence[RawValue]], Any]:
     @activity.defn(dynamic=True)
     async def hand_back_what_is_not_served(_: Sequence[RawValue]) -> NoReturn:
         info = activity.info()
-        hand_back(f"{info.activity_type} (it serves {roles})")  # unless this is the last attempt
+        # Unless this is the last attempt. An activity of unlimited attempts waits for a worker that serves it, as it
+        # would in a queue no worker polled, its last failure saying why (the run's status shows it).
+        hand_back(f"{info.activity_type} (it serves {roles})", unlimited=None)
         logger.warning(
             "Activity %s of workflow %s reached its last attempt (%d) on a worker that serves %s on task queue %s",
             info.activity_type,

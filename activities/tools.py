@@ -655,23 +655,27 @@ HAND_BACK_DELAY = timedelta(seconds=1)
 """How soon work a worker handed back for lack of a tool is offered again (the retry policy's backoff is longer)."""
 
 
-def hand_back(what: str) -> None:
+def hand_back(what: str, *, unlimited: int | None = 10) -> None:
     """Hand ``what`` back to the queue, for a worker that has the tools this one lacks; unless it is the last attempt.
 
     A retry goes through the queue (only a first attempt may run on the workflow's own worker), so a mixed fleet's
     worker that has the tools gets it within a few attempts. On the last attempt this returns: the caller answers
     with what is missing, as a fleet where no worker has them must.
+
+    Args:
+        what: What is handed back, for the message.
+        unlimited: The attempts an activity with unlimited attempts is given; ``None``: every one is handed back.
     """
     info = activity.info()
     policy = info.retry_policy
-    # Unlimited attempts hand back 10 times: a tool no worker has must not keep a run waiting for ever.
-    last = (policy.maximum_attempts or 10) if policy is not None else 1
-    if info.attempt >= last:
+    # Unlimited attempts hand back 10 times by default: a tool no worker has must not keep a run waiting for ever.
+    last = (policy.maximum_attempts or unlimited) if policy is not None else 1
+    if last is not None and info.attempt >= last:
         return
     logger.info("This worker lacks what %s needs: handed back to task queue %s", what, info.task_queue)
     raise ApplicationError(
         f"This worker does not have what {what} needs: it handed it back to task queue {info.task_queue!r}, for a "
-        f"worker that has (attempt {info.attempt} of {last}).",
+        f"worker that has (attempt {info.attempt} of {last or 'unlimited'}).",
         type=TOOLS_NOT_HERE_ERROR,
         next_retry_delay=HAND_BACK_DELAY,
         category=ApplicationErrorCategory.BENIGN,  # the SDK logs it at DEBUG, with no traceback

@@ -139,16 +139,22 @@ async def test_a_call_that_meets_a_worker_without_its_tool_runs_once_on_one_that
     ]
 
 
+def dynamic_activity(serve: tuple[str, ...]) -> Any:
+    """The dynamic activity a worker serving ``serve`` registers (the SDK's definition has no name)."""
+    (dynamic,) = [fn for fn in AgentRunnerPlugin(serve=serve).activities if not _name(fn)]
+    return dynamic
+
+
+def _name(fn: Any) -> str | None:
+    return activity._Definition.must_from_callable(fn).name
+
+
 @pytest.mark.parametrize("activity_type", [CREATE_MESSAGE_ACTIVITY, RUN_TOOL_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY])
 async def test_a_task_of_a_role_a_worker_does_not_serve_is_handed_back_and_its_last_attempt_says_what_to_start(
     activity_type: str,
 ) -> None:
     """A queue's task may reach any worker polling it: one split by role hands back what it does not run."""
-    (not_served,) = [
-        fn
-        for fn in AgentRunnerPlugin(serve=("tools",)).activities
-        if activity._Definition.must_from_callable(fn).name is None  # the worker's dynamic activity
-    ]
+    not_served = dynamic_activity(("tools",))
     environment = ActivityEnvironment()
     info = dataclasses.replace(
         environment.info, activity_type=activity_type, task_queue="runs", retry_policy=RetryPolicy(maximum_attempts=3)
@@ -178,5 +184,25 @@ async def test_a_task_of_a_role_a_worker_does_not_serve_is_handed_back_and_its_l
 
 def test_a_worker_that_serves_every_role_has_no_dynamic_activity_of_its_own() -> None:
     """The dynamic activity is the role-split worker's: one embedding the plugin with every role keeps its own."""
-    names = [activity._Definition.must_from_callable(fn).name for fn in AgentRunnerPlugin().activities]
-    assert None not in names
+    assert all(_name(fn) for fn in AgentRunnerPlugin().activities)
+
+
+async def test_a_task_of_unlimited_attempts_a_worker_does_not_serve_is_handed_back_every_time() -> None:
+    """It waits for a worker that serves it, as in a queue no worker polls, rather than fail its run."""
+    not_served = dynamic_activity(("workflows",))
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(
+        environment.info,
+        activity_type=CREATE_MESSAGE_ACTIVITY,
+        task_queue="runs",
+        retry_policy=RetryPolicy(maximum_attempts=0),
+        attempt=25,
+    )
+    with pytest.raises(ApplicationError) as handed:
+        await environment.run(not_served, [])
+    assert (handed.value.message, handed.value.type, handed.value.non_retryable) == (
+        f"This worker does not have what {CREATE_MESSAGE_ACTIVITY} (it serves workflows) needs: it handed it back to "
+        "task queue 'runs', for a worker that has (attempt 25 of unlimited).",
+        TOOLS_NOT_HERE_ERROR,
+        False,
+    )

@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent_runner.contract.errors import validation_summary
 from agent_runner.contract.types import Usage
 
 BUDGET_APPROVAL = "budget"
@@ -161,8 +162,8 @@ class Budget(BaseModel):
             raise ValueError(f"Approve a budget request with the new limits as its input, {example}.")
         try:
             budget = self.with_limits(limits)
-        except ValueError as e:
-            problem = _first_error(e)
+        except ValidationError as e:
+            problem = validation_summary(e, whole="limits")
             raise ValueError(f"The new limits are not a budget ({problem}); give budget fields, {example}.") from None
         spent = budget.spent(usage, started, now)
         if spent is not None:
@@ -173,16 +174,6 @@ class Budget(BaseModel):
 def _seconds(duration: timedelta | None) -> str:
     """``duration`` in whole seconds, as ``str(timedelta)`` writes it (``0:05:00``)."""
     return str(timedelta(seconds=int(duration.total_seconds()))) if duration is not None else "0:00:00"
-
-
-def _first_error(error: ValueError) -> str:
-    """The first problem of a pydantic ``ValidationError``, in one line (the whole message for another error)."""
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-    return str(error)
 
 
 class HistoryLimits(BaseModel):
