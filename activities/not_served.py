@@ -5,11 +5,10 @@ role on one queue (``--serve workflows,model`` beside ``--serve tools``) therefo
 without tools, and some model calls or lookups to one with tools only. Left unregistered there, each such task fails
 with the SDK's ``NotFoundError`` and waits out its retry policy's growing backoff (a minute after five misses).
 Registered here as the worker's dynamic activity, each is handed back (``activities/tools.py``: ``hand_back``) and
-offered again a second later, and its last attempt fails saying what to start (one of unlimited attempts is handed
-back until a worker that serves it takes it). The queue may well offer it to the same
-worker again (the tests saw four misses in a row), so this is a safety net, not a deployment: every worker polling a
-queue should serve the same roles, and roles split onto queues of their own (``--model-task-queue``,
-``tool_options(task_queue=...)``).
+offered again a second later; its last attempt fails saying what to start, and one of unlimited attempts is handed
+back until a worker that serves it takes it. The queue may offer it to the same worker again (the tests saw four
+misses in a row), so this is a safety net, not a deployment: every worker polling a queue should serve the same
+roles, and roles split onto queues of their own (``--model-task-queue``, ``tool_options(task_queue=...)``).
 """
 
 from __future__ import annotations
