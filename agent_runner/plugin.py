@@ -85,7 +85,9 @@ class AgentRunnerPlugin(SimplePlugin):
             toolsets (``activities/toolsets.py``) and agents (``AgentSpec``: a run naming one calls it as a child run).
         registry: A registry built already, instead of ``tools``.
         serve: What the worker runs: ``workflows`` (the loop, plus ``describe_tools`` and result hooks), ``model``
-            (Claude calls), ``tools`` (tool calls). All three by default.
+            (Claude calls), ``tools`` (tool calls). All three by default. Every worker of a queue should serve the
+            same roles; one serving fewer registers a dynamic activity that hands back the others' tasks
+            (``activities/not_served.py``), so the worker can take no dynamic activity of its own.
         claude: The model-call activities; by default one Anthropic client from this process's environment.
         store: Where transcripts and big content live; by default the store ``AGENT_RUNNER_STORE`` names.
         model_task_queue: Tell runs to send their model calls to this queue, which model-only workers poll.
