@@ -211,8 +211,8 @@ async def test_a_retry_while_the_run_asks_is_refused_and_the_request_still_waits
         ),
         (
             {"max_cost_usd": 1},
-            "The new limits are not a budget (limits: Value error, `max_cost_usd` needs `prices` (US dollars per million "
-            'input and output tokens)); give budget fields, for instance {"max_output_tokens": 20000}.',
+            "The new limits are not a budget (limits: Value error, `max_cost_usd` needs `prices` (US dollars per "
+            'million input and output tokens)); give budget fields, for instance {"max_output_tokens": 20000}.',
         ),
     ],
     ids=["no-limits", "still-spent", "unknown-field", "cost-without-prices"],
