@@ -13,7 +13,6 @@ roles, and roles split onto queues of their own (``--model-task-queue``, ``tool_
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
@@ -23,8 +22,6 @@ from temporalio.exceptions import ApplicationError
 
 from agent_runner.activities.tools import hand_back
 from agent_runner.contract.types import NOT_SERVED_ERROR
-
-logger = logging.getLogger(__name__)
 
 
 def not_served(serve: Collection[str]) -> Callable[[Sequence[RawValue]], Any]:
@@ -37,14 +34,7 @@ def not_served(serve: Collection[str]) -> Callable[[Sequence[RawValue]], Any]:
         # Unless this is the last attempt. An activity of unlimited attempts waits for a worker that serves it, as it
         # would in a queue no worker polled, its last failure saying why (the run's status shows it).
         hand_back(f"{info.activity_type} (it serves {roles})", unlimited=None)
-        logger.warning(
-            "Activity %s of workflow %s reached its last attempt (%d) on a worker that serves %s on task queue %s",
-            info.activity_type,
-            info.workflow_id,
-            info.attempt,
-            roles,
-            info.task_queue,
-        )
+        # No log line of its own: the SDK logs the failure, with the activity, workflow and attempt.
         raise ApplicationError(
             f"{info.activity_type} reached its last attempt on a worker of task queue {info.task_queue!r} that does "
             f"not run it (it serves {roles}): start a worker that serves all of its roles on that queue "
