@@ -43,6 +43,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -74,6 +75,7 @@ __all__ = [
     "connect_client",
     "default_db_path",
     "find_temporal_binary",
+    "free_port",
     "keep_embedded_server",
     "state_dir",
 ]
@@ -105,6 +107,11 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL_LINES = 30
 
+_ERROR_LINE = re.compile(r"level=error|\"level\":\"error\"|^panic:|^fatal error:|^Error:", re.IGNORECASE)
+_ERROR_LINES = 5
+_ADDRESS_IN_USE = "address already in use"
+_ADDRESS_ATTEMPTS = 3
+
 # Timeout for deciding whether whatever listens on the default port is a Temporal
 # server: a silent listener would otherwise make Client.connect hang for 30 s.
 _PROBE_TIMEOUT = 5.0
@@ -117,6 +124,10 @@ class TemporalBinaryNotFound(RuntimeError):
 
 class TemporalServerError(RuntimeError):
     """The embedded Temporal server failed to start or exited unexpectedly."""
+
+
+class _AddressTaken(TemporalServerError):
+    """The server exited at start because an address it bound was in use (worth starting again)."""
 
 
 class TemporalDatabaseInUse(TemporalServerError):
@@ -179,12 +190,33 @@ def default_db_path() -> Path:
     return state_dir() / "temporal.db"
 
 
-def _free_port() -> int:
-    # Binding port 0 lets the kernel pick; the tiny window before the server
-    # binds it is an accepted race for a local dev server.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
-        return int(sock.getsockname()[1])
+def free_port(host: str = LOCALHOST) -> int:
+    """A TCP port on ``host`` that nothing listens on, kept from the kernel's automatic choices for about a minute.
+
+    A port that was merely bound and closed goes straight back to the pool the kernel picks from, so another
+    process's ``bind(0)`` or outgoing connection (or the dev server's own internal listeners, which bind port 0)
+    can take it before its new owner binds it. Like the ``temporal`` CLI's own free-port helper, this leaves a
+    connection to the port in TIME_WAIT on the listening side: Linux then skips the port for automatic choices
+    (for 60 s), while a server binding it with ``SO_REUSEADDR`` (Go, asyncio, Rust, postgres all do) still can.
+
+    Args:
+        host: Local address the port is for.
+
+    Returns:
+        The port number.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        # Without it the TIME_WAIT socket would block the new owner's bind too: both sides need the flag.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, 0))
+        listener.listen(1)
+        port = int(listener.getsockname()[1])
+        with socket.create_connection((host, port)) as client:
+            accepted, _ = listener.accept()
+            # The side that closes first holds TIME_WAIT: it must be the accepted socket, which owns the port.
+            accepted.close()
+            client.recv(1)  # wait for the FIN, so the accepted side's close completed before ours
+    return port
 
 
 def _port_is_free(port: int) -> bool:
@@ -286,7 +318,7 @@ class EmbeddedTemporal:
     ) -> None:
         self.db_filename = Path(db_filename if db_filename is not None else default_db_path())
         self.db_filename = self.db_filename.expanduser().absolute()
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.ui = ui
         self.ui_port: int | None = None
         if ui:
@@ -295,7 +327,7 @@ class EmbeddedTemporal:
             elif self.port + 1000 <= 65535 and _port_is_free(self.port + 1000):
                 self.ui_port = self.port + 1000
             else:
-                self.ui_port = _free_port()
+                self.ui_port = free_port()
         self.namespace = namespace
         self.extra_args = list(extra_args)
         self.search_attributes = dict(search_attributes or {})
@@ -443,8 +475,13 @@ class EmbeddedTemporal:
         return _tail(self.log_file, self._log_offset, lines)
 
     def _startup_failure(self, reason: str) -> TemporalServerError:
-        tail = self.log_tail()
-        return TemporalServerError(f"Temporal dev server {reason} (log: {self.log_file}); last lines:\n{tail}")
+        # A Go panic's stack fills the tail; the error the server logged before it says what went wrong.
+        since_start = _tail(self.log_file, self._log_offset, lines=10_000).splitlines()
+        errors = [line for line in since_start if _ERROR_LINE.search(line)][:_ERROR_LINES]
+        shown = f"errors it logged:\n{chr(10).join(errors)}\n" if errors else ""
+        return TemporalServerError(
+            f"Temporal dev server {reason} (log: {self.log_file}); {shown}last lines:\n{self.log_tail()}"
+        )
 
     def _check_alive(self) -> None:
         assert self._proc is not None
@@ -453,6 +490,8 @@ class EmbeddedTemporal:
             err = self._startup_failure(f"exited with code {code} during startup")
             self._proc = None
             self._release_lock()
+            if _ADDRESS_IN_USE in str(err):
+                raise _AddressTaken(str(err))
             raise err
 
     def start(self, timeout: float = START_TIMEOUT) -> EmbeddedTemporal:
@@ -469,14 +508,9 @@ class EmbeddedTemporal:
             TemporalServerError: The port is taken, the process exited, or it
                 was not ready in time; the message includes the log tail.
         """
-        self._launch()
-        try:
-            # The health check is async; run it on a loop of its own, so start() also works under a running loop.
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                pool.submit(asyncio.run, self._wait_until_serving(time.monotonic() + timeout, timeout)).result()
-        except BaseException:
-            self.kill()
-            raise
+        # The health check is async; run it on a loop of its own, so start() also works under a running loop.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, self.astart(timeout)).result()
         return self
 
     async def astart(self, timeout: float = START_TIMEOUT) -> EmbeddedTemporal:
@@ -492,13 +526,22 @@ class EmbeddedTemporal:
             TemporalDatabaseInUse: Another server holds the database file.
             TemporalServerError: As for :meth:`start`.
         """
-        self._launch()
-        try:
-            await self._wait_until_serving(time.monotonic() + timeout, timeout)
-        except BaseException:
-            self.kill()
-            raise
-        return self
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, _ADDRESS_ATTEMPTS + 1):
+            self._launch()
+            try:
+                await self._wait_until_serving(deadline, timeout)
+                return self
+            except _AddressTaken as exc:
+                # One of the ports the server picks for itself at start (its HTTP API, metrics, internal services,
+                # membership) was taken between its choice and its bind by another process: choosing again works.
+                if attempt == _ADDRESS_ATTEMPTS:
+                    raise TemporalServerError(str(exc)) from None
+                logger.warning("Temporal dev server lost a port race at start (attempt %d); starting it again", attempt)
+            except BaseException:
+                self.kill()
+                raise
+        raise AssertionError("unreachable")
 
     async def _wait_until_serving(self, deadline: float, timeout: float) -> None:
         while True:

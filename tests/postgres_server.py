@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from agent_runner.temporal_server import free_port
 
 SKIP_ENV = "AGENT_RUNNER_SKIP_POSTGRES"
 DATABASE = "agent_runner_test"
@@ -42,13 +43,6 @@ def postgres_bindir() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextmanager
 def postgres_cluster() -> Iterator[str]:
     """A running cluster with one empty database; yields ``postgresql://postgres@127.0.0.1:PORT/agent_runner_test``."""
@@ -64,7 +58,7 @@ def postgres_cluster() -> Iterator[str]:
         # initdb and postgres refuse to run as root: the cluster belongs to the package's `postgres` user.
         shutil.chown(root, user="postgres", group="postgres")
         as_owner = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    port = free_port()
     started = False
     try:
         _run([*as_owner, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",

@@ -49,6 +49,7 @@ from agent_runner.contract.types import RunResult, RunStatus, Usage
 from agent_runner.dev import ScriptedClaude
 from agent_runner.example_tools import get_time as example_get_time
 from agent_runner.example_tools import get_weather as example_get_weather
+from agent_runner.temporal_server import free_port
 from agent_runner.testing import FakeMessagesAPI, Reply, bad_request, end_turn, text, thinking, tool_use
 from tests.conftest import IMPORTS_ANTHROPIC, WorkerFactory
 from tests.steering_support import CALLS, GATE, BrokenWorkers, delete_file, gated, wait_status
@@ -1359,14 +1360,6 @@ class TestScriptedClaude:
         assert (reply.stop_reason, reply.content) == ("end_turn", [text(answer)])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _dev_env(home: Path, **extra: str) -> dict[str, str]:
     """No key, no configured Temporal (not even a profile), the dev stack's files in ``home``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TEMPORAL_"))}
@@ -1397,7 +1390,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.timeout(240)
 def test_dev_detach_starts_the_embedded_server_and_stop_leaves_nothing(tmp_path: Path) -> None:
     """`dev --detach` returns once ready and is reused when run again; `--stop` ends it, its server included."""
-    port = _free_port()
+    port = free_port()
     env = _dev_env(tmp_path)
     try:
         started = _cli(env, "dev", "--detach", "--port", str(port))

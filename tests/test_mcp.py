@@ -35,6 +35,7 @@ from agent_runner.contract.run_input import parse_run_input
 from agent_runner.contract.types import CALL_MCP_TOOL_ACTIVITY, LIST_MCP_TOOLS_ACTIVITY
 from agent_runner.mcp_config import McpConfig, load_mcp_config, parse_mcp_config
 from agent_runner.plugin import AgentRunnerPlugin
+from agent_runner.temporal_server import free_port
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from agent_runner.worker import build_worker
 from agent_runner.workflows import mcp as mcp_workflows
@@ -185,13 +186,6 @@ async def test_the_list_a_run_sees_is_pinned_when_it_starts(
     history = await client.get_workflow_handle(run.id).fetch_history()
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_a_streamable_http_server_gets_its_token_as_a_header_from_the_workers_configuration(

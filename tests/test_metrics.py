@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import aiohttp
@@ -12,15 +11,10 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from agent_runner.client import AgentRunner
+from agent_runner.temporal_server import free_port
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, tool_use
 from tests.conftest import fake_claude_worker
 from tests.tools_for_tests import fail_disk, get_weather
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_iterations_tokens_and_tool_calls_appear_on_the_prometheus_endpoint(

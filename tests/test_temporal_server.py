@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 import select
 import signal
@@ -29,6 +31,7 @@ from agent_runner.temporal_server import (
     connect_client,
     default_db_path,
     find_temporal_binary,
+    free_port,
     keep_embedded_server,
 )
 
@@ -206,6 +209,70 @@ def test_startup_failure_reports_log_tail(tmp_path: Path) -> None:
     # The failed attempt released the database lock.
     with EmbeddedTemporal(tmp_path / "t.db") as ok:
         assert ok.running
+
+
+def test_a_free_port_is_kept_from_automatic_choices_but_not_from_a_server_binding_it() -> None:
+    port = free_port()
+    # Its TIME_WAIT connection refuses a bind without SO_REUSEADDR, as the kernel's own choices (bind to port 0,
+    # an outgoing connection's port) skip it: another process cannot take it before its owner binds it.
+    with socket.socket() as plain, pytest.raises(OSError) as taken:
+        plain.bind(("127.0.0.1", port))
+    assert taken.value.errno == errno.EADDRINUSE
+    with socket.socket() as server:  # servers (Go, asyncio, Rust, postgres) set SO_REUSEADDR
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+
+class _OnWarning(logging.Handler):
+    def __init__(self, action: Callable[[], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.action, self.messages = action, list[str]()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.action()
+
+
+def _errors_logged(message: str) -> str:
+    return message.partition("errors it logged:\n")[2].partition("\nlast lines:")[0]
+
+
+@pytest.mark.parametrize("freed", [True, False], ids=["freed-after-the-first-attempt", "kept-taken"])
+def test_a_server_that_lost_a_port_at_start_starts_again_and_says_why_when_it_cannot(
+    tmp_path: Path, freed: bool
+) -> None:
+    """A port the server chose for itself and found taken (here its HTTP API's) is worth another start, twice."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    busy = holder.getsockname()[1]
+    warned = _OnWarning(holder.close if freed else lambda: None)
+    logging.getLogger("agent_runner.temporal_server").addHandler(warned)
+    srv = EmbeddedTemporal(tmp_path / "t.db", extra_args=["--http-port", str(busy)])
+    try:
+        if freed:
+            srv.start()
+            assert srv.running
+            assert warned.messages == ["Temporal dev server lost a port race at start (attempt 1); starting it again"]
+            return
+        with pytest.raises(TemporalServerError) as info:
+            srv.start()
+        message = str(info.value)
+        assert message.startswith("Temporal dev server exited with code 1 during startup")
+        assert _errors_logged(message) == (
+            f"Error: can't set frontend HTTP port {busy}: listen tcp 127.0.0.1:{busy}: bind: address already in use"
+        )
+        assert warned.messages == [
+            f"Temporal dev server lost a port race at start (attempt {n}); starting it again" for n in (1, 2)
+        ]
+        assert not srv.running
+        with EmbeddedTemporal(tmp_path / "t.db") as ok:  # the failed attempts released the database lock
+            assert ok.running
+    finally:
+        logging.getLogger("agent_runner.temporal_server").removeHandler(warned)
+        srv.stop()
+        holder.close()
 
 
 def test_database_lock_and_port_conflicts(server: EmbeddedTemporal, tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import sysconfig
 import time
 import uuid
@@ -46,7 +45,7 @@ from testcontainers.core.container import DockerContainer  # noqa: E402
 
 from agent_runner.client import AgentRunner  # noqa: E402
 from agent_runner.connection import data_converter  # noqa: E402
-from agent_runner.temporal_server import FAST_DISPATCH_ARGS  # noqa: E402
+from agent_runner.temporal_server import FAST_DISPATCH_ARGS, free_port  # noqa: E402
 from agent_runner.testing import FakeMessagesAPI, end_turn, tool_call  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,12 +55,6 @@ WORKER_IMAGE = "localhost/agent-runner-worker:containers-test"
 TEMPORAL_IMAGE = "localhost/temporal-dev:containers-test"
 BUILD_STAGE = "FROM ${PYTHON_IMAGE} AS build"
 OFFLINE_PIP = "COPY wheels/ /wheels/\nENV PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
