@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agent_runner.client import AgentRunner
     from agent_runner.connection import data_converter
-    from agent_runner.temporal_server import EmbeddedTemporal
+    from agent_runner.temporal_server import EmbeddedTemporal, free_port
     from agent_runner.testing import FakeMessagesAPI, Reply, tool_use
 
 
@@ -309,9 +309,7 @@ async def measure(args: argparse.Namespace) -> None:
     """The server and the fake, then every mode at every process count, then the table."""
     state = Path(tempfile.mkdtemp(prefix="agent-runner-load-"))
     server = EmbeddedTemporal(state / "temporal.db")
-    fake_port = FakeMessagesAPI(0).start()  # only to pick a free port
-    port = int(fake_port.url.rsplit(":", 1)[1].split("/")[0])
-    fake_port.stop()
+    port = free_port()
     fake = subprocess.Popen(
         [sys.executable, __file__, "--serve-fake", str(port), str(args.latency)], stdout=subprocess.PIPE
     )
