@@ -7,6 +7,10 @@ Everything runs on one embedded Temporal server (sqlite, WAL, tuned dispatch), o
 * ``floor``: a bare workflow running 2·I activities in sequence, the first of each pair sleeping ``--latency``
   seconds (the model call), the second a no-op (the tool), on one plain ``Worker`` per process (Temporal's defaults
   but for ``max_concurrent_activities``, raised to the runs in flight, since a sleeping activity holds its slot).
+* ``floor-stream``: the floor whose model activity makes the turn's request to the same fake through the SDK, with
+  the worker's own client (``default_client``: aiohttp, no retries), and reads the reply as a stream, as agent-runner's
+  model call does (its events as JSON): Temporal plus the one request a durable runner cannot skip, its HTTP
+  included, measured under load (no payload, no store, no transcript).
 * ``agent-runner/P``: ``agent-runner-worker --processes P --tools bench.load`` (the real command, a subprocess),
   running ``AgentRun`` against the fake Messages API (``agent_runner.testing``, in its own process), which answers
   every request with a ``tool_use`` after ``--latency`` seconds.
@@ -15,16 +19,15 @@ Everything runs on one embedded Temporal server (sqlite, WAL, tuned dispatch), o
 * ``agent-runner-local/P``: ``agent-runner`` with ``--tools bench._load_local``: ``ping`` registered with
   ``tool_options(local=True)``, each call a local activity on the run's own worker.
 
-Workers of each mode are started fresh, warmed up with one run, then the N runs are started at once. Columns: wall
-time from the first start to the last result; iterations per second; that ÷ the floor's with the same process
-count; workflow-task timeouts (``WorkflowTaskTimedOut`` events over every run's history: a task that waited on a
-busy worker's sticky queue longer than its timeout, or took too long); the longest and 99th-percentile wait of a
-workflow task (scheduled → started); activity retries (attempts Temporal sent again: the sum over every call of its
-``ActivityTaskStarted`` event's ``attempt`` − 1, since a history records only a call's last attempt, plus calls that
-timed out for good; the fake never fails a request here, so each is a call whose heartbeat or start-to-close timeout
-passed on a busy worker: a model call billed twice); worker CPU seconds (all the
-worker's processes, from ``/proc``) and the Temporal server's. The header gives the machine's load average before
-and after.
+Workers of each mode are started fresh, warmed up with one run, then the N runs are started at once. Columns: wall time
+from the first start to the last result; iterations per second; that ÷ the floor's with the same process count (and ÷
+``floor-stream``'s, when it is measured); workflow-task timeouts (``WorkflowTaskTimedOut`` events over every run's
+history: a task that waited on a busy worker's sticky queue longer than its timeout, or took too long); the longest and
+99th-percentile wait of a workflow task (scheduled → started); activity retries (attempts Temporal sent again: the sum
+over every call of its ``ActivityTaskStarted`` event's ``attempt`` − 1, since a history records only a call's last
+attempt, plus calls that timed out for good; the fake never fails a request here, so each is a call whose heartbeat or
+start-to-close timeout passed on a busy worker: a model call billed twice); worker CPU seconds (all the worker's
+processes, from ``/proc``) and the Temporal server's. The header gives the machine's load average before and after.
 
 Usage::
 
@@ -36,7 +39,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import activity, workflow
 
@@ -53,11 +56,13 @@ with workflow.unsafe.imports_passed_through():
     import uuid
     from pathlib import Path
 
+    import anthropic
     from anthropic import beta_async_tool
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
+    from agent_runner.activities.claude import default_client
     from agent_runner.client import AgentRunner
     from agent_runner.connection import data_converter
     from agent_runner.temporal_server import EmbeddedTemporal, free_port
@@ -89,6 +94,32 @@ async def model_call(latency: float) -> None:
     await asyncio.sleep(latency)
 
 
+_CLAUDE: list[anthropic.AsyncAnthropic] = []
+"""The streaming floor's client, one per worker process (made at its first call, from the environment)."""
+
+
+@activity.defn(name="bench_streamed_model_call")
+async def streamed_model_call(turn: int) -> None:
+    """Stands for the model call, made as agent-runner's is: the turn's request through the SDK, read as a stream.
+
+    A turn after the first carries the previous ``ping`` call and its result; the reply's events are read as JSON,
+    without the SDK's per-event models, as agent-runner's model call reads them (``activities/reply_stream.py``).
+    """
+    if not _CLAUDE:
+        _CLAUDE.append(default_client())
+    messages: list[dict[str, Any]] = [USER_MESSAGE]
+    if turn > 1:
+        call = tool_use(f"toolu_{turn - 1}", ping.name, {"n": 1})
+        result = {"type": "tool_result", "tool_use_id": call["id"], "content": "pong 1"}
+        messages += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    async with _CLAUDE[0].beta.messages.stream(
+        model=MODEL, max_tokens=1024, messages=cast(Any, messages), tools=[ping.to_dict()]
+    ) as stream:
+        async for sse in anthropic.AsyncStream.raw_events(stream.response):
+            if sse.event not in (None, "ping") and sse.data:
+                sse.json()
+
+
 @activity.defn(name="bench_tool_call")
 async def tool_call() -> None:
     """Stands for the tool call, doing nothing."""
@@ -99,10 +130,13 @@ class LoadFloor:
     """I iterations of a model call (a sleep) and a tool call (a no-op): the floor under an agent run."""
 
     @workflow.run
-    async def run(self, iterations: int, latency: float) -> int:
-        """Run ``iterations`` pairs of activities one after the other."""
-        for _ in range(iterations):
-            await workflow.execute_activity(model_call, latency, start_to_close_timeout=timedelta(seconds=60))
+    async def run(self, iterations: int, latency: float, stream: bool = False) -> int:
+        """Run ``iterations`` pairs of activities one after the other (the model call streamed from the fake)."""
+        for turn in range(1, iterations + 1):
+            if stream:
+                await workflow.execute_activity(streamed_model_call, turn, start_to_close_timeout=timedelta(seconds=60))
+            else:
+                await workflow.execute_activity(model_call, latency, start_to_close_timeout=timedelta(seconds=60))
             await workflow.execute_activity(tool_call, start_to_close_timeout=timedelta(seconds=60))
         return iterations
 
@@ -134,7 +168,7 @@ async def serve_floor(address: str, task_queue: str, slots: int) -> None:
         client,
         task_queue=task_queue,
         workflows=[LoadFloor],
-        activities=[model_call, tool_call],
+        activities=[model_call, streamed_model_call, tool_call],
         max_concurrent_activities=slots,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
@@ -217,7 +251,7 @@ async def run_mode(
     """Start the mode's workers, warm up, run N runs at once, collect the numbers, stop the workers."""
     task_queue = f"load-{mode}-{processes}-{uuid.uuid4().hex[:8]}"
     procs: list[subprocess.Popen[bytes]] = []
-    if mode == "floor":
+    if mode in ("floor", "floor-stream"):
         for _ in range(processes):
             procs.append(
                 subprocess.Popen(
@@ -246,10 +280,10 @@ async def run_mode(
     runner = AgentRunner(client, task_queue=task_queue)
 
     async def start(index: int) -> WorkflowHandle[Any, Any]:
-        if mode == "floor":
+        if mode in ("floor", "floor-stream"):
             return await client.start_workflow(
                 LoadFloor.run,
-                args=[args.iterations, args.latency],
+                args=[args.iterations, args.latency, mode == "floor-stream"],
                 id=f"{task_queue}-{index}",
                 task_queue=task_queue,
             )
@@ -347,6 +381,7 @@ def report(
 ) -> None:
     """The markdown table."""
     floor = {r.processes: r.iterations_per_second for r in rows if r.mode == "floor"}
+    streamed = {r.processes: r.iterations_per_second for r in rows if r.mode == "floor-stream"}
     print(
         f"cores={os.cpu_count()} runs={args.runs} iterations/run={args.iterations} model latency={args.latency} s "
         f"worker flags: {' '.join(args.worker_args) or '(defaults)'}; "
@@ -355,15 +390,21 @@ def report(
     )
     print()
     print(
-        "| mode | processes | wall s | iterations/s | ÷ floor | WFT timeouts | activity retries | max WFT wait s "
-        "| p99 WFT wait s | worker CPU s | server CPU s |"
+        "| mode | processes | wall s | iterations/s | ÷ floor | "
+        + ("÷ floor-stream | " if streamed else "")
+        + "WFT timeouts | activity retries | max WFT wait s | p99 WFT wait s | worker CPU s | server CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|" + ("---:|" if streamed else "") + "---:|---:|---:|---:|---:|---:|")
+
+    def ratio(value: float, base: float | None) -> str:
+        return f"{value / base:.2f}" if base else "–"
+
     for r in rows:
-        ratio = r.iterations_per_second / floor[r.processes] if r.processes in floor else float("nan")
         print(
             f"| {r.mode} | {r.processes} | {r.wall:.1f} | {r.iterations_per_second:.1f} | "
-            f"{'–' if ratio != ratio else f'{ratio:.2f}'} | {r.timeouts} | {r.activity_timeouts} | "
+            f"{ratio(r.iterations_per_second, floor.get(r.processes))} | "
+            + (f"{ratio(r.iterations_per_second, streamed.get(r.processes))} | " if streamed else "")
+            + f"{r.timeouts} | {r.activity_timeouts} | "
             f"{r.max_wait:.2f} | {r.p99_wait:.2f} | {r.cpu:.1f} | {r.server_cpu:.1f} |"
         )
 
@@ -385,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="floor,agent-runner",
-        help="modes: floor, agent-runner, agent-runner-backpressure, agent-runner-local (default floor,agent-runner)",
+        help="modes: floor, floor-stream, agent-runner, agent-runner-backpressure, agent-runner-local "
+        "(default floor,agent-runner)",
     )
     parser.add_argument(
         "--worker-arg",
