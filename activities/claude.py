@@ -146,13 +146,15 @@ class ClaudeActivities:
                 reply = await self._call(input.request, input, events)
             return CreateMessageOutput(message=reply, attempt=activity.info().attempt)
         settings = turn.settings
+        # Blobs stored in the reply's commit below: the run counts on none of them before the call returns.
+        big_blocks: dict[str, bytes] = {}
         if settings is None:
             settings = (await self.content.values([turn.settings_ref]))[turn.settings_ref]
         else:
-            await self.content.put_value(settings, short=is_short(turn.settings_ref))
+            await self.content.put_value(settings, deferred=big_blocks, short=is_short(turn.settings_ref))
             # Stored apart too, so the run can carry them by reference into its continuation (``big_params.py``).
             for value in big_values(settings["params"], settings["tools"]):
-                await self.content.put_value(value)
+                await self.content.put_value(value, deferred=big_blocks)
         refs = settings_refs(settings["params"], settings["tools"])
         if refs:
             found = await self.content.values(refs)
@@ -222,12 +224,12 @@ class ClaudeActivities:
                 live = await events.take()  # written below, in the reply's commit
         if splice is not None:
             reply = spliced_reply(reply, splice, wire_usage.get("closing"))
-        big_blocks: dict[str, bytes] = {}
         # A lean run goes on from a `tool_use` or `pause_turn` reply: its long text is stored apart, as a tool result.
         goes_on = lean and reply.get("stop_reason") in MID_RUN_STOP_REASONS
         message = await self.content.offload_reply(reply, deferred=big_blocks, text_limit=goes_on)
-        # One commit (one disk sync) for the turn's transcript, the reply, its big blocks and the attempt's last
-        # live events: all of it is stored before the reply (which names them) is returned.
+        # One commit (one disk sync) for the turn's transcript, the reply, its big blocks, the settings a run's first
+        # call carries and the attempt's last live events: all of it is stored before the reply (which names them)
+        # is returned.
         await self.content.append_many(
             [
                 (turn.head, [*turn.pending, {"role": "assistant", "content": message["content"]}]),

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import json
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from agent_runner.activities.claude import ClaudeActivities
 from agent_runner.activities.tools import tool_options
 from agent_runner.client import AgentRunner
 from agent_runner.contract.errors import AgentRunnerError, InvalidRunInput, ModelRequestRejected, ToolNotRegistered
+from agent_runner.contract.transcript import STORED, canonical, ref_for
 from agent_runner.contract.types import CREATE_MESSAGE_ACTIVITY, DESCRIBE_TOOLS_ACTIVITY, PROCESS_RESULTS_ACTIVITY
 from agent_runner.plugin import AgentRunnerPlugin
 from agent_runner.testing import FakeMessagesAPI, Reply, end_turn, text, tool_use
@@ -700,6 +702,66 @@ async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(
             "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": f"sunny, 21C in {city}"}],
         },
     ]
+
+
+@pytest.mark.parametrize("started_by", ["client", "stock-cli-json"])
+async def test_a_model_call_writes_the_store_once_the_settings_a_runs_first_call_carries_included(
+    client: Client,
+    runner: AgentRunner,
+    worker: WorkerFactory,
+    fake_api: FakeMessagesAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    started_by: str,
+) -> None:
+    """One commit (one disk sync) per model call: the run's first also stores its settings and their big values.
+
+    (Our client stores a big value as it starts the run; a run started with JSON leaves that to the first call.)
+    """
+    writes: list[tuple[str, str]] = []
+    store = runner.content.store
+
+    def counted(name: str) -> Callable[..., Any]:
+        method = getattr(type(store), name)
+
+        async def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if activity.in_activity():
+                writes.append((activity.info().activity_type, name))
+            return await method(self, *args, **kwargs)
+
+        return write
+
+    for name in ("put", "put_nodes", "commit"):
+        monkeypatch.setattr(type(store), name, counted(name))
+    system = "Be terse. " * 7_000  # over 64 KB: held by reference once the run has stored it (`big_params.py`)
+    fake_api.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
+    async with worker(get_weather):
+        if started_by == "client":
+            run = await runner.start(**{**BASE, "system": system}, messages=[USER], tools=[get_weather], thread=False)
+        else:
+            handle = await client.start_workflow(
+                "AgentRun",
+                {**BASE, "system": system, "messages": [USER], "tools": ["get_weather"], "thread": False},
+                id=f"json-{started_by}-{uuid.uuid4()}",
+                task_queue=runner.task_queue,
+            )
+            run = runner.attach(handle.id)
+        await run.until_done()
+    assert [write for write in writes if write[0] == CREATE_MESSAGE_ACTIVITY] == [
+        (CREATE_MESSAGE_ACTIVITY, "commit"),
+        (CREATE_MESSAGE_ACTIVITY, "commit"),
+    ]
+    # Both are in the store itself, not only in a worker's memory, once the first call has returned.
+    first = scheduled_activities(await run.handle.fetch_history(), CREATE_MESSAGE_ACTIVITY)[0]
+    (call,) = await client.data_converter.decode(first.input.payloads)
+    settings, settings_ref, system_ref = (
+        call["turn"]["settings"],
+        call["turn"]["settings_ref"],
+        ref_for(canonical(system)),
+    )
+    assert settings["params"]["system"] == (system if started_by == "stock-cli-json" else {STORED: system_ref})
+    stored = await store.get([settings_ref, system_ref])
+    assert stored == {settings_ref: canonical(settings), system_ref: canonical(system)}
+    assert [body["system"] for body in fake_api.bodies()] == [system, system]
 
 
 BREWS: list[int] = []
