@@ -54,6 +54,13 @@ MISSING_BLOB_RETRY_DELAY = timedelta(seconds=20)
 for a misconfigured one to be restarted, before the run fails."""
 
 
+CHAIN_CACHE_REFS = 100_000
+"""How many message refs the remembered transcripts (``Content._chains``) may count together: at most 8 MB of lists
+and refs (13 MB with 71-character refs), measured with no list shared. Enough for a worker's every run in flight (a
+thousand runs of some fifty messages; a transcript's old and new heads share a list but count twice) to find its
+transcript at its next model call without reading it back from the store, which a bound on the number of transcripts
+alone would not give."""
+
 CACHE_ENTRY_OVERHEAD = 1_000
 """Bytes a cached blob counts beyond its JSON: decoded, a small message (a dict, a list of blocks, their strings) takes
 about this much more memory than its JSON, so a cache of many small messages keeps to its budget too."""
@@ -75,6 +82,8 @@ class Content:
         self._chains: OrderedDict[str, tuple[list[str], int]] = OrderedDict()
         """Recent transcripts' refs by head: the first ``length`` refs of a list that the transcript's later heads
         share and extend, so an append costs its new messages only, however long the transcript."""
+        self._chain_refs = 0
+        """The ``length`` of every remembered transcript, summed (a list two heads share counts twice: a bound)."""
 
     @property
     def store(self) -> ContentStore:
@@ -337,10 +346,14 @@ class Content:
             self._blob_bytes -= dropped
 
     def _remember_chain(self, head: str, chain: tuple[list[str], int]) -> None:
+        known = self._chains.pop(head, None)
+        if known is not None:
+            self._chain_refs -= known[1]
         self._chains[head] = chain
-        self._chains.move_to_end(head)
-        while len(self._chains) > 8:
-            self._chains.popitem(last=False)
+        self._chain_refs += chain[1]
+        while self._chain_refs > CHAIN_CACHE_REFS and len(self._chains) > 1:
+            _, (_, dropped) = self._chains.popitem(last=False)
+            self._chain_refs -= dropped
 
 
 def _extended(refs: list[str], length: int, new: list[str]) -> tuple[list[str], int]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from anthropic import beta_async_tool
 
+import agent_runner.content as content_module
 from agent_runner.client import AgentRunner
 from agent_runner.content import Content
 from agent_runner.store import ContentStore, open_store
@@ -99,6 +100,37 @@ async def test_a_run_appending_turn_after_turn_reads_no_chain_from_the_store(tur
     assert await as_stored(store, head) == expected
     assert await as_stored(store, replies) == expected[1::2]
     assert counting.chain_reads == 2  # the fresh workers of `as_stored`
+
+
+async def test_a_worker_keeping_many_runs_moving_at_once_reads_none_of_their_transcripts_back() -> None:
+    """A thousand runs' model calls taking turns on a worker: each finds its transcript where its last call left it."""
+    store = open_store("memory:")
+    counting = CountingStore(store)
+    content = Content(store)
+    heads: list[str | None] = [None] * 1_000
+    for turn in range(3):
+        for run, head in enumerate(heads):
+            assert await content.length(head) == 2 * turn
+            (heads[run],) = await content.append_many([(head, [msg(2 * turn + 1, f"r{run}-"), msg(2 * turn + 2)])])
+    assert counting.chain_reads == 0
+    assert await as_stored(store, heads[0]) == [msg(1, "r0-"), msg(2), msg(3, "r0-"), msg(4), msg(5, "r0-"), msg(6)]
+
+
+async def test_a_worker_remembers_transcripts_up_to_a_bound_on_their_refs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``CHAIN_CACHE_REFS`` refs the least recently used transcripts are forgotten (and read again if needed)."""
+    monkeypatch.setattr(content_module, "CHAIN_CACHE_REFS", 100)
+    store = open_store("memory:")
+    counting = CountingStore(store)
+    content = Content(store)
+    heads = [await content.append(None, [msg(n, f"t{t}-") for n in range(1, 11)]) for t in range(30)]
+    for head in heads[20:]:  # the last ten: 100 refs
+        assert await content.length(head) == 10
+    assert counting.chain_reads == 0
+    assert await content.length(heads[19]) == 10  # forgotten: read back, and now remembered in place of heads[20]
+    assert counting.chain_reads == 1
+    assert await content.length(heads[29]) == 10
+    assert await content.length(heads[20]) == 10
+    assert counting.chain_reads == 2
 
 
 async def test_an_append_to_a_long_transcript_allocates_for_its_new_messages_only() -> None:

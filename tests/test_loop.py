@@ -764,6 +764,62 @@ async def test_a_model_call_writes_the_store_once_the_settings_a_runs_first_call
     assert [body["system"] for body in fake_api.bodies()] == [system, system]
 
 
+GATHERED: list[asyncio.Event] = []
+RUNS_AT_ONCE = 12
+
+
+@beta_async_tool
+async def gather(n: int) -> str:
+    """Wait until every run of the test has called this.
+
+    Args:
+        n: A number.
+    """
+    GATHERED.append(asyncio.Event())
+    if len(GATHERED) == RUNS_AT_ONCE:
+        for event in GATHERED:
+            event.set()
+    await GATHERED[-1].wait()
+    return f"gathered {n}"
+
+
+async def test_a_worker_reads_no_transcript_back_for_the_runs_it_keeps_moving(
+    runner: AgentRunner, worker: WorkerFactory, fake_api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run's second model call finds its transcript in the worker's memory, all runs' first calls between.
+
+    Twelve runs hold each other's tool call until all twelve have made their first model call: a worker that
+    remembered only a few transcripts would read the others back from the store.
+    """
+    GATHERED.clear()
+    chain_reads: list[str] = []
+    store = runner.content.store
+    chain = type(store).chain
+
+    async def counted(self: Any, head: str) -> list[str]:
+        if activity.in_activity():
+            chain_reads.append(activity.info().activity_type)
+        return await chain(self, head)
+
+    monkeypatch.setattr(type(store), "chain", counted)
+
+    def claude(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]["content"]
+        if isinstance(last, list) and last[-1]["type"] == "tool_result":
+            return end_turn(f"Done: {last[-1]['content']}.")
+        return Reply([tool_use("toolu_1", "gather", {"n": 1})], "tool_use")
+
+    fake_api.responder = claude
+    async with worker(gather):
+        # Each run its own transcript: runs of the same messages would share one (content-addressed) chain.
+        asks = [{"role": "user", "content": f"Gather, {i}."} for i in range(RUNS_AT_ONCE)]
+        runs = [await runner.start(**BASE, messages=[ask], tools=[gather], thread=False) for ask in asks]
+        results = [await run.until_done() for run in runs]
+    assert [[block.to_dict() for block in r.content] for r in results] == [[text("Done: gathered 1.")]] * RUNS_AT_ONCE
+    assert len(fake_api.requests) == 2 * RUNS_AT_ONCE
+    assert chain_reads == []
+
+
 BREWS: list[int] = []
 
 
