@@ -211,7 +211,7 @@ def free_port(host: str = LOCALHOST) -> int:
         listener.bind((host, 0))
         listener.listen(1)
         port = int(listener.getsockname()[1])
-        with socket.create_connection((host, port)) as client:
+        with socket.create_connection((host, port), timeout=5) as client:
             accepted, _ = listener.accept()
             # The side that closes first holds TIME_WAIT: it must be the accepted socket, which owns the port.
             accepted.close()
