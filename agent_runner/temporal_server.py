@@ -510,7 +510,12 @@ class EmbeddedTemporal:
         """
         # The health check is async; run it on a loop of its own, so start() also works under a running loop.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            pool.submit(asyncio.run, self.astart(timeout)).result()
+            started = pool.submit(asyncio.run, self.astart(timeout))
+            try:
+                started.result()
+            except BaseException:
+                self.kill()  # interrupted here (Ctrl-C) while the loop's thread still starts it: none left running
+                raise
         return self
 
     async def astart(self, timeout: float = START_TIMEOUT) -> EmbeddedTemporal:
