@@ -253,8 +253,8 @@ def _read_lock_holder(lock_path: Path) -> tuple[str, str | None]:
     return text or "unknown process", fields.get("address") or None
 
 
-def _tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> str:
-    """Last ``lines`` lines written to ``path`` after byte ``offset``."""
+def _tail(path: Path, offset: int, lines: int | None = LOG_TAIL_LINES) -> str:
+    """Last ``lines`` lines (``None``: all) written to ``path`` after byte ``offset``."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
@@ -262,7 +262,10 @@ def _tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> str:
     except OSError as exc:
         return f"<could not read {path}: {exc}>"
     text = data.decode("utf-8", errors="replace").rstrip("\n")
-    return "\n".join(text.splitlines()[-lines:]) if text else "<log is empty>"
+    if not text:
+        return "<log is empty>"
+    kept = text.splitlines()
+    return "\n".join(kept if lines is None else kept[-lines:])
 
 
 class EmbeddedTemporal:
@@ -476,12 +479,11 @@ class EmbeddedTemporal:
 
     def _startup_failure(self, reason: str) -> TemporalServerError:
         # A Go panic's stack fills the tail; the error the server logged before it says what went wrong.
-        since_start = _tail(self.log_file, self._log_offset, lines=10_000).splitlines()
-        errors = [line for line in since_start if _ERROR_LINE.search(line)][:_ERROR_LINES]
+        logged = _tail(self.log_file, self._log_offset, lines=None).splitlines()
+        errors = [line for line in logged if _ERROR_LINE.search(line)][:_ERROR_LINES]
         shown = f"errors it logged:\n{chr(10).join(errors)}\n" if errors else ""
-        return TemporalServerError(
-            f"Temporal dev server {reason} (log: {self.log_file}); {shown}last lines:\n{self.log_tail()}"
-        )
+        tail = "\n".join(logged[-LOG_TAIL_LINES:])
+        return TemporalServerError(f"Temporal dev server {reason} (log: {self.log_file}); {shown}last lines:\n{tail}")
 
     def _check_alive(self) -> None:
         assert self._proc is not None

@@ -37,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -94,8 +95,10 @@ async def model_call(latency: float) -> None:
     await asyncio.sleep(latency)
 
 
-_CLAUDE: list[anthropic.AsyncAnthropic] = []
-"""The streaming floor's client, one per worker process (made at its first call, from the environment)."""
+@functools.cache
+def claude() -> anthropic.AsyncAnthropic:
+    """The streaming floor's client, one per worker process (made at its first call, from the environment)."""
+    return default_client()
 
 
 @activity.defn(name="bench_streamed_model_call")
@@ -105,14 +108,12 @@ async def streamed_model_call(turn: int) -> None:
     A turn after the first carries the previous ``ping`` call and its result; the reply's events are read as JSON,
     without the SDK's per-event models, as agent-runner's model call reads them (``activities/reply_stream.py``).
     """
-    if not _CLAUDE:
-        _CLAUDE.append(default_client())
     messages: list[dict[str, Any]] = [USER_MESSAGE]
     if turn > 1:
         call = tool_use(f"toolu_{turn - 1}", ping.name, {"n": 1})
         result = {"type": "tool_result", "tool_use_id": call["id"], "content": "pong 1"}
         messages += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
-    async with _CLAUDE[0].beta.messages.stream(
+    async with claude().beta.messages.stream(
         model=MODEL, max_tokens=1024, messages=cast(Any, messages), tools=[ping.to_dict()]
     ) as stream:
         async for sse in anthropic.AsyncStream.raw_events(stream.response):
