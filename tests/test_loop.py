@@ -704,6 +704,29 @@ async def test_a_reply_with_big_blocks_is_stored_whole_and_sent_back_whole(
     ]
 
 
+def calls_in_activities(monkeypatch: pytest.MonkeyPatch, store: Any, *names: str) -> list[tuple[str, str]]:
+    """Each call of the methods ``names`` of ``store``'s class (every worker's store) made inside an activity, in order.
+
+    Returns:
+        The list the calls go to, as ``(activity type, method)``.
+    """
+    calls: list[tuple[str, str]] = []
+
+    def counted(name: str) -> Callable[..., Any]:
+        method = getattr(type(store), name)
+
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if activity.in_activity():
+                calls.append((activity.info().activity_type, name))
+            return await method(self, *args, **kwargs)
+
+        return call
+
+    for name in names:
+        monkeypatch.setattr(type(store), name, counted(name))
+    return calls
+
+
 @pytest.mark.parametrize("started_by", ["client", "stock-cli-json"])
 async def test_a_model_call_writes_the_store_once_the_settings_a_runs_first_call_carries_included(
     client: Client,
@@ -717,21 +740,8 @@ async def test_a_model_call_writes_the_store_once_the_settings_a_runs_first_call
 
     (Our client stores a big value as it starts the run; a run started with JSON leaves that to the first call.)
     """
-    writes: list[tuple[str, str]] = []
     store = runner.content.store
-
-    def counted(name: str) -> Callable[..., Any]:
-        method = getattr(type(store), name)
-
-        async def write(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if activity.in_activity():
-                writes.append((activity.info().activity_type, name))
-            return await method(self, *args, **kwargs)
-
-        return write
-
-    for name in ("put", "put_nodes", "commit"):
-        monkeypatch.setattr(type(store), name, counted(name))
+    writes = calls_in_activities(monkeypatch, store, "put", "put_nodes", "commit")
     system = "Be terse. " * 7_000  # over 64 KB: held by reference once the run has stored it (`big_params.py`)
     fake_api.script(Reply([tool_use("toolu_1", "get_weather", {"city": "Paris"})], "tool_use"), end_turn("Sunny."))
     async with worker(get_weather):
@@ -792,16 +802,7 @@ async def test_a_worker_reads_no_transcript_back_for_the_runs_it_keeps_moving(
     remembered only a few transcripts would read the others back from the store.
     """
     GATHERED.clear()
-    chain_reads: list[str] = []
-    store = runner.content.store
-    chain = type(store).chain
-
-    async def counted(self: Any, head: str) -> list[str]:
-        if activity.in_activity():
-            chain_reads.append(activity.info().activity_type)
-        return await chain(self, head)
-
-    monkeypatch.setattr(type(store), "chain", counted)
+    chain_reads = calls_in_activities(monkeypatch, runner.content.store, "chain")
 
     def claude(body: dict[str, Any]) -> Reply:
         last = body["messages"][-1]["content"]
